@@ -1,0 +1,38 @@
+"""dgx: FP8 GEMM kernels for NVIDIA Hopper with DeepSeek-V3 fine-grained scaling.
+
+Kernels are CUDA source rendered by Python, compiled at run time by NVRTC, patched by a SASS pass,
+cached on disk and launched through the CUDA driver API. Inputs are any DLPack-capable tensors.
+"""
+
+from .device import get_num_sms, set_num_sms
+from .errors import CompileError, CudaError, DgxError, JitStrictError
+from .gemm import fp8_gemm_nt, gemm_fp8_fp8_bf16_nt
+from .jit import jit_stats, reset_jit_stats
+from .layout import get_mn_major_tma_aligned_tensor, get_tma_aligned_size, transform_sf_into_required_layout
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "fp8_gemm_nt",
+    "gemm_fp8_fp8_bf16_nt",
+    "get_tma_aligned_size",
+    "get_mn_major_tma_aligned_tensor",
+    "transform_sf_into_required_layout",
+    "set_num_sms",
+    "get_num_sms",
+    "jit_stats",
+    "reset_jit_stats",
+    "CompileError",
+    "CudaError",
+    "DgxError",
+    "JitStrictError",
+]
+
+
+def __getattr__(name: str):
+    # Torch helpers live in an optional module; reach them as dgx.per_token_cast_to_fp8 etc. too.
+    if name in ("per_token_cast_to_fp8", "per_block_cast_to_fp8"):
+        from . import torch_utils
+
+        return getattr(torch_utils, name)
+    raise AttributeError(f"module 'dgx' has no attribute {name!r}")

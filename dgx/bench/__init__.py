@@ -1,0 +1,122 @@
+"""``dgx bench``: dgx side by side with cuBLASLt, Triton and BF16, with tables, JSON, Markdown and plots.
+
+Entry points:
+
+* :func:`main` — what the ``dgx bench`` command calls; returns the exit code.
+* :func:`run_suite` — run and return a :class:`~dgx.bench.results.BenchResults` (for scripts).
+* :func:`summarize`, :func:`render_table`, :func:`render_markdown`, :func:`write_json`,
+  :func:`load_json`, :func:`write_plot` — reports from recorded results (no GPU needed).
+
+Importing this package imports neither torch nor triton nor matplotlib.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from .report import (
+    PlotUnavailable,
+    check_matplotlib,
+    load_json,
+    render_markdown,
+    render_table,
+    write_json,
+    write_markdown,
+    write_plot,
+)
+from .results import BenchResults, summarize
+from .runner import NO_GPU_PREFIX, NoGpu, dgx_failures, gpu_problem, run_suite
+from .suites import SUITES, ShapesFileError, load_shapes_file, suite_names
+
+__all__ = [
+    "main",
+    "run_suite",
+    "summarize",
+    "render_table",
+    "render_markdown",
+    "write_json",
+    "write_markdown",
+    "write_plot",
+    "load_json",
+    "BenchResults",
+    "SUITES",
+    "EXIT_OK",
+    "EXIT_NO_GPU",
+    "EXIT_USAGE",
+    "EXIT_DGX_FAILED",
+]
+
+EXIT_OK = 0
+EXIT_NO_GPU = 1
+EXIT_USAGE = 2
+EXIT_DGX_FAILED = 3
+
+
+def main(
+    suite: str = "all",
+    shapes_file: str | None = None,
+    peers: bool = True,
+    repeat: int = 1,
+    json_path: str | None = None,
+    markdown_path: str | None = None,
+    plot_path: str | None = None,
+    echo: Callable[[str], None] = print,
+) -> int:
+    """Run ``dgx bench`` and write the requested reports; return the exit code.
+
+    0: done, dgx correct on every case. 1: no usable GPU (torch missing or no CUDA device).
+    2: bad arguments (suite, repeat, shapes file, matplotlib missing for ``--plot``, unwritable
+    output). 3: done, but dgx failed or was unavailable on some case (the reports say where).
+    """
+    try:
+        suite_names(suite)
+        if not isinstance(repeat, int) or repeat < 1:
+            raise ValueError(f"--repeat must be a positive integer, got {repeat!r}")
+        shapes = None
+        if shapes_file is not None:
+            shapes, warnings = load_shapes_file(shapes_file)
+            for w in warnings:
+                echo(f"warning: shapes file {shapes_file}: {w}")
+        if plot_path is not None:
+            check_matplotlib()
+    except (ValueError, PlotUnavailable) as e:
+        echo(f"dgx bench: {e}")
+        return EXIT_USAGE
+
+    why = gpu_problem()
+    if why:
+        echo(NO_GPU_PREFIX + why)
+        return EXIT_NO_GPU
+
+    try:
+        results = run_suite(suite, shapes=shapes, shapes_file=shapes_file, peers=peers, repeat=repeat, echo=echo)
+    except NoGpu as e:
+        echo(str(e))
+        return EXIT_NO_GPU
+    except ValueError as e:
+        echo(f"dgx bench: {e}")
+        return EXIT_USAGE
+
+    summary = summarize(results)
+    echo("")
+    echo(render_table(results, summary))
+    try:
+        if json_path:
+            write_json(results, json_path)
+            echo(f"wrote {json_path}")
+        if markdown_path:
+            write_markdown(results, markdown_path)
+            echo(f"wrote {markdown_path}")
+        if plot_path:
+            write_plot(results, plot_path, summary)
+            echo(f"wrote {plot_path}")
+    except (OSError, PlotUnavailable) as e:
+        echo(f"dgx bench: could not write a report: {e}")
+        return EXIT_USAGE
+    bad = dgx_failures(results)
+    if bad:
+        echo(f"dgx did not run correctly on {len(bad)} case(s):")
+        for b in bad[:20]:
+            echo(f"  {b}")
+        return EXIT_DGX_FAILED
+    return EXIT_OK

@@ -1,0 +1,403 @@
+"""The peers dgx is compared with, each checked correct on the same inputs before it is timed.
+
+* ``cublaslt``   cuBLASLt with DeepSeek-style block scaling through ``torch.nn.functional.scaled_mm``
+                 (``ScalingType.BlockWise1x128`` for A, scales M-major; ``BlockWise128x128`` for B,
+                 scales ``(N/128, K/128)`` with K/128 padded to a multiple of 4, passed transposed).
+                 Falls back to ``torch._scaled_mm`` with the blockwise scale layouts it infers. For
+                 FP32-output suites: ``BlockWise1x128`` for both operands, else per-row scales over the
+                 whole K (the report says which ran).
+* ``triton``     a vLLM/SGLang-style blockwise FP8 Triton kernel (``triton_fp8``), best of a small
+                 config sweep.
+* ``bf16``       ``torch.matmul`` on the BF16 originals (BF16 out).
+* ``fp8_tensor`` per-tensor FP8 cuBLASLt (``torch._scaled_mm`` with scalar scales): the speed of a
+                 less precise recipe.
+
+Grouped suites run the cuBLASLt, BF16 and per-tensor peers as a Python loop over groups (one launch
+per group, on the valid rows only; the label says so); Triton is grouped natively for the M-grouped
+layouts. Each implementation is verified with ``calc_diff < 1e-3`` against an FP32 reference built
+from *its own* dequantised inputs (the problem's FP8 inputs, or the BF16 originals for BF16, or its
+per-tensor / per-row requantised inputs). A peer that cannot run is *unavailable* with the reason; one
+that runs but disagrees is *failed* with its ``calc_diff``; neither is timed, both are reported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable
+
+from .problems import Part, Problem, calc_diff, dequant_block, dequant_token, matmul_fp32, per_row_cast, per_tensor_cast
+from .results import BF16, CUBLASLT, DGX, FAILED, FP8_TENSOR, OK, TRITON, UNAVAILABLE, ImplResult
+from .timing import ITERS, WARMUP, Timing, time_gpu
+
+DIFF_TOL = 1e-3
+
+
+class Unavailable(Exception):
+    """This implementation cannot run here (missing API, unsupported layout…)."""
+
+
+class Outcome(Exception):
+    """Selection ended without a runnable, verified implementation."""
+
+    def __init__(self, status: str, reason: str, diff: float | None = None):
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+        self.diff = diff
+
+
+@dataclasses.dataclass
+class Prepared:
+    """A ready-to-time call. ``output()`` gives the valid rows (float32, stacked like ``Problem.ref``)."""
+
+    run: Callable[[], Any]
+    output: Callable[[], Any]
+    reset: Callable[[], None] = lambda: None
+    includes_c: bool = False  # output = c + a·bᵀ (accumulating implementations)
+    reference: Any = None  # own FP32 reference (else the problem's)
+    note: str = ""
+
+
+class Ctx:
+    """Verification and timing shared by dgx and the peers."""
+
+    def __init__(self, flush, warmup: int = WARMUP, iters: int = ITERS, tol: float = DIFF_TOL):
+        self.flush = flush
+        self.warmup = warmup
+        self.iters = iters
+        self.tol = tol
+
+    def verify(self, problem: Problem, prep: Prepared) -> float:
+        """Run once from a clean state and return ``calc_diff`` against the reference (inf if non-finite)."""
+        import torch
+
+        prep.reset()
+        prep.run()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        out = prep.output()
+        ref = prep.reference if prep.reference is not None else problem.ref
+        if prep.includes_c:
+            ref = ref + problem.c_rows
+        if tuple(out.shape) != tuple(ref.shape):
+            raise Outcome(FAILED, f"output rows/cols {tuple(out.shape)} != reference {tuple(ref.shape)}")
+        if not bool(torch.isfinite(out).all()):
+            return math.inf
+        return calc_diff(out, ref)
+
+    def time(self, fn, warmup: int | None = None, iters: int | None = None) -> Timing:
+        return time_gpu(fn, self.flush, self.warmup if warmup is None else warmup, self.iters if iters is None else iters)
+
+    def first_passing(
+        self, problem: Problem, candidates: list[tuple[str, Callable[[], Prepared]]], errors_fail: bool = False
+    ) -> tuple[Prepared, float, str]:
+        """The first candidate that builds, runs and verifies: ``(prepared, diff, note)``.
+
+        Exceptions while building or calling make a candidate unavailable (``errors_fail``: failed);
+        a wrong answer makes it failed. Raises :class:`Outcome` when none passes.
+        """
+        reasons: list[str] = []
+        ran_wrong = False
+        worst: float | None = None
+        errored = False
+        for label, build in candidates:
+            try:
+                prep = build()
+                diff = self.verify(problem, prep)
+            except Unavailable as e:
+                reasons.append(f"{label}: {e}")
+                continue
+            except Outcome as e:
+                reasons.append(f"{label}: {e.reason}")
+                ran_wrong = True
+                continue
+            except Exception as e:  # noqa: BLE001 - report, never crash the run
+                reasons.append(f"{label}: {type(e).__name__}: {_one_line(e)}")
+                errored = True
+                continue
+            if not diff < self.tol:
+                reasons.append(f"{label}: calc_diff {diff:.3g} >= {self.tol:g}")
+                ran_wrong = True
+                worst = diff if worst is None else max(worst, diff)
+                continue
+            prep.reference = None  # free the reference copy before timing
+            note = prep.note or label
+            if reasons:
+                note += " (tried first: " + "; ".join(reasons) + ")"
+            return prep, diff, note
+        status = FAILED if (ran_wrong or (errored and errors_fail)) else UNAVAILABLE
+        raise Outcome(status, "; ".join(reasons) or "no candidate", worst)
+
+
+def _one_line(e: BaseException, limit: int = 300) -> str:
+    text = " ".join(str(e).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# --------------------------------------------------------------------------------------------------
+# helpers
+
+
+def _looped(problem: Problem, make: Callable[[Part], tuple[Callable[[], Any], Any]], note: str) -> Prepared:
+    """One call per part (group); ``make(part) -> (fn returning the part's output, own reference or None)``."""
+    import torch
+
+    fns, refs = [], []
+    for p in problem.parts:
+        fn, ref = make(p)
+        fns.append(fn)
+        refs.append(ref)
+    outs: list[Any] = [None] * len(fns)
+
+    if len(fns) == 1:
+        f0 = fns[0]
+
+        def run():
+            outs[0] = f0()
+
+    else:
+
+        def run():
+            for i, f in enumerate(fns):
+                outs[i] = f()
+
+    def output():
+        return torch.cat([o.float() for o in outs]) if len(outs) > 1 else outs[0].float()
+
+    own = None
+    if any(r is not None for r in refs):
+        own = torch.cat(refs) if len(refs) > 1 else refs[0]
+    if len(fns) > 1:
+        note += f", per-group loop ({len(fns)} launches)"
+    return Prepared(run, output, reference=own, note=note)
+
+
+def _m_major(s):
+    """``(rows, cols)`` scales with strides ``(1, rows)`` (column-major / M-major)."""
+    return s.t().contiguous().t()
+
+
+# --------------------------------------------------------------------------------------------------
+# peers
+
+
+class Peer:
+    name = ""
+
+    def select(self, problem: Problem, ctx: Ctx) -> tuple[Prepared, float, str]:
+        raise NotImplementedError
+
+    def measure(self, problem: Problem, ctx: Ctx) -> ImplResult:
+        try:
+            prep, diff, note = self.select(problem, ctx)
+        except Outcome as o:
+            return ImplResult(self.name, o.status, o.reason, diff=o.diff, tolerance=ctx.tol)
+        except Unavailable as e:
+            return ImplResult(self.name, UNAVAILABLE, str(e), tolerance=ctx.tol)
+        try:
+            t = ctx.time(prep.run)
+        except Exception as e:  # noqa: BLE001
+            return ImplResult(self.name, FAILED, f"timing raised {type(e).__name__}: {_one_line(e)}", diff=diff)
+        return ImplResult(self.name, OK, "", t.median_us, t.min_us, t.max_us, diff, ctx.tol, note)
+
+
+class DgxImpl(Peer):
+    name = DGX
+
+    def select(self, problem, ctx):
+        from .subject import prepare_dgx
+
+        return ctx.first_passing(problem, [("dgx", lambda: prepare_dgx(problem))], errors_fail=True)
+
+
+class CublasLt(Peer):
+    """cuBLASLt blockwise (BF16 out) or FP32-out blockwise / per-row (weight-gradient suites)."""
+
+    name = CUBLASLT
+
+    def select(self, problem, ctx):
+        import torch
+
+        F = torch.nn.functional
+        fp32 = problem.out_dtype == torch.float32
+        have_v2 = hasattr(F, "scaled_mm") and hasattr(F, "ScalingType")
+        cands: list[tuple[str, Callable[[], Prepared]]] = []
+        if not fp32:
+            kb = problem.parts[0].sfb.shape[1]
+            if have_v2:
+                cands.append(("F.scaled_mm 1x128/128x128", lambda: self._blockwise(problem, "v2", pad=True)))
+                if kb % 4:
+                    cands.append(
+                        ("F.scaled_mm 1x128/128x128 unpadded", lambda: self._blockwise(problem, "v2", pad=False))
+                    )
+            else:
+                cands.append(("F.scaled_mm", lambda: _raise(Unavailable("torch.nn.functional.scaled_mm is missing"))))
+            cands.append(("torch._scaled_mm blockwise", lambda: self._blockwise(problem, "v1", pad=False)))
+        else:
+            if have_v2:
+                cands.append(("F.scaled_mm 1x128/1x128 FP32 out", lambda: self._blockwise(problem, "v2", pad=False)))
+            cands.append(("torch._scaled_mm 1x128/1x128 FP32 out", lambda: self._blockwise(problem, "v1", pad=False)))
+            cands.append(("torch._scaled_mm per-row over whole K, FP32 out", lambda: self._rowwise(problem)))
+        return ctx.first_passing(problem, cands)
+
+    @staticmethod
+    def _blockwise(problem: Problem, api: str, pad: bool) -> Prepared:
+        import torch
+
+        F = torch.nn.functional
+        out_dtype = problem.out_dtype
+
+        def make(p: Part):
+            a = p.a.contiguous()
+            mat_b = p.b.contiguous().t()  # (K, N), column-major
+            sa = _m_major(p.sfa)  # (m, kb) strides (1, m)
+            block = p.b_scale == "block"
+            if api == "v2":
+                ST = F.ScalingType
+                if block:
+                    nb, kb = p.sfb.shape
+                    kbp = -(-kb // 4) * 4 if pad else kb
+                    sfb = torch.zeros(nb, kbp, dtype=torch.float32, device=p.sfb.device)
+                    sfb[:, :kb] = p.sfb
+                    sb = sfb.t()  # (kbp, nb) strides (1, kbp)
+                    rb = ST.BlockWise128x128
+                else:
+                    sb = _m_major(p.sfb)  # (N, kb) strides (1, N)
+                    rb = ST.BlockWise1x128
+                ra = ST.BlockWise1x128
+                return (lambda: F.scaled_mm(a, mat_b, sa, ra, sb, rb, output_dtype=out_dtype)), None
+            # legacy torch._scaled_mm infers the recipe from the scale shapes and strides
+            if block:
+                sb = p.sfb.contiguous().t()  # (kb, nb) strides (1, kb)
+            else:
+                sb = p.sfb.t().contiguous()  # (kb, N) contiguous: its .t() is (N, kb) strides (1, N)
+            return (lambda: torch._scaled_mm(a, mat_b, sa, sb, out_dtype=out_dtype)), None
+
+        if api == "v2":
+            note = "F.scaled_mm BlockWise1x128/" + ("BlockWise128x128" if problem.parts[0].b_scale == "block" else "BlockWise1x128")
+            if problem.parts[0].b_scale == "block":
+                note += " (B scales K/128 padded to x4)" if pad else " (B scales unpadded)"
+        else:
+            note = "torch._scaled_mm blockwise (recipe inferred from scale layouts)"
+        if out_dtype == torch.float32:
+            note += ", FP32 out, without the +c"
+        return _looped(problem, make, note)
+
+    @staticmethod
+    def _rowwise(problem: Problem) -> Prepared:
+        import torch
+
+        def make(p: Part):
+            a_dq = dequant_token(p.a, p.sfa)
+            b_dq = dequant_token(p.b, p.sfb) if p.b_scale == "row" else dequant_block(p.b, p.sfb)
+            qa, sa = per_row_cast(a_dq)  # (m, 1)
+            qb, sb = per_row_cast(b_dq)  # (N, 1)
+            sb_t = sb.t().contiguous()  # (1, N)
+            ref = matmul_fp32(qa.float() * sa, qb.float() * sb)
+            mat_b = qb.t()
+            return (lambda: torch._scaled_mm(qa, mat_b, sa, sb_t, out_dtype=torch.float32)), ref
+
+        return _looped(problem, make, "torch._scaled_mm per-row scales over the whole K (blockwise unavailable), FP32 out, without the +c")
+
+
+class Bf16(Peer):
+    name = BF16
+
+    def select(self, problem, ctx):
+        import torch
+
+        def build():
+            def make(p: Part):
+                a, b = p.a16.contiguous(), p.b16.contiguous()
+                return (lambda: torch.matmul(a, b.t())), matmul_fp32(a, b)
+
+            return _looped(problem, make, "torch.matmul on the BF16 originals, BF16 out")
+
+        return ctx.first_passing(problem, [("torch.matmul bf16", build)])
+
+
+class Fp8PerTensor(Peer):
+    name = FP8_TENSOR
+
+    def select(self, problem, ctx):
+        import torch
+
+        out_dtype = problem.out_dtype
+
+        def build():
+            def make(p: Part):
+                qa, sa = per_tensor_cast(p.a16)
+                qb, sb = per_tensor_cast(p.b16)
+                ref = matmul_fp32(qa.float() * sa, qb.float() * sb)
+                mat_b = qb.t()
+                return (lambda: torch._scaled_mm(qa, mat_b, sa, sb, out_dtype=out_dtype)), ref
+
+            note = "torch._scaled_mm per-tensor scales (requantised BF16 originals)"
+            if out_dtype == torch.float32:
+                note += ", FP32 out, without the +c"
+            return _looped(problem, make, note)
+
+        return ctx.first_passing(problem, [("torch._scaled_mm per-tensor", build)])
+
+
+class Triton(Peer):
+    """Blockwise FP8 Triton kernel, best of a config sweep (the best config is kept across repeats)."""
+
+    name = TRITON
+
+    def __init__(self):
+        self.best: dict[tuple, Any] = {}
+
+    def select(self, problem, ctx):
+        try:
+            from . import triton_fp8
+        except Exception as e:  # noqa: BLE001
+            raise Unavailable(f"triton not importable: {type(e).__name__}: {_one_line(e)}") from None
+        key = (problem.shape.suite, problem.shape.label, problem.shape.group_ms, problem.shape.group_ks)
+        configs = [self.best[key]] if key in self.best else triton_fp8.configs_for(problem.shape)
+        reasons: list[str] = []
+        best = None
+        ran_wrong = False
+        worst = None
+        for cfg in configs:
+            label = triton_fp8.config_label(cfg)
+            try:
+                prep = triton_fp8.prepare(problem, cfg)
+                diff = ctx.verify(problem, prep)
+            except Exception as e:  # noqa: BLE001
+                reasons.append(f"{label}: {type(e).__name__}: {_one_line(e, 160)}")
+                continue
+            if not diff < ctx.tol:
+                reasons.append(f"{label}: calc_diff {diff:.3g}")
+                ran_wrong = True
+                worst = diff if worst is None else max(worst, diff)
+                continue
+            if len(configs) > 1:
+                t = ctx.time(prep.run, warmup=2, iters=10).median_us
+            else:
+                t = 0.0
+            if best is None or t < best[0]:
+                best = (t, cfg, prep, diff)
+        if best is None:
+            raise Outcome(FAILED if ran_wrong else UNAVAILABLE, "; ".join(reasons) or "no config", worst)
+        _, cfg, prep, diff = best
+        self.best[key] = cfg
+        n_ok = len(configs) - len(reasons)
+        sweep = f"best of {n_ok}/{len(configs)} configs" if len(configs) > 1 else "config from the sweep of repeat 1"
+        prep.note = f"{prep.note}; {triton_fp8.config_label(cfg)} ({sweep})"
+        if reasons and len(configs) > 1:
+            prep.note += f"; {len(reasons)} config(s) rejected"
+        return prep, diff, prep.note
+
+
+def _raise(e: Exception):
+    raise e
+
+
+def make_impls(with_peers: bool) -> list[Peer]:
+    """dgx first, then the peers (in report order)."""
+    impls: list[Peer] = [DgxImpl()]
+    if with_peers:
+        impls += [CublasLt(), Triton(), Bf16(), Fp8PerTensor()]
+    return impls

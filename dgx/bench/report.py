@@ -1,0 +1,482 @@
+"""Reports of benchmark results: terminal table, Markdown, JSON and a PNG plot.
+
+Everything here works from recorded results (:class:`~dgx.bench.results.BenchResults`), with no GPU
+and no torch: ``load_json`` reads a recorded run back, so reports can be re-rendered anywhere.
+matplotlib is imported only by :func:`write_plot` (a clear error if it is missing).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from .results import (
+    DGX,
+    IMPL_LABELS,
+    IMPL_SHORT,
+    OK,
+    BenchResults,
+    CaseSummary,
+    Spread,
+    Summary,
+    SuiteSummary,
+    summarize,
+)
+from .suites import ANCHOR_CEILINGS, ANCHOR_DEVICE, HOST_ANCHOR
+
+SUITE_TITLES = {
+    "dense": "Dense GEMM (fp8_gemm_nt, BF16 out)",
+    "contiguous": "M-grouped contiguous (m_grouped_fp8_gemm_nt_contiguous)",
+    "masked": "M-grouped masked (m_grouped_fp8_gemm_nt_masked)",
+    "wgrad": "Weight gradient (fp8_gemm_nt, FP32 d = c + a·bᵀ, 1×128 both)",
+    "k_grouped": "K-grouped weight gradient (k_grouped_fp8_gemm_nt_contiguous)",
+}
+
+STATUS_SHORT = {"failed": "FAILED", "unavailable": "n/a", "not run": "-"}
+
+
+class PlotUnavailable(RuntimeError):
+    """matplotlib is missing."""
+
+
+# --------------------------------------------------------------------------------------------------
+# formatting
+
+
+def _f(x: float | None, digits: int = 0) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.{digits}f}"
+
+
+def _us(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if x < 100:
+        return f"{x:.1f}"
+    return f"{x:.0f}"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
+def _x(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}×"
+
+
+def _spread_pct(us: float | None, spread: tuple[float, float] | None) -> str:
+    if not us or not spread:
+        return "-"
+    return f"±{50 * (spread[1] - spread[0]) / us:.1f}%"
+
+
+def _peer_cell(case: CaseSummary, name: str) -> str:
+    s = case.impls.get(name)
+    if s is None:
+        return ""
+    if s.status != OK:
+        return STATUS_SHORT.get(s.status, s.status)
+    sp = case.speedups.get(name)
+    return f"{_f(s.tflops)} ({_x(sp)})" if sp is not None else _f(s.tflops)
+
+
+def _peers_in(suite: SuiteSummary) -> list[str]:
+    names: list[str] = []
+    for c in suite.cases:
+        for n in c.impls:
+            if n != DGX and n not in names:
+                names.append(n)
+    return names
+
+
+def _has_anchor(suite: SuiteSummary) -> bool:
+    return any(c.anchor for c in suite.cases)
+
+
+def _suite_rows(suite: SuiteSummary, repeats: int) -> tuple[list[str], list[list[str]], list[str]]:
+    """Header, rows and the geomean row of one suite's table."""
+    peers = _peers_in(suite)
+    anchor = _has_anchor(suite)
+    header = ["shape", "dgx µs"]
+    if repeats > 1:
+        header.append("spread")
+    header += ["TFLOPS", "GB/s", "bound", "of ceiling"]
+    if anchor:
+        header += ["DeepGEMM TF (H100)", "vs DeepGEMM"]
+    header += [f"{IMPL_SHORT.get(p, p)} TF (dgx ×)" for p in peers]
+    rows = []
+    for c in suite.cases:
+        d = c.impls.get(DGX)
+        dgx_ok = d is not None and d.status == OK
+        row = [c.shape.label, _us(d.us) if dgx_ok else (STATUS_SHORT.get(d.status, d.status) if d else "-")]
+        if repeats > 1:
+            row.append(_spread_pct(d.us, d.us_spread) if dgx_ok else "-")
+        row += [
+            _f(d.tflops) if dgx_ok else "-",
+            _f(d.gbps) if dgx_ok else "-",
+            c.bound,
+            _pct(d.fraction) if dgx_ok else "-",
+        ]
+        if anchor:
+            row += [_f(c.anchor["tflops"]) if c.anchor else "-", _x(c.vs_anchor)]
+        row += [_peer_cell(c, p) for p in peers]
+        rows.append(row)
+    gm = ["geomean", "", *([""] if repeats > 1 else []), _f(suite.geomean_tflops.get(DGX)), "", "", _pct(suite.geomean_fraction)]
+    if anchor:
+        gm += ["", _x(suite.geomean_vs_anchor)]
+    for p in peers:
+        t = suite.geomean_tflops.get(p)
+        sp = suite.geomean_speedup.get(p)
+        gm.append(f"{_f(t)} ({_x(sp)})" if t is not None else "-")
+    return header, rows, gm
+
+
+def _spread_line(suite: SuiteSummary, repeats: int) -> str | None:
+    if repeats < 2:
+        return None
+    bits = []
+
+    def fmt(sp: Spread, unit: str = "×") -> str:
+        if sp.median is None:
+            return "-"
+        d = 2 if unit == "×" else 0
+        return f"{sp.min:.{d}f} / {sp.median:.{d}f} / {sp.max:.{d}f}{unit}"
+
+    bits.append(f"dgx geomean TFLOPS {fmt(suite.spread_tflops, '')}")
+    if suite.spread_vs_anchor.median is not None:
+        bits.append(f"vs DeepGEMM {fmt(suite.spread_vs_anchor)}")
+    for p, sp in suite.spread_speedup.items():
+        if sp.median is not None:
+            bits.append(f"over {IMPL_SHORT.get(p, p)} {fmt(sp)}")
+    return f"over {repeats} repeats (min / median / max): " + "; ".join(bits)
+
+
+def _not_timed(suite: SuiteSummary) -> list[str]:
+    """'impl status: reason (shapes)' lines, identical reasons merged."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for c in suite.cases:
+        for n, s in c.impls.items():
+            if s.status != OK:
+                key = (n, s.status, s.reason)
+                extra = f" (calc_diff {s.diff:.3g})" if s.diff is not None else ""
+                groups.setdefault(key, []).append(c.shape.label + extra)
+    out = []
+    for (n, st, reason), labels in groups.items():
+        shapes = ", ".join(labels) if len(labels) <= 4 else f"{len(labels)} shapes"
+        out.append(f"{IMPL_LABELS.get(n, n)} {st} on {shapes}: {reason}")
+    return out
+
+
+def _impl_notes(suite: SuiteSummary) -> list[str]:
+    notes: dict[str, list[str]] = {}
+    for c in suite.cases:
+        for n, s in c.impls.items():
+            if s.status == OK and s.note:
+                notes.setdefault(n, [])
+                if s.note not in notes[n]:
+                    notes[n].append(s.note)
+    out = []
+    for n, ns in notes.items():
+        if len(ns) > 3:
+            out.append(f"{IMPL_LABELS.get(n, n)}: {ns[0]} (and {len(ns) - 1} other variants, see JSON)")
+        else:
+            out.append(f"{IMPL_LABELS.get(n, n)}: " + " | ".join(ns))
+    return out
+
+
+def _ceiling_rows(summary: Summary) -> list[list[str]]:
+    rows = []
+    labels = {
+        "fp8_tflops": ("FP8 per-tensor cuBLASLt 8192³", "TFLOPS", ANCHOR_CEILINGS["fp8_tflops"]),
+        "bf16_tflops": ("BF16 cuBLAS 8192³", "TFLOPS", ANCHOR_CEILINGS["bf16_tflops"]),
+        "copy_gbps": ("device-to-device copy (read + write)", "GB/s", ANCHOR_CEILINGS["copy_gbps"]),
+    }
+    for key, (label, unit, anchor) in labels.items():
+        v = summary.ceilings.get(key)
+        sp = summary.ceilings_spread.get(key)
+        spread = f"{sp.min:.0f}–{sp.max:.0f}" if (sp and sp.min is not None and summary.repeats > 1) else ""
+        rows.append([label, f"{_f(v)} {unit}", spread, f"{anchor:.0f}"])
+    return rows
+
+
+def _host_rows(summary: Summary) -> list[list[str]]:
+    rows = []
+    for h in summary.host:
+        if h.get("status") == OK:
+            cpu, wall = h.get("cpu_us"), h.get("wall_us")
+            flag = "GPU-bound? (queue may have filled)" if (cpu and wall and cpu >= 0.9 * wall) else ""
+            rows.append([IMPL_LABELS.get(h["name"], h["name"]), _f(cpu, 1), _f(wall, 1), flag])
+        else:
+            rows.append([IMPL_LABELS.get(h["name"], h["name"]), h.get("status", "-"), "-", h.get("reason", "")])
+    return rows
+
+
+# --------------------------------------------------------------------------------------------------
+# terminal
+
+
+def _ascii_table(header: list[str], rows: list[list[str]], footer: list[str] | None = None) -> str:
+    allrows = [header] + rows + ([footer] if footer else [])
+    widths = [max(len(r[i]) if i < len(r) else 0 for r in allrows) for i in range(len(header))]
+
+    def line(r: list[str]) -> str:
+        cells = []
+        for i, w in enumerate(widths):
+            v = r[i] if i < len(r) else ""
+            cells.append(v.ljust(w) if i == 0 else v.rjust(w))
+        return "  ".join(cells).rstrip()
+
+    sep = "  ".join("-" * w for w in widths)
+    out = [line(header), sep] + [line(r) for r in rows]
+    if footer:
+        out += [sep, line(footer)]
+    return "\n".join(out)
+
+
+def _env_line(env: dict[str, Any]) -> str:
+    keys = [("device", ""), ("driver", "driver "), ("driver_cuda", "CUDA "), ("torch", "torch "), ("dgx", "dgx "), ("cuda_bindings", "cuda-bindings "), ("nvrtc", "NVRTC "), ("triton", "triton ")]
+    return ", ".join(f"{p}{env[k]}" for k, p in keys if env.get(k))
+
+
+def render_table(results: BenchResults, summary: Summary | None = None) -> str:
+    """The terminal report."""
+    s = summary or summarize(results)
+    out = [f"dgx bench — {_env_line(results.env)} — {results.env.get('date', '')}"]
+    if s.repeats > 1:
+        out.append(f"{s.repeats} repeats; µs is the median over repeats of each repeat's median")
+    out.append("")
+    out.append("Ceilings (measured in this run; ANCHORS.md H100 for reference)")
+    out.append(_ascii_table(["ceiling", "measured", "spread", "H100 anchor"], _ceiling_rows(s)))
+    for suite in s.suites:
+        out.append("")
+        out.append(f"{SUITE_TITLES.get(suite.suite, suite.suite)} — {len(suite.cases)} shapes")
+        header, rows, gm = _suite_rows(suite, s.repeats)
+        out.append(_ascii_table(header, rows, gm))
+        line = _spread_line(suite, s.repeats)
+        if line:
+            out.append(line)
+        for n in _impl_notes(suite):
+            out.append(f"  · {n}")
+        for n in _not_timed(suite):
+            out.append(f"  ! {n}")
+    if s.host:
+        out.append("")
+        m, n, k = HOST_ANCHOR["shape"]
+        out.append(f"Host cost per call ({m}×{n}×{k}, cached kernel, same tensors; DeepGEMM: {HOST_ANCHOR['deepgemm_cpu_us_per_call']:.0f} µs, goal ≤ {HOST_ANCHOR['goal_us']:.0f} µs)")
+        out.append(_ascii_table(["implementation", "CPU µs/call", "wall µs/call", "note"], _host_rows(s)))
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------------------------------
+# markdown
+
+
+def _md_table(header: list[str], rows: list[list[str]], footer: list[str] | None = None) -> str:
+    def esc(v: str) -> str:
+        return v.replace("|", "\\|")
+
+    lines = ["| " + " | ".join(esc(h) for h in header) + " |"]
+    lines.append("|" + "|".join(":---" if i == 0 else "---:" for i in range(len(header))) + "|")
+    for r in rows:
+        lines.append("| " + " | ".join(esc(v) for v in r) + " |")
+    if footer:
+        lines.append("| " + " | ".join(f"**{esc(v)}**" if v else "" for v in footer) + " |")
+    return "\n".join(lines)
+
+
+def render_markdown(results: BenchResults, summary: Summary | None = None) -> str:
+    """The Markdown report (tables per suite, ceilings, host cost, environment)."""
+    s = summary or summarize(results)
+    env = results.env
+    out = [f"# dgx bench: {env.get('device', '?')}, {env.get('date', '?')}", ""]
+    out.append(_md_table(["", ""], [[k, str(v)] for k, v in env.items() if v is not None]))
+    out.append("")
+    st = results.settings
+    out.append(
+        f"Method: CUDA events around each call, 1 GB zeroed before each call (cold L2), {st.get('warmup', 5)} warm-ups, "
+        f"{st.get('iters', 30)} timed calls, median; {s.repeats} repeat(s). Every implementation was checked "
+        f"(calc_diff < {st.get('diff_tolerance', 1e-3):g}) before it was timed. DeepGEMM figures are the ANCHORS.md "
+        f"anchors ({ANCHOR_DEVICE}), not measured in this run."
+    )
+    out.append("")
+    for note in results.notes:
+        out.append(f"- {note}")
+    out.append("")
+    out.append("## Ceilings")
+    out.append("")
+    out.append(_md_table(["ceiling", "measured", "spread over repeats", "H100 anchor"], _ceiling_rows(s)))
+    for suite in s.suites:
+        out.append("")
+        out.append(f"## {SUITE_TITLES.get(suite.suite, suite.suite)}")
+        out.append("")
+        header, rows, gm = _suite_rows(suite, s.repeats)
+        out.append(_md_table(header, rows, gm))
+        line = _spread_line(suite, s.repeats)
+        if line:
+            out += ["", line]
+        notes = _impl_notes(suite)
+        bad = _not_timed(suite)
+        if notes or bad:
+            out.append("")
+            out += [f"- {n}" for n in notes]
+            out += [f"- **{n}**" for n in bad]
+        grouped = [c for c in suite.cases if c.shape.group_ms or c.shape.group_ks]
+        if grouped:
+            out.append("")
+            out.append("Group sizes: " + "; ".join(
+                f"{c.shape.label}: " + ",".join(str(x) for x in (c.shape.group_ms or c.shape.group_ks)) for c in grouped
+            ))
+    if s.host:
+        out.append("")
+        m, n, k = HOST_ANCHOR["shape"]
+        out.append(f"## Host cost per call ({m}×{n}×{k})")
+        out.append("")
+        out.append(
+            f"CPU time per call over {s.host[0].get('calls', 1000)} calls of a cached kernel on the same tensors "
+            f"(perf_counter around the loop, synchronised after). DeepGEMM's Python path: "
+            f"{HOST_ANCHOR['deepgemm_cpu_us_per_call']:.0f} µs; goal ≤ {HOST_ANCHOR['goal_us']:.0f} µs."
+        )
+        out.append("")
+        out.append(_md_table(["implementation", "CPU µs/call", "wall µs/call", "note"], _host_rows(s)))
+    out.append("")
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------------------------------
+# JSON
+
+
+def to_json(results: BenchResults) -> str:
+    return json.dumps(results.to_dict(with_summary=True), indent=1, ensure_ascii=False, allow_nan=False, default=_json_default)
+
+
+def _json_default(o: Any):
+    if isinstance(o, tuple):
+        return list(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def _sanitize(o: Any) -> Any:
+    """inf/nan (e.g. a calc_diff of a non-finite output) become strings: valid JSON."""
+    import math
+
+    if isinstance(o, float) and not math.isfinite(o):
+        return str(o)
+    if isinstance(o, dict):
+        return {k: _sanitize(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_sanitize(v) for v in o]
+    return o
+
+
+def write_json(results: BenchResults, path: str) -> None:
+    data = _sanitize(results.to_dict(with_summary=True))
+    _write_text(path, json.dumps(data, indent=1, ensure_ascii=False, allow_nan=False))
+
+
+def load_json(path: str) -> BenchResults:
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    return BenchResults.from_dict(data)
+
+
+def write_markdown(results: BenchResults, path: str) -> None:
+    _write_text(path, render_markdown(results))
+
+
+def _write_text(path: str, text: str) -> None:
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text if text.endswith("\n") else text + "\n")
+    os.replace(tmp, path)
+
+
+# --------------------------------------------------------------------------------------------------
+# plot
+
+_COLORS = {
+    "dgx": "#d62728",
+    "cublaslt": "#1f77b4",
+    "triton": "#2ca02c",
+    "bf16": "#7f7f7f",
+    "fp8_tensor": "#bcbd22",
+}
+
+
+def check_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except Exception as e:  # noqa: BLE001
+        raise PlotUnavailable(
+            f"--plot needs matplotlib ({type(e).__name__}: {e}); install it with `pip install matplotlib` "
+            "or `pip install dgx[bench]`"
+        ) from None
+
+
+def write_plot(results: BenchResults, path: str, summary: Summary | None = None) -> None:
+    """PNG: one panel per suite; per shape, grouped TFLOPS bars of dgx and the peers; the FP8 ceiling as
+    a dashed line; each shape's roofline (the bound the ceilings allow) as a black tick; DeepGEMM's
+    H100 anchor as a marker where ANCHORS.md has one."""
+    check_matplotlib()
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    s = summary or summarize(results)
+    if not s.suites:
+        raise ValueError("no results to plot")
+    max_cases = max(len(x.cases) for x in s.suites)
+    width = max(9.0, 0.75 * max_cases + 3)
+    fig, axes = plt.subplots(len(s.suites), 1, figsize=(width, 4.4 * len(s.suites)), squeeze=False)
+    fp8 = s.ceilings.get("fp8_tflops")
+    for ax, suite in zip(axes[:, 0], s.suites):
+        impls = [DGX] + _peers_in(suite) if any(DGX in c.impls for c in suite.cases) else _peers_in(suite)
+        n_impl = max(1, len(impls))
+        bar_w = 0.8 / n_impl
+        xs = list(range(len(suite.cases)))
+        for j, name in enumerate(impls):
+            vals = []
+            for c in suite.cases:
+                it = c.impls.get(name)
+                vals.append(it.tflops if (it and it.status == OK and it.tflops) else 0.0)
+            offs = [x - 0.4 + bar_w * (j + 0.5) for x in xs]
+            ax.bar(offs, vals, bar_w, label=IMPL_LABELS.get(name, name), color=_COLORS.get(name), edgecolor="none")
+            for c, o, v in zip(suite.cases, offs, vals):
+                it = c.impls.get(name)
+                if it and it.status != OK:
+                    ax.text(o, 0, "×", ha="center", va="bottom", fontsize=8, color=_COLORS.get(name, "k"))
+        roof_label = "roofline (FP8 ceiling / copy bandwidth)"
+        for x, c in zip(xs, suite.cases):
+            if c.roofline_tflops:
+                ax.hlines(c.roofline_tflops, x - 0.42, x + 0.42, colors="k", linewidth=1.6, label=roof_label)
+                roof_label = None
+        anchor_label = "DeepGEMM (anchor, H100)"
+        for x, c in zip(xs, suite.cases):
+            if c.anchor:
+                ax.plot([x], [c.anchor["tflops"]], marker="D", color="#9467bd", markersize=5, linestyle="none", label=anchor_label)
+                anchor_label = None
+        if fp8:
+            ax.axhline(fp8, color="k", linestyle="--", linewidth=1, label=f"FP8 ceiling {fp8:.0f} TFLOPS")
+        ax.set_xticks(xs)
+        ax.set_xticklabels([c.shape.label for c in suite.cases], rotation=40, ha="right", fontsize=8)
+        ax.set_ylabel("TFLOPS")
+        title = SUITE_TITLES.get(suite.suite, suite.suite)
+        gm = suite.geomean_tflops.get(DGX)
+        if gm:
+            title += f" — dgx geomean {gm:.0f} TFLOPS"
+        ax.set_title(title, fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_xlim(-0.6, len(xs) - 0.4)
+        ax.legend(fontsize=7, loc="upper left", ncol=3, framealpha=0.85)
+    env = results.env
+    fig.suptitle(f"dgx bench — {env.get('device', '?')} — {env.get('date', '?')}", fontsize=11)
+    fig.tight_layout(rect=(0, 0, 1, 0.98))
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    fig.savefig(path, dpi=110, format="png")
+    plt.close(fig)

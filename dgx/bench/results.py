@@ -1,0 +1,478 @@
+"""Benchmark results: what was measured (recorded), and what is derived from it (metrics).
+
+Pure Python, no torch: reports can be rendered from a recorded JSON on any machine, and the CPU
+tests build synthetic results here.
+
+Recorded: per repeat, the ceilings and for each case and implementation the median / min / max µs
+of the timed calls, the correctness figure (``calc_diff``) and a status with its reason.
+Derived (:func:`summarize`): per case the median over repeats, TFLOPS, GB/s, which ceiling bounds
+the shape and the fraction of it reached, speedups of dgx over each peer, the ratio to DeepGEMM's
+anchor; per suite the geometric means, and their spread over repeats.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from typing import Any, Iterable
+
+from .suites import SUITES, Shape, anchor_for
+
+SCHEMA = "dgx-bench/1"
+
+DGX = "dgx"
+CUBLASLT = "cublaslt"
+TRITON = "triton"
+BF16 = "bf16"
+FP8_TENSOR = "fp8_tensor"
+
+IMPLS = (DGX, CUBLASLT, TRITON, BF16, FP8_TENSOR)
+PEERS = IMPLS[1:]
+
+IMPL_LABELS = {
+    DGX: "dgx",
+    CUBLASLT: "cuBLASLt blockwise",
+    TRITON: "Triton blockwise",
+    BF16: "BF16 cuBLAS",
+    FP8_TENSOR: "FP8 per-tensor cuBLASLt",
+}
+IMPL_SHORT = {DGX: "dgx", CUBLASLT: "cuBLASLt", TRITON: "Triton", BF16: "BF16", FP8_TENSOR: "FP8-tensor"}
+
+OK = "ok"
+FAILED = "failed"
+UNAVAILABLE = "unavailable"
+NOT_RUN = "not run"
+
+CEILING_KEYS = ("fp8_tflops", "copy_gbps", "bf16_tflops")
+
+
+# --------------------------------------------------------------------------------------------------
+# recorded
+
+
+@dataclasses.dataclass
+class ImplResult:
+    """One implementation on one case in one repeat."""
+
+    name: str
+    status: str = NOT_RUN
+    reason: str = ""
+    us: float | None = None
+    us_min: float | None = None
+    us_max: float | None = None
+    diff: float | None = None
+    tolerance: float | None = None
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK and self.us is not None and self.us > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ImplResult":
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in fields})
+
+
+@dataclasses.dataclass
+class CaseResult:
+    shape: Shape
+    impls: dict[str, ImplResult] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"shape": self.shape.to_dict(), "impls": {k: v.to_dict() for k, v in self.impls.items()}}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "CaseResult":
+        return cls(Shape.from_dict(d["shape"]), {k: ImplResult.from_dict(v) for k, v in d["impls"].items()})
+
+
+@dataclasses.dataclass
+class HostCost:
+    """CPU µs per call over many calls (cached kernel, same tensors), for one implementation."""
+
+    name: str
+    status: str = NOT_RUN
+    reason: str = ""
+    cpu_us: float | None = None
+    wall_us: float | None = None
+    calls: int = 0
+    shape: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "HostCost":
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in fields})
+
+
+@dataclasses.dataclass
+class RepeatResult:
+    ceilings: dict[str, float] = dataclasses.field(default_factory=dict)
+    ceiling_notes: dict[str, str] = dataclasses.field(default_factory=dict)
+    cases: list[CaseResult] = dataclasses.field(default_factory=list)
+    host: list[HostCost] = dataclasses.field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ceilings": dict(self.ceilings),
+            "ceiling_notes": dict(self.ceiling_notes),
+            "cases": [c.to_dict() for c in self.cases],
+            "host": [h.to_dict() for h in self.host],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RepeatResult":
+        return cls(
+            dict(d.get("ceilings", {})),
+            dict(d.get("ceiling_notes", {})),
+            [CaseResult.from_dict(c) for c in d.get("cases", [])],
+            [HostCost.from_dict(h) for h in d.get("host", [])],
+        )
+
+
+@dataclasses.dataclass
+class BenchResults:
+    """Everything one ``dgx bench`` run measured, plus its environment and settings."""
+
+    env: dict[str, Any] = dataclasses.field(default_factory=dict)
+    settings: dict[str, Any] = dataclasses.field(default_factory=dict)
+    repeats: list[RepeatResult] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    def to_dict(self, with_summary: bool = True) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "schema": SCHEMA,
+            "env": dict(self.env),
+            "settings": dict(self.settings),
+            "notes": list(self.notes),
+            "repeats": [r.to_dict() for r in self.repeats],
+        }
+        if with_summary:
+            d["summary"] = summarize(self).to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "BenchResults":
+        if d.get("schema") != SCHEMA:
+            raise ValueError(f"not a {SCHEMA} results file (schema={d.get('schema')!r})")
+        return cls(
+            dict(d.get("env", {})),
+            dict(d.get("settings", {})),
+            [RepeatResult.from_dict(r) for r in d.get("repeats", [])],
+            list(d.get("notes", [])),
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# derived
+
+
+def geomean(values: Iterable[float]) -> float | None:
+    vals = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
+    if not vals:
+        return None
+    return math.exp(sum(math.log(v) for v in vals) / len(vals))
+
+
+def tflops(flops: int, us: float) -> float:
+    return flops / (us * 1e-6) / 1e12
+
+
+def gbps(nbytes: int, us: float) -> float:
+    return nbytes / (us * 1e-6) / 1e9
+
+
+def floors_us(shape: Shape, ceilings: dict[str, float]) -> tuple[float | None, float | None]:
+    """(compute floor, memory floor) in µs from the FP8 TFLOPS and copy GB/s ceilings."""
+    fp8 = ceilings.get("fp8_tflops")
+    bw = ceilings.get("copy_gbps")
+    t_c = shape.flops / (fp8 * 1e12) * 1e6 if fp8 else None
+    t_m = shape.bytes_moved / (bw * 1e9) * 1e6 if bw else None
+    return t_c, t_m
+
+
+def bound_of(shape: Shape, ceilings: dict[str, float]) -> tuple[str, float | None]:
+    """Which ceiling bounds the shape (``'compute'`` or ``'memory'``) and that floor in µs."""
+    t_c, t_m = floors_us(shape, ceilings)
+    if t_c is None and t_m is None:
+        return "?", None
+    if t_m is None or (t_c is not None and t_c >= t_m):
+        return "compute", t_c
+    return "memory", t_m
+
+
+def roofline_tflops(shape: Shape, ceilings: dict[str, float]) -> float | None:
+    """The best TFLOPS the ceilings allow on this shape (the larger floor turned into TFLOPS)."""
+    _, floor = bound_of(shape, ceilings)
+    return tflops(shape.flops, floor) if floor else None
+
+
+@dataclasses.dataclass
+class ImplSummary:
+    name: str
+    status: str
+    reason: str = ""
+    us: float | None = None
+    us_spread: tuple[float, float] | None = None  # min, max of the per-repeat medians
+    us_best: float | None = None  # min over every timed call of every repeat
+    us_worst: float | None = None
+    tflops: float | None = None
+    gbps: float | None = None
+    fraction: float | None = None
+    diff: float | None = None
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["us_spread"] = list(self.us_spread) if self.us_spread else None
+        return d
+
+
+@dataclasses.dataclass
+class CaseSummary:
+    shape: Shape
+    bound: str
+    floor_us: float | None
+    roofline_tflops: float | None
+    impls: dict[str, ImplSummary]
+    speedups: dict[str, float | None]  # peer -> peer_us / dgx_us
+    anchor: dict[str, float] | None
+    vs_anchor: float | None  # dgx TFLOPS / DeepGEMM anchor TFLOPS
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.shape.label,
+            "shape": self.shape.to_dict(),
+            "bound": self.bound,
+            "floor_us": self.floor_us,
+            "roofline_tflops": self.roofline_tflops,
+            "impls": {k: v.to_dict() for k, v in self.impls.items()},
+            "speedup_over": dict(self.speedups),
+            "anchor_deepgemm_h100": self.anchor,
+            "vs_deepgemm_anchor": self.vs_anchor,
+        }
+
+
+@dataclasses.dataclass
+class Spread:
+    min: float | None
+    median: float | None
+    max: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def of(cls, values: Iterable[float | None]) -> "Spread":
+        vals = sorted(v for v in values if v is not None)
+        if not vals:
+            return cls(None, None, None)
+        return cls(vals[0], statistics.median(vals), vals[-1])
+
+
+@dataclasses.dataclass
+class SuiteSummary:
+    suite: str
+    cases: list[CaseSummary]
+    geomean_tflops: dict[str, float | None]  # impl -> geomean TFLOPS over cases where it ran
+    geomean_fraction: float | None  # dgx
+    geomean_vs_anchor: float | None
+    geomean_speedup: dict[str, float | None]  # peer -> geomean of peer_us/dgx_us
+    spread_speedup: dict[str, Spread]  # over repeats
+    spread_vs_anchor: Spread
+    spread_tflops: Spread  # dgx geomean TFLOPS over repeats
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "suite": self.suite,
+            "cases": [c.to_dict() for c in self.cases],
+            "geomean_tflops": dict(self.geomean_tflops),
+            "geomean_fraction_of_ceiling": self.geomean_fraction,
+            "geomean_vs_deepgemm_anchor": self.geomean_vs_anchor,
+            "geomean_speedup_over": dict(self.geomean_speedup),
+            "spread_over_repeats": {
+                "speedup_over": {k: v.to_dict() for k, v in self.spread_speedup.items()},
+                "vs_deepgemm_anchor": self.spread_vs_anchor.to_dict(),
+                "dgx_geomean_tflops": self.spread_tflops.to_dict(),
+            },
+        }
+
+
+@dataclasses.dataclass
+class Summary:
+    ceilings: dict[str, float]
+    ceilings_spread: dict[str, Spread]
+    suites: list[SuiteSummary]
+    host: list[dict[str, Any]]
+    repeats: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ceilings": dict(self.ceilings),
+            "ceilings_spread": {k: v.to_dict() for k, v in self.ceilings_spread.items()},
+            "suites": [s.to_dict() for s in self.suites],
+            "host": list(self.host),
+            "repeats": self.repeats,
+        }
+
+    def suite(self, name: str) -> SuiteSummary:
+        for s in self.suites:
+            if s.suite == name:
+                return s
+        raise KeyError(name)
+
+
+def _impl_names(results: BenchResults) -> list[str]:
+    seen: list[str] = []
+    for r in results.repeats:
+        for c in r.cases:
+            for name in c.impls:
+                if name not in seen:
+                    seen.append(name)
+    order = {n: i for i, n in enumerate(IMPLS)}
+    return sorted(seen, key=lambda n: (order.get(n, len(order)), n))
+
+
+def _combine_status(items: list[ImplResult]) -> tuple[str, str]:
+    """A case's status over repeats: failed beats unavailable beats not-run beats ok."""
+    for st in (FAILED, UNAVAILABLE, NOT_RUN):
+        for it in items:
+            if it.status == st:
+                return st, it.reason
+    return OK, ""
+
+
+def _ceilings_median(results: BenchResults) -> tuple[dict[str, float], dict[str, Spread]]:
+    keys: list[str] = []
+    for r in results.repeats:
+        for k in r.ceilings:
+            if k not in keys:
+                keys.append(k)
+    spreads = {k: Spread.of(r.ceilings.get(k) for r in results.repeats) for k in keys}
+    med = {k: s.median for k, s in spreads.items() if s.median is not None}
+    return med, spreads
+
+
+def summarize(results: BenchResults) -> Summary:
+    """Derive every reported number from the recorded results."""
+    ceilings, ceilings_spread = _ceilings_median(results)
+    names = _impl_names(results)
+    n_rep = len(results.repeats)
+    n_cases = len(results.repeats[0].cases) if results.repeats else 0
+
+    case_summaries: list[CaseSummary] = []
+    # per repeat, per case: impl -> us (for spreads of geomeans)
+    per_repeat_us: list[list[dict[str, float]]] = []
+    for r in results.repeats:
+        per_repeat_us.append([{n: it.us for n, it in c.impls.items() if it.ok} for c in r.cases])
+
+    for ci in range(n_cases):
+        shape = results.repeats[0].cases[ci].shape
+        impls: dict[str, ImplSummary] = {}
+        for name in names:
+            items = [r.cases[ci].impls[name] for r in results.repeats if name in r.cases[ci].impls]
+            if not items:
+                continue
+            status, reason = _combine_status(items)
+            notes = sorted({it.note for it in items if it.note})
+            diffs = [it.diff for it in items if it.diff is not None]
+            s = ImplSummary(name, status, reason, note="; ".join(notes), diff=max(diffs) if diffs else None)
+            if status == OK:
+                meds = [it.us for it in items]
+                s.us = statistics.median(meds)
+                s.us_spread = (min(meds), max(meds))
+                s.us_best = min(it.us_min if it.us_min is not None else it.us for it in items)
+                s.us_worst = max(it.us_max if it.us_max is not None else it.us for it in items)
+                s.tflops = tflops(shape.flops, s.us)
+                s.gbps = gbps(shape.bytes_moved, s.us)
+                _, floor = bound_of(shape, ceilings)
+                s.fraction = floor / s.us if floor else None
+            impls[name] = s
+        bound, floor = bound_of(shape, ceilings)
+        dgx = impls.get(DGX)
+        speedups: dict[str, float | None] = {}
+        for name in names:
+            if name == DGX:
+                continue
+            p = impls.get(name)
+            speedups[name] = (p.us / dgx.us) if (dgx and dgx.us and p and p.us) else None
+        anchor = anchor_for(shape)
+        vs_anchor = (dgx.tflops / anchor["tflops"]) if (dgx and dgx.tflops and anchor) else None
+        case_summaries.append(
+            CaseSummary(shape, bound, floor, roofline_tflops(shape, ceilings), impls, speedups, anchor, vs_anchor)
+        )
+
+    suites: list[SuiteSummary] = []
+    for suite in SUITES:
+        idx = [i for i, c in enumerate(case_summaries) if c.shape.suite == suite]
+        if not idx:
+            continue
+        cases = [case_summaries[i] for i in idx]
+        gm_tflops = {n: geomean(c.impls[n].tflops for c in cases if n in c.impls) for n in names}
+        gm_tflops = {n: v for n, v in gm_tflops.items() if any(n in c.impls for c in cases)}
+        gm_frac = geomean(c.impls[DGX].fraction for c in cases if DGX in c.impls)
+        gm_anchor = geomean(c.vs_anchor for c in cases)
+        gm_speed = {n: geomean(c.speedups.get(n) for c in cases) for n in names if n != DGX}
+        gm_speed = {n: v for n, v in gm_speed.items() if any(n in c.impls for c in cases)}
+
+        # spread over repeats: recompute each geomean from one repeat's medians
+        rep_speed: dict[str, list[float | None]] = {n: [] for n in gm_speed}
+        rep_anchor: list[float | None] = []
+        rep_tflops: list[float | None] = []
+        for rus in per_repeat_us:
+            for n in gm_speed:
+                rep_speed[n].append(
+                    geomean(rus[i][n] / rus[i][DGX] for i in idx if n in rus[i] and DGX in rus[i])
+                )
+            rep_anchor.append(
+                geomean(
+                    tflops(case_summaries[i].shape.flops, rus[i][DGX]) / case_summaries[i].anchor["tflops"]
+                    for i in idx
+                    if DGX in rus[i] and case_summaries[i].anchor
+                )
+            )
+            rep_tflops.append(geomean(tflops(case_summaries[i].shape.flops, rus[i][DGX]) for i in idx if DGX in rus[i]))
+        suites.append(
+            SuiteSummary(
+                suite,
+                cases,
+                gm_tflops,
+                gm_frac,
+                gm_anchor,
+                gm_speed,
+                {n: Spread.of(v) for n, v in rep_speed.items()},
+                Spread.of(rep_anchor),
+                Spread.of(rep_tflops),
+            )
+        )
+
+    host: list[dict[str, Any]] = []
+    host_names: list[str] = []
+    for r in results.repeats:
+        for h in r.host:
+            if h.name not in host_names:
+                host_names.append(h.name)
+    for name in host_names:
+        items = [h for r in results.repeats for h in r.host if h.name == name]
+        oks = [h for h in items if h.status == OK and h.cpu_us is not None]
+        entry: dict[str, Any] = {"name": name, "shape": items[0].shape, "calls": items[0].calls}
+        if oks:
+            sp = Spread.of(h.cpu_us for h in oks)
+            entry.update(
+                status=OK,
+                cpu_us=sp.median,
+                cpu_us_spread=sp.to_dict(),
+                wall_us=Spread.of(h.wall_us for h in oks).median,
+            )
+        else:
+            entry.update(status=items[0].status, reason=items[0].reason)
+        host.append(entry)
+
+    return Summary(ceilings, ceilings_spread, suites, host, n_rep)

@@ -1,0 +1,324 @@
+"""Run the comparison: ceilings, every case × implementation, host cost; repeated ``repeat`` times."""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import platform
+from typing import Callable, Iterable
+
+from .results import (
+    DGX,
+    IMPL_SHORT,
+    OK,
+    BenchResults,
+    CaseResult,
+    HostCost,
+    RepeatResult,
+    gbps,
+    tflops,
+)
+from .suites import DEFAULT_SEED, HOST_ANCHOR, Shape, load_shapes_file, make_shape, select_shapes, suite_names
+from .timing import HOST_CALLS, ITERS, WARMUP
+
+NO_GPU_PREFIX = "dgx bench needs an NVIDIA GPU: "
+
+
+class NoGpu(RuntimeError):
+    """No usable GPU (torch missing, no CUDA device, …)."""
+
+
+def gpu_problem() -> str | None:
+    """Why the benchmark cannot run here, or None if a CUDA device is usable."""
+    try:
+        import torch
+    except Exception as e:  # noqa: BLE001
+        return f"PyTorch is not importable ({type(e).__name__}: {e}); install dgx[bench] on a machine with an NVIDIA GPU"
+    try:
+        if not torch.cuda.is_available():
+            return f"torch.cuda.is_available() is False (torch {torch.__version__}, CUDA {torch.version.cuda})"
+    except Exception as e:  # noqa: BLE001
+        return f"torch.cuda.is_available() raised {type(e).__name__}: {e}"
+    return None
+
+
+def _version(dist: str) -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version(dist)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def environment() -> dict:
+    """Device, driver and software versions, and the date (UTC)."""
+    import torch
+
+    env: dict = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    env["device"] = torch.cuda.get_device_name()
+    env["sm_count"] = getattr(props, "multi_processor_count", None)
+    env["compute_capability"] = f"{props.major}.{props.minor}"
+    env["memory_gib"] = round(props.total_memory / 2**30, 1)
+    try:
+        import subprocess
+
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        env["driver"] = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+    except Exception:  # noqa: BLE001
+        env["driver"] = None
+    try:
+        from cuda.bindings import driver as cu
+
+        err, v = cu.cuDriverGetVersion()
+        env["driver_cuda"] = f"{v // 1000}.{v % 1000 // 10}"
+    except Exception:  # noqa: BLE001
+        env["driver_cuda"] = None
+    try:
+        from cuda.bindings import nvrtc
+
+        err, major, minor = nvrtc.nvrtcVersion()
+        env["nvrtc"] = f"{major}.{minor}"
+    except Exception:  # noqa: BLE001
+        env["nvrtc"] = None
+    try:
+        import dgx
+
+        env["dgx"] = getattr(dgx, "__version__", None) or _version("dgx")
+    except Exception as e:  # noqa: BLE001
+        env["dgx"] = f"not importable: {type(e).__name__}"
+    env["torch"] = torch.__version__
+    env["torch_cuda"] = torch.version.cuda
+    env["cuda_bindings"] = _version("cuda-bindings")
+    env["nvidia_cuda_nvrtc"] = _version("nvidia-cuda-nvrtc")
+    try:
+        import triton
+
+        env["triton"] = triton.__version__
+    except Exception:  # noqa: BLE001
+        env["triton"] = None
+    env["python"] = platform.python_version()
+    return env
+
+
+# --------------------------------------------------------------------------------------------------
+# ceilings
+
+
+def measure_ceilings(flush, warmup: int = WARMUP, iters: int = ITERS) -> tuple[dict[str, float], dict[str, str]]:
+    """FP8 per-tensor cuBLASLt 8192³ (best of with/without fast accumulation), BF16 8192³, D2D copy."""
+    import torch
+
+    from .timing import time_gpu
+
+    ceil: dict[str, float] = {}
+    notes: dict[str, str] = {}
+    n = 8192
+    g = torch.Generator(device="cuda")
+    g.manual_seed(1234)
+    a16 = torch.randn(n, n, device="cuda", generator=g).to(torch.bfloat16)
+    b16 = torch.randn(n, n, device="cuda", generator=g).to(torch.bfloat16)
+    try:
+        a8 = a16.to(torch.float8_e4m3fn)
+        b8 = b16.to(torch.float8_e4m3fn)
+        one = torch.ones((), device="cuda", dtype=torch.float32)
+        best = {}
+        for fast in (False, True):
+            t = time_gpu(
+                lambda: torch._scaled_mm(a8, b8.t(), one, one, out_dtype=torch.bfloat16, use_fast_accum=fast),
+                flush,
+                warmup,
+                iters,
+            )
+            best[fast] = tflops(2 * n**3, t.median_us)
+        ceil["fp8_tflops"] = max(best.values())
+        ceil["fp8_tflops_precise_accum"] = best[False]
+        ceil["fp8_tflops_fast_accum"] = best[True]
+        notes["fp8_tflops"] = (
+            f"torch._scaled_mm per-tensor 8192³ BF16 out: {best[False]:.0f} TFLOPS, "
+            f"{best[True]:.0f} with use_fast_accum; the larger is the ceiling"
+        )
+        del a8, b8
+    except Exception as e:  # noqa: BLE001
+        notes["fp8_tflops"] = f"unavailable: {type(e).__name__}: {e}"
+    try:
+        t = time_gpu(lambda: torch.matmul(a16, b16), flush, warmup, iters)
+        ceil["bf16_tflops"] = tflops(2 * n**3, t.median_us)
+        notes["bf16_tflops"] = "torch.matmul BF16 8192³"
+    except Exception as e:  # noqa: BLE001
+        notes["bf16_tflops"] = f"unavailable: {type(e).__name__}: {e}"
+    del a16, b16
+    try:
+        nbytes = 1 << 30
+        src = torch.empty(nbytes, dtype=torch.int8, device="cuda").fill_(1)
+        dst = torch.empty_like(src)
+        t = time_gpu(lambda: dst.copy_(src), None, warmup, iters)
+        ceil["copy_gbps"] = gbps(2 * nbytes, t.median_us)
+        notes["copy_gbps"] = "device-to-device copy of 1 GiB, bytes read + written"
+        del src, dst
+    except Exception as e:  # noqa: BLE001
+        notes["copy_gbps"] = f"unavailable: {type(e).__name__}: {e}"
+    torch.cuda.empty_cache()
+    return ceil, notes
+
+
+# --------------------------------------------------------------------------------------------------
+# host cost
+
+
+def measure_host(impls, ctx, seed: int, calls: int = HOST_CALLS) -> list[HostCost]:
+    """CPU µs per call on the decode shape of ANCHORS.md (64×2112×7168), each implementation."""
+    from .peers import Outcome, Unavailable
+    from .problems import build_problem
+    from .timing import host_cost
+
+    m, n, k = HOST_ANCHOR["shape"]
+    shape = make_shape("dense", m, n, k)
+    problem = build_problem(shape, seed)
+    out: list[HostCost] = []
+    try:
+        for impl in impls:
+            hc = HostCost(impl.name, calls=calls, shape=shape.label)
+            try:
+                prep, _, _ = impl.select(problem, ctx)
+                hc.cpu_us, hc.wall_us = host_cost(prep.run, calls)
+                hc.status = OK
+            except Outcome as o:
+                hc.status, hc.reason = o.status, o.reason
+            except Unavailable as e:
+                hc.status, hc.reason = "unavailable", str(e)
+            except Exception as e:  # noqa: BLE001
+                hc.status, hc.reason = "failed", f"{type(e).__name__}: {e}"
+            out.append(hc)
+    finally:
+        problem.free()
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# the run
+
+
+def _progress_line(case: CaseResult) -> str:
+    parts = []
+    for name, r in case.impls.items():
+        short = IMPL_SHORT.get(name, name)
+        if r.ok:
+            parts.append(f"{short} {r.us:.1f} µs ({tflops(case.shape.flops, r.us):.0f} TF)")
+        else:
+            parts.append(f"{short} {r.status}")
+    return f"  {case.shape.suite:<10} {case.shape.label:<24} " + " | ".join(parts)
+
+
+def run_suite(
+    suite: str = "all",
+    shapes: Iterable[Shape] | None = None,
+    shapes_file: str | None = None,
+    peers: bool = True,
+    repeat: int = 1,
+    seed: int = DEFAULT_SEED,
+    echo: Callable[[str], None] | None = None,
+    warmup: int = WARMUP,
+    iters: int = ITERS,
+    host: bool = True,
+    host_calls: int = HOST_CALLS,
+) -> BenchResults:
+    """Run the benchmark and return the recorded results (see :mod:`dgx.bench.results`).
+
+    ``shapes`` (or ``shapes_file``) replaces the built-in suites; ``suite`` filters either.
+    Raises :class:`NoGpu` without a usable GPU and ``ValueError`` on bad arguments.
+    """
+    say = echo or (lambda s: None)
+    suite_names(suite)  # validates
+    if repeat < 1:
+        raise ValueError(f"repeat must be >= 1, got {repeat}")
+    if shapes is None and shapes_file is not None:
+        shapes, warnings = load_shapes_file(shapes_file, seed)
+        for w in warnings:
+            say(f"warning: {w}")
+    selected = select_shapes(suite, shapes, seed)
+    if not selected:
+        raise ValueError(f"no shapes to run for suite {suite!r}")
+    why = gpu_problem()
+    if why:
+        raise NoGpu(NO_GPU_PREFIX + why)
+
+    import torch
+
+    from .peers import Ctx, make_impls
+    from .problems import build_problem
+    from .timing import L2Flusher
+
+    results = BenchResults(
+        env=environment(),
+        settings={
+            "suite": suite,
+            "shapes_file": shapes_file,
+            "peers": peers,
+            "repeat": repeat,
+            "seed": seed,
+            "warmup": warmup,
+            "iters": iters,
+            "l2_flush_bytes": 1 << 30,
+            "host_calls": host_calls,
+            "diff_tolerance": 1e-3,
+        },
+    )
+    results.notes += [
+        "µs: median of the timed calls (CUDA events, L2 flushed by zeroing 1 GB before each call); "
+        "with --repeat, the median over repeats of those medians.",
+        "TFLOPS = 2·M·N·K/t; GB/s = (M·K + K·N + out·M·N)/t with out = 2 bytes (BF16) or 8 (FP32 c read + d "
+        "written); grouped: valid rows only, B counted once per group.",
+        "Fraction of ceiling: the larger of (FLOPs / FP8 ceiling, bytes / copy bandwidth) over the time taken.",
+        "Speedup over a peer = peer µs / dgx µs (> 1: dgx is faster).",
+        "Grouped suites: looped peers make one launch per group on the valid rows (host-known counts).",
+    ]
+    say(f"dgx bench on {results.env.get('device')} (driver {results.env.get('driver')}, torch {results.env.get('torch')})")
+    flush = L2Flusher()
+    ctx = Ctx(flush, warmup, iters)
+    impls = make_impls(peers)
+    for rep in range(repeat):
+        say(f"repeat {rep + 1}/{repeat}: ceilings")
+        rr = RepeatResult()
+        rr.ceilings, rr.ceiling_notes = measure_ceilings(flush, warmup, iters)
+        say(
+            "  "
+            + ", ".join(f"{k} {v:.0f}" for k, v in rr.ceilings.items())
+        )
+        for shape in selected:
+            problem = build_problem(shape, seed)
+            case = CaseResult(shape)
+            try:
+                for impl in impls:
+                    case.impls[impl.name] = impl.measure(problem, ctx)
+            finally:
+                problem.free()
+                del problem
+                gc.collect()
+                torch.cuda.empty_cache()
+            rr.cases.append(case)
+            say(_progress_line(case))
+        if host:
+            say(f"repeat {rep + 1}/{repeat}: host cost per call ({host_calls} calls)")
+            rr.host = measure_host(impls, ctx, seed, host_calls)
+            for h in rr.host:
+                say(f"  {h.name}: " + (f"{h.cpu_us:.1f} µs CPU/call" if h.status == OK else f"{h.status}: {h.reason}"))
+        results.repeats.append(rr)
+    return results
+
+
+def dgx_failures(results: BenchResults) -> list[str]:
+    """Cases where dgx did not run correctly (for the exit code)."""
+    bad = []
+    for r in results.repeats:
+        for c in r.cases:
+            it = c.impls.get(DGX)
+            if it is not None and it.status != OK:
+                bad.append(f"{c.shape.suite} {c.shape.label}: {it.status}: {it.reason}")
+    return bad

@@ -1,0 +1,93 @@
+"""How the benchmark calls dgx, one adapter per suite (the only place that knows dgx's signatures).
+
+Every adapter returns a :class:`~dgx.bench.peers.Prepared` whose ``run()`` makes one dgx call on the
+problem's tensors. A missing dgx function is reported as unavailable, not as a failure.
+"""
+
+from __future__ import annotations
+
+from .peers import Prepared, Unavailable
+from .problems import Problem
+
+
+def call_k_grouped(dgx, a, b, d, ks, ks_tensor):
+    """The one call of the K-grouped weight gradient (its signature is not final: change it here).
+
+    ``a = (A_flat, SFA)``, ``b = (B_flat, SFB)``: group g's ``A_g [M, k_g]`` / ``B_g [N, k_g]``
+    K-contiguous, stored one after another; scales per 1×128 stacked along K (``SFA [M, Σk/128]``,
+    ``SFB [N, Σk/128]``). ``d [G, M, N]`` FP32, accumulated into (``d[g] += A_g·B_gᵀ``).
+    """
+    return dgx.k_grouped_fp8_gemm_nt_contiguous(a, b, d, ks, ks_tensor)
+
+
+def _import_dgx():
+    try:
+        import dgx
+    except Exception as e:  # noqa: BLE001 - any import failure makes dgx unavailable
+        raise Unavailable(f"import dgx failed: {type(e).__name__}: {e}") from None
+    return dgx
+
+
+def _need(dgx, name: str):
+    fn = getattr(dgx, name, None)
+    if fn is None:
+        raise Unavailable(f"dgx.{name} does not exist (yet)")
+    return fn
+
+
+def prepare_dgx(problem: Problem) -> Prepared:
+    """dgx on ``problem``, in the layout dgx takes (see :func:`~dgx.bench.problems.build_problem`)."""
+    dgx = _import_dgx()
+    t = problem.tensors
+    s = problem.shape
+    a = (t["A"], t["SFA"])
+    b = (t["B"], t["SFB"])
+    d = t["D"]
+
+    def poison():
+        # NaN before the correctness run: an element left unwritten fails the check
+        d.fill_(float("nan"))
+
+    if s.suite == "dense":
+        f = _need(dgx, "fp8_gemm_nt")
+        return Prepared(lambda: f(a, b, d), lambda: problem.valid_rows(d), reset=poison)
+
+    if s.suite == "wgrad":
+        f = _need(dgx, "fp8_gemm_nt")
+
+        def reset():
+            d.copy_(problem.c)
+
+        return Prepared(lambda: f(a, b, d, c=d), lambda: problem.valid_rows(d), reset=reset, includes_c=True)
+
+    if s.suite == "contiguous":
+        f = _need(dgx, "m_grouped_fp8_gemm_nt_contiguous")
+        align_fn = getattr(dgx, "get_mk_alignment_for_contiguous_layout", None)
+        if align_fn is not None and int(align_fn()) != 128:
+            raise Unavailable(
+                f"dgx.get_mk_alignment_for_contiguous_layout() is {align_fn()}, the benchmark builds 128-row segments"
+            )
+        mi = t["m_indices"]
+        return Prepared(lambda: f(a, b, d, mi), lambda: problem.valid_rows(d), reset=poison)
+
+    if s.suite == "masked":
+        f = _need(dgx, "m_grouped_fp8_gemm_nt_masked")
+        mm = t["masked_m"]
+        expected = s.m
+        return Prepared(lambda: f(a, b, d, mm, expected), lambda: problem.valid_rows(d), reset=poison)
+
+    if s.suite == "k_grouped":
+        _need(dgx, "k_grouped_fp8_gemm_nt_contiguous")
+        ks, kst = t["ks"], t["ks_tensor"]
+
+        def reset():
+            d.copy_(problem.c)
+
+        return Prepared(
+            lambda: call_k_grouped(dgx, a, b, d, ks, kst),
+            lambda: problem.valid_rows(d),
+            reset=reset,
+            includes_c=True,
+        )
+
+    raise Unavailable(f"no dgx adapter for suite {s.suite!r}")

@@ -1,0 +1,484 @@
+"""Benchmark suites: the shapes, their random group sizes, and DeepGEMM's anchor figures.
+
+Pure Python (no torch): CPU-testable. A :class:`Shape` says everything needed to build the inputs of
+one benchmark case, including the (seeded) random group sizes, so a run is reproducible and a
+recorded result says exactly what was measured.
+
+Suites
+------
+``dense``       the 18 shapes of ANCHORS.md (``fp8_gemm_nt``, BF16 out).
+``contiguous``  ANCHORS.md's M-grouped contiguous shapes: per group ``m × U(0.7, 1.3)`` rows, each
+                segment padded to 128 rows with ``m_indices = -1``.
+``masked``      ANCHORS.md's M-grouped masked shapes: ``M_max = 4096`` rows per group,
+                ``masked_m = expected × U(0.7, 1.3)``.
+``wgrad``       dense weight gradient (FP32 ``d = c + a·bᵀ``, both operands scaled per 1×128).
+``k_grouped``   MoE weight gradient: per group ``d[g] += A_g·B_gᵀ``, ``A_g [M, k]``, ``B_g [N, k]``.
+
+Shapes file
+-----------
+``--shapes FILE`` takes the warmup shapes format: a JSON list of objects with ``kind`` (one of
+:data:`KINDS`), ``n``, ``k``, ``groups`` (grouped kinds) and optional ``max_m``; for the benchmark an
+entry may also carry ``m``. Meaning of ``m`` per kind (``max_m`` stands in when ``m`` is absent):
+
+* ``dense``, ``wgrad``: M.
+* ``m_grouped_contiguous``: expected rows per group (each group gets ``m × U(0.7, 1.3)``).
+* ``m_grouped_masked``: expected rows per group; ``max_m`` is M_max per group (default: ``m × 1.3``
+  rounded up to 128).
+* ``k_grouped``: M of the output (``k`` is the K of each group).
+
+Unknown fields are ignored with a warning (the warmup format may carry fields the benchmark does not
+need).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import random
+import zlib
+from typing import Any, Iterable
+
+# --------------------------------------------------------------------------------------------------
+# names
+
+SUITES = ("dense", "contiguous", "masked", "wgrad", "k_grouped")
+"""Suite names, in the order ``--suite all`` runs them."""
+
+KINDS = ("dense", "m_grouped_contiguous", "m_grouped_masked", "wgrad", "k_grouped")
+"""Shape-file kinds (the warmup format's names)."""
+
+KIND_TO_SUITE = {
+    "dense": "dense",
+    "m_grouped_contiguous": "contiguous",
+    "m_grouped_masked": "masked",
+    "wgrad": "wgrad",
+    "k_grouped": "k_grouped",
+}
+SUITE_TO_KIND = {v: k for k, v in KIND_TO_SUITE.items()}
+
+GROUPED_KINDS = ("m_grouped_contiguous", "m_grouped_masked", "k_grouped")
+
+MK_ALIGNMENT = 128
+"""Row alignment of contiguous-layout segments (``dgx.get_mk_alignment_for_contiguous_layout()``)."""
+
+DEFAULT_SEED = 0
+RANDOM_LOW, RANDOM_HIGH = 0.7, 1.3
+MASKED_M_MAX = 4096
+
+
+def align(x: int, a: int) -> int:
+    return (x + a - 1) // a * a
+
+
+# --------------------------------------------------------------------------------------------------
+# shapes
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """One benchmark case.
+
+    ``m`` is the dense M, the expected rows per group (M-grouped), or the output M (k_grouped).
+    ``group_ms`` holds the actual rows of each group (contiguous: before padding to 128; masked: the
+    ``masked_m`` values); ``group_ks`` the K of each group (k_grouped). ``max_m`` is M_max (masked).
+    """
+
+    suite: str
+    m: int
+    n: int
+    k: int
+    groups: int = 1
+    max_m: int | None = None
+    group_ms: tuple[int, ...] = ()
+    group_ks: tuple[int, ...] = ()
+
+    # ---- derived sizes ---------------------------------------------------------------------------
+
+    @property
+    def kind(self) -> str:
+        return SUITE_TO_KIND[self.suite]
+
+    @property
+    def label(self) -> str:
+        """Readable label: ``M×N×K`` for dense/wgrad, ``Gg·m×N×K`` for grouped suites."""
+        if self.suite in ("dense", "wgrad"):
+            return f"{self.m}×{self.n}×{self.k}"
+        return f"{self.groups}g·{self.m}×{self.n}×{self.k}"
+
+    @property
+    def valid_m(self) -> int:
+        """Rows that carry results (sum over groups for M-grouped)."""
+        if self.suite in ("contiguous", "masked"):
+            return sum(self.group_ms)
+        return self.m
+
+    @property
+    def total_k(self) -> int:
+        """Sum of K over groups (k_grouped), else K."""
+        if self.suite == "k_grouped":
+            return sum(self.group_ks)
+        return self.k
+
+    @property
+    def padded_m(self) -> int:
+        """Rows of the A tensor: contiguous = sum of 128-aligned segments; masked = G × M_max."""
+        if self.suite == "contiguous":
+            return sum(align(x, MK_ALIGNMENT) for x in self.group_ms)
+        if self.suite == "masked":
+            return self.groups * (self.max_m or 0)
+        return self.m
+
+    @property
+    def out_bytes(self) -> int:
+        return 4 if self.suite in ("wgrad", "k_grouped") else 2
+
+    @property
+    def accumulates(self) -> bool:
+        """FP32 suites read ``c`` (= ``d``) as well as writing ``d``."""
+        return self.suite in ("wgrad", "k_grouped")
+
+    @property
+    def flops(self) -> int:
+        """2·M·N·K over valid rows (grouped: summed over groups)."""
+        if self.suite == "k_grouped":
+            return 2 * self.m * self.n * self.total_k
+        return 2 * self.valid_m * self.n * self.k
+
+    @property
+    def bytes_moved(self) -> int:
+        """Bytes the GEMM must move at least, as DESIGN.md counts them.
+
+        ``M·K + K·N + 2·M·N`` for FP8 inputs and BF16 output (grouped: valid rows only, B counted
+        once per group). FP32-output suites count 4 bytes per output element, twice (``c`` read,
+        ``d`` written). k_grouped: each group reads its ``A_g``, ``B_g`` once and updates its own
+        ``d[g]``. Scale factors are not counted (under 1% of the traffic).
+        """
+        out = self.out_bytes * (2 if self.accumulates else 1)
+        if self.suite == "k_grouped":
+            return (self.m + self.n) * self.total_k + self.groups * out * self.m * self.n
+        if self.suite in ("contiguous", "masked"):
+            vm = self.valid_m
+            return vm * self.k + self.groups * self.n * self.k + out * vm * self.n
+        return self.m * self.k + self.k * self.n + out * self.m * self.n
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["group_ms"] = list(self.group_ms)
+        d["group_ks"] = list(self.group_ks)
+        d["label"] = self.label
+        d["valid_m"] = self.valid_m
+        d["flops"] = self.flops
+        d["bytes"] = self.bytes_moved
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Shape":
+        return cls(
+            suite=d["suite"],
+            m=int(d["m"]),
+            n=int(d["n"]),
+            k=int(d["k"]),
+            groups=int(d.get("groups", 1)),
+            max_m=d.get("max_m"),
+            group_ms=tuple(int(x) for x in d.get("group_ms", ())),
+            group_ks=tuple(int(x) for x in d.get("group_ks", ())),
+        )
+
+
+def _rng(seed: int, *key: object) -> random.Random:
+    """A generator seeded by ``seed`` and the shape's identity (stable across runs and machines)."""
+    tag = "/".join(str(x) for x in key).encode()
+    return random.Random((seed * 1_000_003) ^ zlib.crc32(tag))
+
+
+def make_shape(
+    suite: str,
+    m: int,
+    n: int,
+    k: int,
+    groups: int = 1,
+    max_m: int | None = None,
+    seed: int = DEFAULT_SEED,
+) -> Shape:
+    """Build a :class:`Shape`, drawing the random group sizes (seeded) where the suite has them."""
+    if suite not in SUITES:
+        raise ValueError(f"unknown suite {suite!r}; expected one of {', '.join(SUITES)}")
+    if suite in ("dense", "wgrad"):
+        return Shape(suite, m, n, k)
+    rng = _rng(seed, suite, groups, m, n, k, max_m)
+    if suite == "contiguous":
+        ms = tuple(int(m * rng.uniform(RANDOM_LOW, RANDOM_HIGH)) for _ in range(groups))
+        return Shape(suite, m, n, k, groups, None, ms)
+    if suite == "masked":
+        mm = max_m if max_m is not None else align(math.ceil(m * RANDOM_HIGH), MK_ALIGNMENT)
+        ms = tuple(min(mm, int(m * rng.uniform(RANDOM_LOW, RANDOM_HIGH))) for _ in range(groups))
+        return Shape(suite, m, n, k, groups, mm, ms)
+    # k_grouped: every group gets exactly k (the suite's K per group)
+    return Shape(suite, m, n, k, groups, None, (), tuple([k] * groups))
+
+
+# --------------------------------------------------------------------------------------------------
+# the built-in suites (ANCHORS.md and the grouped issue)
+
+DENSE_MNK: tuple[tuple[int, int, int], ...] = tuple(
+    (m, n, k)
+    for m in (64, 128, 4096)
+    for (n, k) in ((2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048))
+)
+
+CONTIGUOUS_GMNK: tuple[tuple[int, int, int, int], ...] = (
+    (4, 8192, 4096, 7168),
+    (4, 8192, 7168, 2048),
+    (8, 4096, 4096, 7168),
+    (8, 4096, 7168, 2048),
+)
+
+MASKED_GMNK: tuple[tuple[int, int, int, int], ...] = (
+    (1, 1024, 4096, 7168),
+    (1, 1024, 7168, 2048),
+    (2, 512, 4096, 7168),
+    (2, 512, 7168, 2048),
+    (4, 256, 4096, 7168),
+    (4, 256, 7168, 2048),
+)
+
+WGRAD_MN: tuple[tuple[int, int], ...] = (
+    (7168, 2112),
+    (1536, 24576),
+    (512, 32768),
+    (16384, 7168),
+    (7168, 4096),
+    (2048, 7168),
+)
+WGRAD_K: tuple[int, ...] = (4096, 8192)
+
+K_GROUPED_GK: tuple[tuple[int, int], ...] = ((4, 4096), (4, 8192), (8, 4096))
+K_GROUPED_MN: tuple[tuple[int, int], ...] = ((7168, 4096), (2048, 7168))
+
+
+def builtin_suite(suite: str, seed: int = DEFAULT_SEED) -> list[Shape]:
+    """The built-in shapes of one suite."""
+    if suite == "dense":
+        return [make_shape("dense", m, n, k) for (m, n, k) in DENSE_MNK]
+    if suite == "contiguous":
+        return [make_shape("contiguous", m, n, k, g, seed=seed) for (g, m, n, k) in CONTIGUOUS_GMNK]
+    if suite == "masked":
+        return [
+            make_shape("masked", m, n, k, g, max_m=MASKED_M_MAX, seed=seed) for (g, m, n, k) in MASKED_GMNK
+        ]
+    if suite == "wgrad":
+        return [make_shape("wgrad", m, n, k) for (m, n) in WGRAD_MN for k in WGRAD_K]
+    if suite == "k_grouped":
+        return [
+            make_shape("k_grouped", m, n, k, g, seed=seed) for (m, n) in K_GROUPED_MN for (g, k) in K_GROUPED_GK
+        ]
+    raise ValueError(f"unknown suite {suite!r}; expected one of {', '.join(SUITES)} or 'all'")
+
+
+def suite_names(suite: str) -> list[str]:
+    """``'all'`` → every suite; a single name → ``[name]``; else ``ValueError``."""
+    if suite == "all":
+        return list(SUITES)
+    if suite not in SUITES:
+        raise ValueError(f"unknown suite {suite!r}; expected one of {', '.join(SUITES)} or 'all'")
+    return [suite]
+
+
+def select_shapes(suite: str, shapes: Iterable[Shape] | None = None, seed: int = DEFAULT_SEED) -> list[Shape]:
+    """The shapes to run: the built-in suites, or ``shapes`` (from a file) filtered by ``suite``."""
+    names = suite_names(suite)
+    if shapes is None:
+        out: list[Shape] = []
+        for s in names:
+            out.extend(builtin_suite(s, seed))
+        return out
+    return [s for s in shapes if s.suite in names]
+
+
+# --------------------------------------------------------------------------------------------------
+# shapes file
+
+
+class ShapesFileError(ValueError):
+    """A shapes file that cannot be used; the message names the entry index and the field."""
+
+
+_KNOWN_FIELDS = {"kind", "m", "n", "k", "groups", "max_m"}
+
+
+def _int_field(entry: dict, idx: int, name: str, *, required: bool, minimum: int = 1) -> int | None:
+    if name not in entry:
+        if required:
+            raise ShapesFileError(f"entry {idx}: missing field {name!r}")
+        return None
+    v = entry[name]
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ShapesFileError(f"entry {idx}: field {name!r} must be an integer, got {v!r}")
+    if v < minimum:
+        raise ShapesFileError(f"entry {idx}: field {name!r} must be >= {minimum}, got {v}")
+    return v
+
+
+def parse_shapes(data: Any, seed: int = DEFAULT_SEED) -> tuple[list[Shape], list[str]]:
+    """Validate the decoded JSON of a shapes file; return ``(shapes, warnings)``.
+
+    Raises :class:`ShapesFileError` naming the entry index and field of the first problem.
+    """
+    if not isinstance(data, list):
+        raise ShapesFileError(f"top level must be a JSON list of shape entries, got {type(data).__name__}")
+    if not data:
+        raise ShapesFileError("the list of shapes is empty")
+    shapes: list[Shape] = []
+    warnings: list[str] = []
+    for idx, entry in enumerate(data):
+        if not isinstance(entry, dict):
+            raise ShapesFileError(f"entry {idx}: must be an object, got {type(entry).__name__}")
+        if "kind" not in entry:
+            raise ShapesFileError(f"entry {idx}: missing field 'kind'")
+        kind = entry["kind"]
+        if kind not in KINDS:
+            raise ShapesFileError(f"entry {idx}: field 'kind' must be one of {', '.join(KINDS)}, got {kind!r}")
+        n = _int_field(entry, idx, "n", required=True)
+        k = _int_field(entry, idx, "k", required=True)
+        grouped = kind in GROUPED_KINDS
+        groups = _int_field(entry, idx, "groups", required=grouped)
+        if not grouped and groups not in (None, 1):
+            raise ShapesFileError(f"entry {idx}: field 'groups' is only for grouped kinds; {kind} takes none")
+        m = _int_field(entry, idx, "m", required=False)
+        max_m = _int_field(entry, idx, "max_m", required=False)
+        if m is None and max_m is None:
+            raise ShapesFileError(f"entry {idx}: needs field 'm' (or 'max_m') to benchmark a {kind} shape")
+        if m is None:
+            m = max_m
+        if kind == "m_grouped_masked" and max_m is not None and m > max_m * RANDOM_HIGH:
+            warnings.append(
+                f"entry {idx}: m={m} is well above max_m={max_m}; masked counts are clamped to max_m"
+            )
+        if kind in ("dense", "wgrad") and max_m is not None and m > max_m:
+            raise ShapesFileError(f"entry {idx}: field 'm' ({m}) exceeds 'max_m' ({max_m})")
+        if kind == "k_grouped" and k % MK_ALIGNMENT:
+            raise ShapesFileError(
+                f"entry {idx}: field 'k' ({k}) must be a multiple of {MK_ALIGNMENT} for k_grouped (K per group)"
+            )
+        unknown = sorted(set(entry) - _KNOWN_FIELDS)
+        if unknown:
+            warnings.append(f"entry {idx}: ignoring field(s) {', '.join(map(repr, unknown))}")
+        suite = KIND_TO_SUITE[kind]
+        shapes.append(
+            make_shape(
+                suite,
+                m,
+                n,
+                k,
+                groups or 1,
+                max_m=max_m if kind == "m_grouped_masked" else None,
+                seed=seed,
+            )
+        )
+    return shapes, warnings
+
+
+def load_shapes_file(path: str, seed: int = DEFAULT_SEED) -> tuple[list[Shape], list[str]]:
+    """Read and validate a shapes file (see :func:`parse_shapes`); errors name the file too."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise ShapesFileError(f"shapes file {path}: cannot read it: {e.strerror or e}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ShapesFileError(f"shapes file {path}: not valid JSON: {e}") from None
+    try:
+        return parse_shapes(data, seed)
+    except ShapesFileError as e:
+        raise ShapesFileError(f"shapes file {path}: {e}") from None
+
+
+# --------------------------------------------------------------------------------------------------
+# anchors: DeepGEMM on this workplace's H100 (ANCHORS.md)
+
+ANCHOR_DEVICE = "NVIDIA H100 80GB HBM3 (SXM, 132 SMs)"
+ANCHOR_SOURCE = "ANCHORS.md: DeepGEMM git 3fc6728, driver 580, CUDA 13.0, torch 2.11, measured 2026-11-22"
+
+ANCHOR_CEILINGS = {
+    "bf16_tflops": 787.0,
+    "fp8_tflops": 1443.0,
+    "copy_gbps": 3024.0,
+    "fp8_datasheet_tflops": 1979.0,
+}
+
+# (M, N, K) -> DeepGEMM TFLOPS, µs, GB/s; cuBLASLt blockwise, Triton blockwise, BF16 cuBLAS TFLOPS
+_DENSE_ANCHORS_TABLE = """
+64 2112 7168 129 15.1 1053 76 66 85
+64 24576 1536 201 24.0 1708 189 195 117
+64 32768 512 154 14.0 1502 144 152 93
+64 7168 16384 271 55.5 2151 248 193 152
+64 4096 7168 180 20.8 1455 134 110 105
+64 7168 2048 148 12.7 1235 134 123 95
+128 2112 7168 230 16.8 986 153 121 165
+128 24576 1536 394 24.5 1802 374 304 230
+128 32768 512 277 15.5 1627 274 227 180
+128 7168 16384 501 60.0 2022 488 384 294
+128 4096 7168 328 22.9 1368 264 211 216
+128 7168 2048 272 13.8 1212 253 245 193
+4096 2112 7168 1114 111.4 555 1073 626 779
+4096 24576 1536 1251 247.2 992 1156 651 753
+4096 32768 512 926 148.4 1936 821 428 621
+4096 7168 16384 1463 657.5 370 1263 742 806
+4096 4096 7168 1410 170.6 541 1275 714 802
+4096 7168 2048 1189 101.2 808 1126 676 748
+"""
+
+
+def _parse_dense_anchors() -> dict[tuple[int, int, int], dict[str, float]]:
+    out = {}
+    for line in _DENSE_ANCHORS_TABLE.strip().splitlines():
+        m, n, k, tf, us, gbps, lt, tr, bf = line.split()
+        out[(int(m), int(n), int(k))] = {
+            "tflops": float(tf),
+            "us": float(us),
+            "gbps": float(gbps),
+            "cublaslt_blockwise_tflops": float(lt),
+            "triton_blockwise_tflops": float(tr),
+            "bf16_cublas_tflops": float(bf),
+        }
+    return out
+
+
+DENSE_ANCHORS = _parse_dense_anchors()
+
+# (groups, M per group, N, K) -> DeepGEMM TFLOPS, µs
+CONTIGUOUS_ANCHORS = {
+    (4, 8192, 4096, 7168): {"tflops": 1324.0, "us": 1515.0},
+    (4, 8192, 7168, 2048): {"tflops": 1215.0, "us": 825.0},
+    (8, 4096, 4096, 7168): {"tflops": 1247.0, "us": 1576.0},
+    (8, 4096, 7168, 2048): {"tflops": 1192.0, "us": 824.0},
+}
+
+# (groups, expected M, N, K) -> DeepGEMM TFLOPS, µs (M_max 4096)
+MASKED_ANCHORS = {
+    (1, 1024, 4096, 7168): {"tflops": 728.0, "us": 100.0},
+    (1, 1024, 7168, 2048): {"tflops": 714.0, "us": 51.0},
+    (2, 512, 4096, 7168): {"tflops": 732.0, "us": 97.0},
+    (2, 512, 7168, 2048): {"tflops": 694.0, "us": 51.0},
+    (4, 256, 4096, 7168): {"tflops": 652.0, "us": 96.0},
+    (4, 256, 7168, 2048): {"tflops": 627.0, "us": 50.0},
+}
+
+HOST_ANCHOR = {"shape": (64, 2112, 7168), "deepgemm_cpu_us_per_call": 81.0, "goal_us": 10.0}
+
+
+def anchor_for(shape: Shape) -> dict[str, float] | None:
+    """DeepGEMM's figure for this shape (H100, ANCHORS.md), or None where ANCHORS.md has none.
+
+    Grouped anchors were measured with DeepGEMM's own random group sizes, so compare TFLOPS, not µs.
+    """
+    if shape.suite == "dense":
+        return DENSE_ANCHORS.get((shape.m, shape.n, shape.k))
+    if shape.suite == "contiguous":
+        return CONTIGUOUS_ANCHORS.get((shape.groups, shape.m, shape.n, shape.k))
+    if shape.suite == "masked" and shape.max_m == MASKED_M_MAX:
+        return MASKED_ANCHORS.get((shape.groups, shape.m, shape.n, shape.k))
+    return None

@@ -1,0 +1,72 @@
+"""Input validation shared by the GEMM entry points. Every failure says what was expected and what came."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from .tensors import TensorView, as_view, require_cuda
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def unpack_pair(pair: object, name: str) -> tuple[object, object]:
+    if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+        raise TypeError(f"{name}: expected a (tensor, scales) pair; got {type(pair).__name__}")
+    return pair[0], pair[1]
+
+
+def expect_dtype(v: TensorView, name: str, dtype: str) -> None:
+    if v.dtype != dtype:
+        raise TypeError(f"{name}: expected dtype {dtype}; got {v.dtype}")
+
+
+def expect_shape(v: TensorView, name: str, shape: Sequence[int]) -> None:
+    if tuple(v.shape) != tuple(shape):
+        raise ValueError(f"{name}: expected shape {tuple(shape)}; got {tuple(v.shape)}")
+
+
+def expect_ndim(v: TensorView, name: str, ndim: int) -> None:
+    if v.ndim != ndim:
+        raise ValueError(f"{name}: expected a {ndim}-D tensor; got {v.ndim}-D with shape {v.shape}")
+
+
+def expect_tma_rows(v: TensorView, name: str) -> None:
+    """Rows contiguous, each row start 16-byte aligned (what TMA needs)."""
+    if v.shape[-1] > 1 and v.strides[-1] != 1:
+        raise ValueError(f"{name}: expected contiguous rows (last stride 1); got strides {v.strides}")
+    for dim in range(v.ndim - 1):
+        if v.shape[dim] > 1 and (v.strides[dim] * v.itemsize) % 16:
+            raise ValueError(
+                f"{name}: TMA needs row strides that are a multiple of 16 bytes; got stride {v.strides[dim]} "
+                f"elements x {v.itemsize} bytes along dim {dim} (shape {v.shape})"
+            )
+        if v.strides[dim] < 0:
+            raise ValueError(f"{name}: negative strides are not supported; got {v.strides}")
+    if v.ptr % 16:
+        raise ValueError(f"{name}: TMA needs a 16-byte aligned base address; got 0x{v.ptr:x}")
+
+
+def expect_nonnegative_strides(v: TensorView, name: str) -> None:
+    if any(s < 0 for s in v.strides):
+        raise ValueError(f"{name}: negative strides are not supported; got {v.strides}")
+    if v.ptr % v.itemsize:
+        raise ValueError(f"{name}: expected an address aligned to {v.itemsize} bytes; got 0x{v.ptr:x}")
+
+
+def expect_contiguous(v: TensorView, name: str) -> None:
+    acc = 1
+    for size, stride in zip(reversed(v.shape), reversed(v.strides)):
+        if size > 1 and stride != acc:
+            raise ValueError(f"{name}: expected a contiguous row-major tensor; got shape {v.shape}, strides {v.strides}")
+        acc *= size
+
+
+def views_on_one_device(named: Sequence[tuple[object, str]]) -> list[TensorView]:
+    """TensorViews of every tensor, all in CUDA memory of one device."""
+    views = [as_view(obj, name) for obj, name in named]
+    require_cuda(views[0], named[0][1])
+    for v, (_, name) in zip(views[1:], named[1:]):
+        require_cuda(v, name, views[0].device)
+    return views

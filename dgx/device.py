@@ -1,0 +1,28 @@
+"""Which SM count kernels are planned for: the device's, DGX_NUM_SMS, or dgx.set_num_sms()."""
+
+from __future__ import annotations
+
+from . import env, runtime
+
+_num_sms: int | None = None
+
+
+def set_num_sms(num_sms: int) -> None:
+    """Plan kernels for `num_sms` SMs (e.g. to leave SMs to a concurrent communication kernel)."""
+    if not isinstance(num_sms, int) or num_sms <= 0:
+        raise ValueError(f"set_num_sms: expected a positive int; got {num_sms!r}")
+    available = runtime.device_info(0).num_sms if runtime.device_count() else num_sms
+    if num_sms > available:
+        raise ValueError(f"set_num_sms: the device has {available} SMs; got {num_sms}")
+    global _num_sms
+    _num_sms = num_sms
+
+
+def get_num_sms(device: int = 0) -> int:
+    """SMs kernels are planned for: set_num_sms(), else DGX_NUM_SMS, else all of the device's."""
+    if _num_sms is not None:
+        return _num_sms
+    override = env.num_sms_override()
+    if override is not None:
+        return override
+    return runtime.device_info(device).num_sms

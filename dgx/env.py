@@ -1,0 +1,94 @@
+"""Every environment variable dgx reads, in one place.
+
+Values are read when asked for (not cached at import), so tests and long-running servers can change them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    name: str
+    default: str
+    help: str
+
+
+VARIABLES: tuple[EnvVar, ...] = (
+    EnvVar("DGX_CACHE_DIR", "$XDG_CACHE_HOME/dgx or ~/.cache/dgx", "Root of the on-disk kernel cache."),
+    EnvVar("DGX_JIT_STRICT", "0", "1: compiling a kernel at run time is an error (production servers)."),
+    EnvVar("DGX_JIT_DEBUG", "0", "1: print each compile (kernel, options, time) and each cache miss."),
+    EnvVar("DGX_JIT_PRINT_COMPILER_COMMAND", "0", "1: print the NVRTC options of every compile."),
+    EnvVar("DGX_JIT_LINEINFO", "0", "1: compile with -lineinfo (source lines in profilers); part of the key."),
+    EnvVar("DGX_JIT_PTXAS_VERBOSE", "0", "1: ptxas -v (registers, spills) printed for every compile."),
+    EnvVar("DGX_JIT_DUMP_DIR", "", "If set: write each compiled kernel's source, PTX, cubin and SASS there."),
+    EnvVar("DGX_SASS_INTERLEAVE", "auto", "auto|on|off: the FFMA yield/reuse SASS pass (README says what auto does)."),
+    EnvVar("DGX_PRINT_CONFIGS", "0", "1: print the kernel config the heuristic picks for each new shape."),
+    EnvVar("DGX_NUM_SMS", "", "Use this many SMs (default: all of the device's)."),
+)
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+def cache_root() -> Path:
+    """The kernel cache root: $DGX_CACHE_DIR, else $XDG_CACHE_HOME/dgx, else ~/.cache/dgx."""
+    explicit = os.environ.get("DGX_CACHE_DIR", "").strip()
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "dgx"
+
+
+def jit_strict() -> bool:
+    return _flag("DGX_JIT_STRICT")
+
+
+def jit_debug() -> bool:
+    return _flag("DGX_JIT_DEBUG")
+
+
+def print_compiler_command() -> bool:
+    return _flag("DGX_JIT_PRINT_COMPILER_COMMAND")
+
+
+def lineinfo() -> bool:
+    return _flag("DGX_JIT_LINEINFO")
+
+
+def ptxas_verbose() -> bool:
+    return _flag("DGX_JIT_PTXAS_VERBOSE")
+
+
+def dump_dir() -> Path | None:
+    value = os.environ.get("DGX_JIT_DUMP_DIR", "").strip()
+    return Path(value).expanduser() if value else None
+
+
+def sass_interleave() -> str:
+    value = os.environ.get("DGX_SASS_INTERLEAVE", "auto").strip().lower() or "auto"
+    if value not in ("auto", "on", "off"):
+        raise ValueError(f"DGX_SASS_INTERLEAVE must be one of auto, on, off; got {value!r}")
+    return value
+
+
+def print_configs() -> bool:
+    return _flag("DGX_PRINT_CONFIGS")
+
+
+def num_sms_override() -> int | None:
+    value = os.environ.get("DGX_NUM_SMS", "").strip()
+    if not value:
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        raise ValueError(f"DGX_NUM_SMS must be a positive integer; got {value!r}") from None
+    if n <= 0:
+        raise ValueError(f"DGX_NUM_SMS must be a positive integer; got {n}")
+    return n

@@ -1,0 +1,45 @@
+"""Exception types raised by dgx.
+
+Every error says what was expected and what came. Validation never uses ``assert``
+(asserts vanish under ``python -O``).
+"""
+
+from __future__ import annotations
+
+
+class DgxError(Exception):
+    """Base class of every dgx error."""
+
+
+class CompileError(DgxError):
+    """NVRTC rejected a kernel.
+
+    Attributes:
+        kernel: the kernel's name.
+        log: the full NVRTC log.
+        source_path: where the rendered source was saved so the failure can be reproduced.
+    """
+
+    def __init__(self, kernel: str, log: str, source_path: str | None, options: list[str] | None = None):
+        self.kernel = kernel
+        self.log = log
+        self.source_path = source_path
+        self.options = list(options or [])
+        where = f" (source saved to {source_path})" if source_path else ""
+        super().__init__(f"NVRTC failed to compile kernel {kernel!r}{where}:\n{log.strip()}")
+
+
+class CudaError(DgxError):
+    """A CUDA driver or NVRTC call returned an error code."""
+
+    def __init__(self, call: str, result: object, detail: str = ""):
+        self.call = call
+        self.result = result
+        msg = f"{call} failed with {result}"
+        if detail:
+            msg += f": {detail}"
+        super().__init__(msg)
+
+
+class JitStrictError(DgxError):
+    """A kernel was missing from the cache while ``DGX_JIT_STRICT=1`` forbids compiling at run time."""

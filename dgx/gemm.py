@@ -1,0 +1,141 @@
+"""dgx.fp8_gemm_nt: D = A . B^T with 1x128 (A) and 128x128 (B) FP32 scales, BF16 output."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import jit, runtime
+from .checks import (
+    ceil_div,
+    expect_contiguous,
+    expect_dtype,
+    expect_ndim,
+    expect_nonnegative_strides,
+    expect_shape,
+    expect_tma_rows,
+    unpack_pair,
+    views_on_one_device,
+)
+from .device import get_num_sms
+from .heuristics import choose_dense
+from .kernels.fp8_gemm import GemmConfig
+from .runtime import Swizzle
+from .streams import resolve_stream
+from .tensors import TensorView
+
+
+@dataclass(frozen=True)
+class DensePlan:
+    """A compiled, loaded kernel and its launch shape for one (M, N, K, device, SM count)."""
+
+    config: GemmConfig
+    launcher: runtime.Launcher
+
+
+_plans: dict[tuple[int, int, int, int, int], DensePlan] = {}
+_params: dict[tuple, runtime.ParamPack] = {}
+_PARAM_CACHE_LIMIT = 512
+
+
+def _plan(m: int, n: int, k: int, device: int, num_sms: int) -> DensePlan:
+    key = (m, n, k, device, num_sms)
+    plan = _plans.get(key)
+    if plan is None:
+        choice = choose_dense(m, n, k, num_sms)
+        config = choice.config
+        kernel = jit.get_kernel(config.render(), device)
+        grid = min(choice.num_tiles, num_sms)
+        shape = runtime.LaunchShape((grid, 1, 1), (config.threads, 1, 1), (1, 1, 1), config.smem_bytes)
+        plan = DensePlan(config, runtime.Launcher(kernel, shape))
+        _plans[key] = plan
+    return plan
+
+
+def _pack(config: GemmConfig, a: TensorView, b: TensorView, sfa: TensorView, sfb: TensorView, d: TensorView, m: int):
+    key = (config, a.ptr, a.strides[0], b.ptr, b.strides[0], d.ptr, d.strides[0], sfa.ptr, sfa.strides, sfb.ptr, m)
+    pack = _params.get(key)
+    if pack is None:
+        n, k = config.n, config.k
+        tmap_a = runtime.encode_tensor_map_2d("uint8", a.ptr, k, m, a.strides[0], 128, config.block_m, Swizzle.B128)
+        tmap_b = runtime.encode_tensor_map_2d("uint8", b.ptr, k, n, b.strides[0], 128, config.block_n, Swizzle.B128)
+        span = config.d_span
+        wg_rows = config.block_m // config.math_warpgroups
+        tmap_d = runtime.encode_tensor_map_2d(
+            "bfloat16", d.ptr, n, m, d.strides[0] * 2, span // 2, wg_rows, Swizzle(span if span > 16 else 0)
+        )
+        pack = runtime.ParamPack(
+            [
+                tmap_a,
+                tmap_b,
+                tmap_d,
+                ("u64", sfa.ptr),
+                ("u64", sfa.strides[0]),
+                ("u64", sfa.strides[1]),
+                ("u64", sfb.ptr),
+                ("i32", m),
+            ]
+        )
+        if len(_params) >= _PARAM_CACHE_LIMIT:
+            _params.clear()
+        _params[key] = pack
+    return pack
+
+
+def fp8_gemm_nt(a, b, d, c=None, *, stream=None) -> None:
+    """D = A . B^T for FP8 A [M, K] and B [N, K] with DeepSeek-V3 fine-grained scales; BF16 D [M, N].
+
+    Args:
+        a: (A, SFA): A float8_e4m3fn [M, K], K-contiguous; SFA float32 [M, ceil(K/128)], one scale per
+           row per 128 of K. Any strides: row-major, or the TMA-aligned M-major layout of
+           get_mn_major_tma_aligned_tensor; both are read as they are, with no conversion.
+        b: (B, SFB): B float8_e4m3fn [N, K], K-contiguous; SFB float32 [ceil(N/128), ceil(K/128)], one
+           scale per 128x128 block, contiguous.
+        d: bfloat16 [M, N], rows contiguous and 16-byte aligned; written in place.
+        c: not supported with a BF16 d (accumulation into FP32 is the weight-gradient variant).
+        stream: the stream to launch on (default: torch's current stream).
+
+    Raises TypeError/ValueError naming the violated constraint before anything is launched.
+    """
+    if c is not None:
+        raise ValueError("fp8_gemm_nt: c (d = c + a.b^T) needs a float32 d; BF16 d takes no c")
+    A, SFA = unpack_pair(a, "a")
+    B, SFB = unpack_pair(b, "b")
+    av, sfav, bv, sfbv, dv = views_on_one_device(((A, "A"), (SFA, "SFA"), (B, "B"), (SFB, "SFB"), (d, "d")))
+    for v, name in ((av, "A"), (bv, "B"), (dv, "d"), (sfav, "SFA"), (sfbv, "SFB")):
+        expect_ndim(v, name, 2)
+    expect_dtype(av, "A", "float8_e4m3fn")
+    expect_dtype(bv, "B", "float8_e4m3fn")
+    expect_dtype(sfav, "SFA", "float32")
+    expect_dtype(sfbv, "SFB", "float32")
+    expect_dtype(dv, "d", "bfloat16")
+    m, k = av.shape
+    n, kb = bv.shape
+    if kb != k:
+        raise ValueError(f"B: expected K = {k} columns like A; got shape {bv.shape}")
+    if k == 0:
+        raise ValueError("A: K must be positive; got K = 0")
+    expect_shape(dv, "d", (m, n))
+    expect_shape(sfav, "SFA", (m, ceil_div(k, 128)))
+    expect_shape(sfbv, "SFB", (ceil_div(n, 128), ceil_div(k, 128)))
+    if n % 8:
+        raise ValueError(f"d: N must be a multiple of 8 (16-byte rows of BF16 for TMA); got N = {n}")
+    if n == 0:
+        return
+    expect_tma_rows(av, "A")
+    expect_tma_rows(bv, "B")
+    expect_tma_rows(dv, "d")
+    expect_nonnegative_strides(sfav, "SFA")
+    expect_contiguous(sfbv, "SFB")
+    if m == 0:
+        return
+    if m >= 2**31:
+        raise ValueError(f"A: M must be below 2**31; got {m}")
+    device = av.device
+    plan = _plan(m, n, k, device, get_num_sms(device))
+    pack = _pack(plan.config, av, bv, sfav, sfbv, dv, m)
+    plan.launcher.launch(resolve_stream(stream, device), pack)
+
+
+def gemm_fp8_fp8_bf16_nt(lhs, rhs, out) -> None:
+    """Legacy name of fp8_gemm_nt(lhs, rhs, out)."""
+    fp8_gemm_nt(lhs, rhs, out)

@@ -1,0 +1,1 @@
+"""Kernel families: each module renders its instantiation unit from a frozen config and launches it."""

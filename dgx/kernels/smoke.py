@@ -1,0 +1,64 @@
+"""The smoke kernel: one TMA tile load per CTA, launched in clusters, checking the whole JIT path."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import jit, runtime
+from ..streams import resolve_stream
+from ..tensors import as_view, require_cuda
+
+
+@dataclass(frozen=True)
+class SmokeConfig:
+    """Tile of `rows` x `cols` float32 per CTA, `cluster` CTAs per cluster along x."""
+
+    rows: int = 16
+    cols: int = 32
+    cluster: int = 2
+
+    @property
+    def kernel_name(self) -> str:
+        return f"dgx_smoke_r{self.rows}_c{self.cols}_k{self.cluster}"
+
+    def render(self) -> jit.KernelSource:
+        source = (
+            '#include "smoke.cuh"\n'
+            f'extern "C" __global__ void __launch_bounds__(128, 1) {self.kernel_name}(\n'
+            "    const __grid_constant__ dgx::TensorMap src_map, float* dst, int rows, int cols) {\n"
+            f"  dgx::smoke_tile<{self.rows}, {self.cols}>(src_map, dst, rows, cols);\n"
+            "}\n"
+        )
+        return jit.KernelSource(
+            name=self.kernel_name,
+            source=source,
+            summary=(("family", "smoke"), ("rows", str(self.rows)), ("cols", str(self.cols)),
+                     ("cluster", str(self.cluster))),
+        )
+
+
+def smoke(src, dst, config: SmokeConfig = SmokeConfig(), stream=None) -> None:
+    """dst = 2 * src + (rank of the CTA in its cluster), for 2-D float32 CUDA tensors of one shape."""
+    s, d = as_view(src, "src"), as_view(dst, "dst")
+    require_cuda(s, "src")
+    require_cuda(d, "dst", s.device)
+    for v, name in ((s, "src"), (d, "dst")):
+        if v.dtype != "float32" or v.ndim != 2:
+            raise TypeError(f"{name}: expected a 2-D float32 tensor; got {v.ndim}-D {v.dtype}")
+        if v.strides[1] != 1 or v.strides[0] != v.shape[1]:
+            raise ValueError(f"{name}: expected a contiguous row-major tensor; got strides {v.strides}")
+    if s.shape != d.shape:
+        raise ValueError(f"dst: expected shape {s.shape} like src; got {d.shape}")
+    rows, cols = s.shape
+    if rows == 0 or cols == 0:
+        return
+    kernel = jit.get_kernel(config.render(), s.device)
+    tmap = runtime.encode_tensor_map_2d("float32", s.ptr, cols, rows, cols * 4, config.cols, config.rows)
+    grid_x = -(-cols // config.cols)
+    grid_x = -(-grid_x // config.cluster) * config.cluster  # the grid is a whole number of clusters
+    grid_y = -(-rows // config.rows)
+    launcher = runtime.Launcher(
+        kernel, runtime.LaunchShape((grid_x, grid_y, 1), (128, 1, 1), (config.cluster, 1, 1), 0)
+    )
+    params = runtime.ParamPack([tmap, ("u64", d.ptr), ("i32", rows), ("i32", cols)])
+    launcher.launch(resolve_stream(stream, s.device), params)

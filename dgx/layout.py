@@ -1,0 +1,48 @@
+"""Scale-factor layouts. The kernels read SFA through its strides, so both the plain row-major
+[M, ceil(K/128)] form and DeepGEMM's TMA-aligned M-major form work as they are; these helpers make the
+latter for code that expects it. The torch-based helpers import torch lazily."""
+
+from __future__ import annotations
+
+
+def get_tma_aligned_size(x: int, element_size: int) -> int:
+    """`x` rounded up so that x * element_size is a multiple of 16 bytes (what TMA wants of a row)."""
+    if x < 0 or element_size not in (1, 2, 4, 8):
+        raise ValueError(f"get_tma_aligned_size: expected x >= 0 and element_size in 1/2/4/8; got {x}, {element_size}")
+    align = 16 // element_size
+    return -(-x // align) * align
+
+
+def get_mn_major_tma_aligned_tensor(sf):
+    """The [.., MN, K'] float32 scales `sf` copied (on its device) into an MN-major layout whose MN
+    dimension is padded to 16 bytes: the result has sf's shape and strides (1, aligned MN)."""
+    import torch
+
+    if sf.dtype != torch.float32 or sf.dim() not in (2, 3):
+        raise TypeError(f"sf: expected a 2-D or 3-D float32 tensor; got {sf.dim()}-D {sf.dtype}")
+    batched = sf.dim() == 3
+    x = sf if batched else sf.unsqueeze(0)
+    g, mn, kk = x.shape
+    aligned = get_tma_aligned_size(mn, 4)
+    if x.stride(1) == 1 and x.stride(2) == aligned and (x.stride(0) == aligned * kk or g == 1):
+        return sf
+    out = torch.empty((g, kk, aligned), device=sf.device, dtype=torch.float32)
+    out = out.transpose(1, 2)[:, :mn, :]
+    out.copy_(x)
+    return out if batched else out.squeeze(0)
+
+
+def transform_sf_into_required_layout(sf, mn: int, k: int, recipe=(1, 128, 128), num_groups=None, is_sfa=None):
+    """Scales in the layout dgx's kernels read best: per-row (1x128) scales MN-major and TMA-aligned;
+    per-block (128x128) scales unchanged (contiguous). Accepts what DeepGEMM's function of the same name
+    accepts for FP32 scales on Hopper."""
+    import torch
+
+    if sf.dtype != torch.float32:
+        raise TypeError(f"sf: expected float32 scales (Hopper recipe); got {sf.dtype}")
+    rows = sf.shape[-2]
+    if rows == mn:  # one scale per row per 128 of K
+        return get_mn_major_tma_aligned_tensor(sf)
+    if rows == -(-mn // 128):
+        return sf.contiguous()
+    raise ValueError(f"sf: expected {mn} or {-(-mn // 128)} rows for mn = {mn}; got shape {tuple(sf.shape)}")

@@ -1,0 +1,299 @@
+"""CUDA driver-API runtime: context, module loading, kernel lookup, tensor maps and launches.
+
+Everything goes through ``cuda.bindings.driver``; every CUresult is checked and a failure raises a
+CudaError naming the call. Launches use ``cuLaunchKernelEx`` with a pre-packed parameter array (the
+cheapest path through the bindings) on the caller's stream, so they can be captured in a CUDA graph.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Sequence
+
+from .errors import CudaError
+
+_lock = threading.Lock()
+_initialized = False
+
+
+def _driver():
+    from cuda.bindings import driver
+
+    return driver
+
+
+def check(result, call: str):
+    """Raises CudaError unless `result` (a CUresult, or a tuple starting with one) is CUDA_SUCCESS.
+
+    Returns the remaining tuple items: none -> None, one -> that item, several -> a tuple.
+    """
+    drv = _driver()
+    if isinstance(result, tuple):
+        err, rest = result[0], result[1:]
+    else:
+        err, rest = result, ()
+    if err != drv.CUresult.CUDA_SUCCESS:
+        name = drv.cuGetErrorName(err)
+        detail = drv.cuGetErrorString(err)
+        text = detail[1].decode() if detail[0] == drv.CUresult.CUDA_SUCCESS and detail[1] else ""
+        label = name[1].decode() if name[0] == drv.CUresult.CUDA_SUCCESS else str(err)
+        raise CudaError(call, label, text)
+    if not rest:
+        return None
+    return rest[0] if len(rest) == 1 else rest
+
+
+def init() -> None:
+    """cuInit once per process."""
+    global _initialized
+    if _initialized:
+        return
+    with _lock:
+        if not _initialized:
+            check(_driver().cuInit(0), "cuInit")
+            _initialized = True
+
+
+def device_count() -> int:
+    """Number of CUDA devices; 0 where there is no driver or no GPU (never raises)."""
+    try:
+        init()
+        return int(check(_driver().cuDeviceGetCount(), "cuDeviceGetCount"))
+    except Exception:
+        return 0
+
+
+def driver_version() -> int | None:
+    """The driver's CUDA version as an int (13000 = 13.0), or None without a driver."""
+    try:
+        return int(check(_driver().cuDriverGetVersion(), "cuDriverGetVersion"))
+    except Exception:
+        return None
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    ordinal: int
+    name: str
+    compute_capability: tuple[int, int]
+    num_sms: int
+    max_smem_per_block_optin: int
+    l2_bytes: int
+
+    @property
+    def arch(self) -> str:
+        """The NVRTC architecture to compile for: sm_90a on Hopper (wgmma, setmaxnreg need the 'a')."""
+        major, minor = self.compute_capability
+        suffix = "a" if major == 9 else ""
+        return f"sm_{major}{minor}{suffix}"
+
+
+_device_info: dict[int, DeviceInfo] = {}
+
+
+def device_info(ordinal: int = 0) -> DeviceInfo:
+    """Properties of device `ordinal`, read once."""
+    info = _device_info.get(ordinal)
+    if info is not None:
+        return info
+    init()
+    drv = _driver()
+    dev = check(drv.cuDeviceGet(ordinal), "cuDeviceGet")
+    attr = drv.CUdevice_attribute
+
+    def get(a):
+        return int(check(drv.cuDeviceGetAttribute(a, dev), "cuDeviceGetAttribute"))
+
+    name = check(drv.cuDeviceGetName(256, dev), "cuDeviceGetName").split(b"\0")[0].decode()
+    info = DeviceInfo(
+        ordinal=ordinal,
+        name=name,
+        compute_capability=(
+            get(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+            get(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
+        ),
+        num_sms=get(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
+        max_smem_per_block_optin=get(attr.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+        l2_bytes=get(attr.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE),
+    )
+    _device_info[ordinal] = info
+    return info
+
+
+_contexts: dict[int, object] = {}
+
+
+def ensure_context(ordinal: int):
+    """Makes device `ordinal`'s primary context (the one torch uses) current and returns it."""
+    init()
+    drv = _driver()
+    ctx = _contexts.get(ordinal)
+    if ctx is None:
+        dev = check(drv.cuDeviceGet(ordinal), "cuDeviceGet")
+        ctx = check(drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+        _contexts[ordinal] = ctx
+    current = check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
+    if int(current) != int(ctx):
+        check(drv.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    return ctx
+
+
+@dataclass(frozen=True)
+class LoadedKernel:
+    """A kernel function loaded into one device's primary context."""
+
+    name: str
+    function: object
+    module: object
+    device: int
+    dynamic_smem: int
+
+
+def load_kernel(cubin: bytes, name: str, device: int, dynamic_smem: int) -> LoadedKernel:
+    """Loads `cubin` into device `device`'s context, finds `name` and raises its dynamic smem limit."""
+    drv = _driver()
+    ensure_context(device)
+    module = check(drv.cuModuleLoadData(cubin), "cuModuleLoadData")
+    function = check(drv.cuModuleGetFunction(module, name.encode()), f"cuModuleGetFunction({name})")
+    if dynamic_smem > 48 * 1024:
+        limit = device_info(device).max_smem_per_block_optin
+        if dynamic_smem > limit:
+            raise ValueError(
+                f"kernel {name} needs {dynamic_smem} bytes of shared memory; device {device} allows {limit}"
+            )
+        check(
+            drv.cuFuncSetAttribute(
+                function, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic_smem
+            ),
+            "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
+        )
+    return LoadedKernel(name, function, module, device, dynamic_smem)
+
+
+class Swizzle(IntEnum):
+    NONE = 0
+    B32 = 32
+    B64 = 64
+    B128 = 128
+
+
+_DTYPES = {
+    "uint8": "CU_TENSOR_MAP_DATA_TYPE_UINT8",
+    "float8_e4m3fn": "CU_TENSOR_MAP_DATA_TYPE_UINT8",
+    "bfloat16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16",
+    "float32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32",
+    "int32": "CU_TENSOR_MAP_DATA_TYPE_INT32",
+}
+_SWIZZLES = {
+    Swizzle.NONE: "CU_TENSOR_MAP_SWIZZLE_NONE",
+    Swizzle.B32: "CU_TENSOR_MAP_SWIZZLE_32B",
+    Swizzle.B64: "CU_TENSOR_MAP_SWIZZLE_64B",
+    Swizzle.B128: "CU_TENSOR_MAP_SWIZZLE_128B",
+}
+
+
+def encode_tensor_map_2d(
+    dtype: str,
+    address: int,
+    inner: int,
+    outer: int,
+    outer_stride_bytes: int,
+    box_inner: int,
+    box_outer: int,
+    swizzle: Swizzle = Swizzle.NONE,
+):
+    """A CUtensorMap over a 2-D row-major region: `outer` rows of `inner` elements, rows
+    `outer_stride_bytes` apart; tiles of box_outer x box_inner. Out-of-bounds reads fill zeros."""
+    drv = _driver()
+    if outer_stride_bytes % 16:
+        raise ValueError(f"TMA needs a row stride that is a multiple of 16 bytes; got {outer_stride_bytes}")
+    if address % 16:
+        raise ValueError(f"TMA needs a 16-byte aligned base address; got 0x{address:x}")
+    return check(
+        drv.cuTensorMapEncodeTiled(
+            getattr(drv.CUtensorMapDataType, _DTYPES[dtype]),
+            2,
+            address,
+            [drv.cuuint64_t(inner), drv.cuuint64_t(outer)],
+            [drv.cuuint64_t(outer_stride_bytes)],
+            [drv.cuuint32_t(box_inner), drv.cuuint32_t(box_outer)],
+            [drv.cuuint32_t(1), drv.cuuint32_t(1)],
+            drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            getattr(drv.CUtensorMapSwizzle, _SWIZZLES[Swizzle(swizzle)]),
+            drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        ),
+        "cuTensorMapEncodeTiled",
+    )
+
+
+class ParamPack:
+    """Kernel parameters packed once into C storage, with the void* array cuLaunchKernelEx takes.
+
+    Items are CUtensorMap objects (copied by value, 128 bytes), ('u64'|'i32'|'u32'|'f32', value) pairs.
+    """
+
+    __slots__ = ("_storage", "_pointers", "address")
+
+    _CTYPES = {"u64": ctypes.c_uint64, "i32": ctypes.c_int32, "u32": ctypes.c_uint32, "f32": ctypes.c_float}
+
+    def __init__(self, items: Sequence[object]):
+        storage = []
+        for item in items:
+            if isinstance(item, tuple):
+                kind, value = item
+                storage.append(self._CTYPES[kind](value))
+            else:  # a CUtensorMap: copy its 128 bytes into 64-byte aligned storage we own
+                raw = (ctypes.c_uint64 * 24)()
+                base = ctypes.addressof(raw)
+                aligned = (base + 63) & ~63
+                ctypes.memmove(aligned, item.getPtr(), 128)
+                storage.append((raw, aligned))
+        addresses = [s[1] if isinstance(s, tuple) else ctypes.addressof(s) for s in storage]
+        self._storage = storage
+        self._pointers = (ctypes.c_void_p * len(addresses))(*addresses)
+        self.address = ctypes.addressof(self._pointers)
+
+
+@dataclass(frozen=True)
+class LaunchShape:
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    cluster: tuple[int, int, int] = (1, 1, 1)
+    dynamic_smem: int = 0
+
+
+class Launcher:
+    """A kernel with a fixed launch shape; `launch` takes a stream handle and a ParamPack."""
+
+    __slots__ = ("kernel", "shape", "_config", "_attrs", "_drv")
+
+    def __init__(self, kernel: LoadedKernel, shape: LaunchShape):
+        drv = _driver()
+        self._drv = drv
+        self.kernel = kernel
+        self.shape = shape
+        config = drv.CUlaunchConfig()
+        config.gridDimX, config.gridDimY, config.gridDimZ = shape.grid
+        config.blockDimX, config.blockDimY, config.blockDimZ = shape.block
+        config.sharedMemBytes = shape.dynamic_smem
+        attrs = []
+        if shape.cluster != (1, 1, 1):
+            attr = drv.CUlaunchAttribute()
+            attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = shape.cluster
+            attrs.append(attr)
+        config.attrs = attrs
+        config.numAttrs = len(attrs)
+        self._attrs = attrs
+        self._config = config
+
+    def launch(self, stream: int, params: ParamPack) -> None:
+        config = self._config
+        config.hStream = stream
+        (err,) = self._drv.cuLaunchKernelEx(config, self.kernel.function, params.address, 0)
+        if err != 0:
+            check(err, f"cuLaunchKernelEx({self.kernel.name})")

@@ -1,0 +1,91 @@
+// Basic types and helpers shared by every dgx kernel.
+// dgx compiles with NVRTC and includes no CUDA toolkit header, so the few types we need are spelled here.
+#pragma once
+
+typedef unsigned char uint8_t;
+typedef unsigned short uint16_t;
+typedef unsigned int uint32_t;
+typedef int int32_t;
+typedef unsigned long long uint64_t;
+typedef long long int64_t;
+
+#define DGX_DEVICE __device__ __forceinline__
+
+namespace dgx {
+
+// Opaque 128-byte tensor map (CUtensorMap), passed by value as a __grid_constant__ kernel parameter.
+struct alignas(64) TensorMap {
+    uint64_t opaque[16];
+};
+
+template <typename T>
+DGX_DEVICE constexpr T ceil_div(T a, T b) { return (a + b - 1) / b; }
+
+// 32-bit shared-state-space address of a generic pointer into shared memory.
+DGX_DEVICE uint32_t smem_addr(const void* ptr) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
+}
+
+DGX_DEVICE uint32_t lane_id() {
+    uint32_t lane;
+    asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
+    return lane;
+}
+
+// Warp-uniform index of the calling warp, so branches on it need no divergence handling.
+DGX_DEVICE uint32_t warp_id() {
+    return __shfl_sync(0xffffffffu, threadIdx.x / 32, 0);
+}
+
+// True on exactly one lane of the warp.
+DGX_DEVICE bool elect_one() {
+    uint32_t pred = 0;
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "elect.sync _|p, 0xffffffff;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(pred));
+    return pred != 0;
+}
+
+// Named barrier among `count` threads (a multiple of 32); id 0 is __syncthreads().
+DGX_DEVICE void named_barrier_sync(uint32_t id, uint32_t count) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+
+DGX_DEVICE float ld_global_nc(const float* ptr) {
+    float v;
+    asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(ptr));
+    return v;
+}
+
+// Two floats packed into one bf16x2 word, round to nearest even: `lo` in the low half.
+DGX_DEVICE uint32_t pack_bf16x2(float lo, float hi) {
+    uint32_t packed;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(hi), "f"(lo));
+    return packed;
+}
+
+DGX_DEVICE void st_shared_u32(uint32_t addr, uint32_t v) {
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+
+DGX_DEVICE void st_shared_v2_f32(uint32_t addr, float a, float b) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(a), "f"(b) : "memory");
+}
+
+// Warpgroup register reallocation (sm_90a). Takes effect only with a register cap at entry
+// (__launch_bounds__(threads, 1)) and with each role in one branch.
+template <uint32_t kRegs>
+DGX_DEVICE void setmaxnreg_inc() {
+    static_assert(kRegs % 8 == 0 && kRegs >= 24 && kRegs <= 256, "setmaxnreg takes a multiple of 8 in [24, 256]");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
+template <uint32_t kRegs>
+DGX_DEVICE void setmaxnreg_dec() {
+    static_assert(kRegs % 8 == 0 && kRegs >= 24 && kRegs <= 256, "setmaxnreg takes a multiple of 8 in [24, 256]");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
+}  // namespace dgx

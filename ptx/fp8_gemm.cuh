@@ -1,0 +1,251 @@
+// FP8 GEMM with DeepSeek-V3 fine-grained scaling on Hopper: D[M, N] = A[M, K] . B[N, K]^T, where A carries
+// one FP32 scale per row per 128 of K and B one per 128x128 block. Persistent and warp-specialised:
+// one producer warpgroup feeds a ring of shared-memory stages with TMA; one or two math warpgroups run
+// wgmma m64nNk32 (e4m3) per 128 of K into FP32 registers and promote each partial sum into a second set
+// of FP32 registers scaled by scale_a[row] * scale_b[block] (the promotion keeps FP8 tensor-core
+// accumulation error from building up over long K). The epilogue packs BF16 into swizzled shared memory
+// and stores it with TMA while the producer already loads the next tile.
+#pragma once
+#include "common.cuh"
+#include "mbarrier.cuh"
+#include "scheduler.cuh"
+#include "tma.cuh"
+#include "wgmma.cuh"
+
+namespace dgx {
+
+// Offset inside a region written for TMA's SWIZZLE_<kSpan>B mode (rows of kSpan bytes): the 16-byte
+// unit index is XORed with the row index within each 128-byte line group (CUTLASS calls it
+// Swizzle<log2(kSpan/16), 4, 3>). kSpan == 16 means no swizzle. The region must be 1024-byte aligned.
+template <uint32_t kSpan>
+DGX_DEVICE uint32_t swizzle_offset(uint32_t offset) {
+    static_assert(kSpan == 16 || kSpan == 32 || kSpan == 64 || kSpan == 128, "TMA swizzle spans 32/64/128 B");
+    if constexpr (kSpan == 16) {
+        return offset;
+    } else {
+        constexpr uint32_t kMask = kSpan / 16 - 1;
+        return offset ^ (((offset >> 7) & kMask) << 4);
+    }
+}
+
+template <int kN, int kK, int kBlockM, int kBlockN, int kNumStages, int kGroupN, int kDSpan>
+struct Fp8GemmTraits {
+    static constexpr int kBlockK = 128;  // one promotion (one scale) per 128 of K
+    static constexpr int kNumMathWG = kBlockM == 64 ? 1 : 2;
+    static constexpr int kWGRows = kBlockM / kNumMathWG;
+    static constexpr int kMmaPerWG = kWGRows / 64;
+    static constexpr int kNumKBlocks = (kK + kBlockK - 1) / kBlockK;
+    static constexpr int kNumNBlocks = (kN + kBlockN - 1) / kBlockN;
+    static constexpr int kNumSfbRows = (kN + 127) / 128;
+    static constexpr int kAccum = kBlockN / 2;  // FP32 accumulators per thread per m64 MMA
+    static constexpr int kMathThreads = kNumMathWG * 128;
+    static constexpr int kThreads = kMathThreads + 128;
+    static constexpr uint32_t kSmemD = kBlockM * kBlockN * 2;
+    static constexpr uint32_t kSmemA = kBlockM * kBlockK;
+    static constexpr uint32_t kSmemB = kBlockN * kBlockK;
+    static constexpr uint32_t kSmemBytes = kSmemD + kNumStages * (kSmemA + kSmemB) + kNumStages * 2 * 8;
+    // A tile spans at most two 128-wide B-scale blocks (the heuristic only picks such BLOCK_N).
+    static constexpr bool kSingleSfb = 128 % kBlockN == 0;
+    // 2 math WGs: 2 x 128 x 232 + 128 x 40 = 64512 of the SM's 65536 registers.
+    static constexpr uint32_t kMathRegs = 232;
+    static constexpr uint32_t kProducerRegs = 40;
+
+    static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 256, "BLOCK_M is 64, 128 or 256");
+    static_assert(kBlockN % 8 == 0 && kBlockN >= 8 && kBlockN <= 256, "wgmma e4m3 takes N = 8..256 by 8");
+    // Tiles start at multiples of BLOCK_N, so the worst offset inside a 128 block is 128 - gcd(BLOCK_N, 128).
+    static constexpr int kGcd128 = (kBlockN & -kBlockN) < 128 ? (kBlockN & -kBlockN) : 128;
+    static_assert(kBlockN - kGcd128 <= 128, "a tile must not span more than two 128-column B-scale blocks");
+    static_assert((kBlockN * 2) % kDSpan == 0, "the D tile splits into whole swizzle spans");
+    static_assert(kSmemBytes <= 232448, "Hopper gives a block at most 227 KB of shared memory");
+    static_assert(kN % 8 == 0, "TMA needs 16-byte aligned rows of the BF16 output");
+};
+
+template <int kN, int kK, int kBlockM, int kBlockN, int kNumStages, int kGroupN, int kDSpan>
+__device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const TensorMap& tmap_b,
+                                                 const TensorMap& tmap_d, const float* __restrict__ sfa,
+                                                 int64_t sfa_stride_m, int64_t sfa_stride_k,
+                                                 const float* __restrict__ sfb, int m) {
+    using T = Fp8GemmTraits<kN, kK, kBlockM, kBlockN, kNumStages, kGroupN, kDSpan>;
+    using Scheduler = TileScheduler<kBlockM, kBlockN, T::kNumNBlocks, kGroupN>;
+
+    extern __shared__ __align__(1024) uint8_t smem[];
+    uint8_t* smem_d = smem;
+    uint8_t* smem_a = smem_d + T::kSmemD;
+    uint8_t* smem_b = smem_a + kNumStages * T::kSmemA;
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem_b + kNumStages * T::kSmemB);
+    uint64_t* empty = full + kNumStages;
+
+    const uint32_t warp = warp_id();
+    const uint32_t lane = lane_id();
+    constexpr uint32_t kProducerWarp = T::kMathThreads / 32;
+
+    if (warp == kProducerWarp && lane == 0) {
+        prefetch_tensor_map(&tmap_a);
+        prefetch_tensor_map(&tmap_b);
+        prefetch_tensor_map(&tmap_d);
+        for (int s = 0; s < kNumStages; ++s) {
+            mbarrier_init(&full[s], 1);
+            mbarrier_init(&empty[s], T::kNumMathWG * 4);  // one arrival per math warp
+        }
+        fence_barrier_init();
+    }
+    __syncthreads();
+
+    Scheduler scheduler(m);
+    int m_block = 0, n_block = 0;
+
+    if (threadIdx.x >= T::kMathThreads) {
+        // Producer warpgroup: one elected thread issues every load.
+        if constexpr (T::kNumMathWG == 2) setmaxnreg_dec<T::kProducerRegs>();
+        if (warp == kProducerWarp && elect_one()) {
+            uint32_t it = 0;
+            while (scheduler.next_tile(m_block, n_block)) {
+                for (int kb = 0; kb < T::kNumKBlocks; ++kb, ++it) {
+                    const uint32_t s = it % kNumStages;
+                    const uint32_t phase = (it / kNumStages) & 1;
+                    mbarrier_wait(&empty[s], phase ^ 1);
+                    // Out-of-bounds parts of a box are zero-filled and still counted in the bytes.
+                    mbarrier_arrive_expect_tx(&full[s], T::kSmemA + T::kSmemB);
+                    tma_load_2d(&tmap_a, &full[s], smem_a + s * T::kSmemA, kb * T::kBlockK, m_block * kBlockM);
+                    tma_load_2d(&tmap_b, &full[s], smem_b + s * T::kSmemB, kb * T::kBlockK, n_block * kBlockN);
+                }
+            }
+        }
+        return;
+    }
+
+    // Math warpgroups.
+    if constexpr (T::kNumMathWG == 2) setmaxnreg_inc<T::kMathRegs>();
+    const uint32_t wg = threadIdx.x / 128;
+    const uint32_t row_in_wg = (warp % 4) * 16 + lane / 4;  // accumulator row of this thread (and +8)
+    const uint32_t col_in_8 = (lane % 4) * 2;               // accumulator column pair inside each 8
+    float accum[T::kMmaPerWG][T::kAccum];
+    float result[T::kMmaPerWG][T::kAccum];
+    uint32_t it = 0;
+
+    while (scheduler.next_tile(m_block, n_block)) {
+        const int m_start = m_block * kBlockM;
+        const int n_start = n_block * kBlockN;
+
+        // B scales: the tile's columns below `boundary` use block row sfb_row0, the rest sfb_row1.
+        const int sfb_row0 = n_start / 128;
+        const int sfb_row1 = min((n_start + kBlockN - 1) / 128, T::kNumSfbRows - 1);
+        const int boundary = (sfb_row0 + 1) * 128 - n_start;
+        const float* sfb0 = sfb + sfb_row0 * T::kNumKBlocks;
+        const float* sfb1 = sfb + sfb_row1 * T::kNumKBlocks;
+
+        // A scales of this thread's rows; rows past M are clamped (their results are never stored).
+        const float* sfa_rows[T::kMmaPerWG][2];
+#pragma unroll
+        for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = min(m_start + static_cast<int>(wg * T::kWGRows + mm * 64 + row_in_wg) + h * 8, m - 1);
+                sfa_rows[mm][h] = sfa + row * sfa_stride_m;
+            }
+        }
+
+#pragma unroll
+        for (int mm = 0; mm < T::kMmaPerWG; ++mm)
+#pragma unroll
+            for (int i = 0; i < T::kAccum; ++i) result[mm][i] = 0.0f;
+
+#pragma unroll 1
+        for (int kb = 0; kb < T::kNumKBlocks; ++kb, ++it) {
+            const uint32_t s = it % kNumStages;
+            const uint32_t phase = (it / kNumStages) & 1;
+            // Scale loads go out before the wait; their latency hides behind the MMAs.
+            const float sb0 = ld_global_nc(sfb0 + kb);
+            const float sb1 = T::kSingleSfb ? sb0 : ld_global_nc(sfb1 + kb);
+            float sa[T::kMmaPerWG][2];
+#pragma unroll
+            for (int mm = 0; mm < T::kMmaPerWG; ++mm)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) sa[mm][h] = ld_global_nc(sfa_rows[mm][h] + kb * sfa_stride_k);
+
+            mbarrier_wait(&full[s], phase);
+#pragma unroll
+            for (int mm = 0; mm < T::kMmaPerWG; ++mm)
+#pragma unroll
+                for (int i = 0; i < T::kAccum; ++i) fence_operand(accum[mm][i]);
+            wgmma_fence();
+            const uint64_t desc_b = make_smem_desc_sw128(smem_b + s * T::kSmemB);
+            const uint64_t desc_a =
+                make_smem_desc_sw128(smem_a + s * T::kSmemA + wg * T::kWGRows * T::kBlockK);
+#pragma unroll
+            for (int j = 0; j < T::kBlockK / 32; ++j) {
+#pragma unroll
+                for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
+                    WgmmaE4M3<kBlockN>::mma(advance_desc(desc_a, mm * 64 * T::kBlockK + j * 32),
+                                            advance_desc(desc_b, j * 32), accum[mm], j > 0);
+                }
+            }
+            wgmma_commit();
+#pragma unroll
+            for (int mm = 0; mm < T::kMmaPerWG; ++mm)
+#pragma unroll
+                for (int i = 0; i < T::kAccum; ++i) fence_operand(accum[mm][i]);
+            wgmma_wait<0>();
+#pragma unroll
+            for (int mm = 0; mm < T::kMmaPerWG; ++mm)
+#pragma unroll
+                for (int i = 0; i < T::kAccum; ++i) fence_operand(accum[mm][i]);
+
+            // The MMAs have read the stage: hand it back to the producer.
+            if (lane == 0) mbarrier_arrive(&empty[s]);
+
+            // Promotion: result += accum * scale_a[row] * scale_b[block].
+#pragma unroll
+            for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
+                const float s00 = sa[mm][0] * sb0, s10 = sa[mm][1] * sb0;
+                const float s01 = sa[mm][0] * sb1, s11 = sa[mm][1] * sb1;
+#pragma unroll
+                for (int i = 0; i < kBlockN / 8; ++i) {
+                    const bool first = T::kSingleSfb || i * 8 < boundary;
+                    const float lo = first ? s00 : s01;
+                    const float hi = first ? s10 : s11;
+                    result[mm][i * 4 + 0] = fmaf(accum[mm][i * 4 + 0], lo, result[mm][i * 4 + 0]);
+                    result[mm][i * 4 + 1] = fmaf(accum[mm][i * 4 + 1], lo, result[mm][i * 4 + 1]);
+                    result[mm][i * 4 + 2] = fmaf(accum[mm][i * 4 + 2], hi, result[mm][i * 4 + 2]);
+                    result[mm][i * 4 + 3] = fmaf(accum[mm][i * 4 + 3], hi, result[mm][i * 4 + 3]);
+                }
+            }
+        }
+
+        // Epilogue: BF16 into this warpgroup's swizzled slice of smem_d, then one TMA store per span.
+        uint8_t* region = smem_d + wg * T::kWGRows * kBlockN * 2;
+        const uint32_t region_addr = smem_addr(region);
+        const bool leader = threadIdx.x % 128 == 0;
+        if (leader) tma_store_wait_read();  // the previous tile's store has left this buffer
+        named_barrier_sync(1 + wg, 128);
+#pragma unroll
+        for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
+#pragma unroll
+            for (int i = 0; i < kBlockN / 8; ++i) {
+                const uint32_t col_bytes = (i * 8 + col_in_8) * 2;
+                const uint32_t span = col_bytes / kDSpan;
+                const uint32_t row = mm * 64 + row_in_wg;
+                const uint32_t base = span * T::kWGRows * kDSpan + col_bytes % kDSpan;
+                st_shared_u32(region_addr + swizzle_offset<kDSpan>(base + row * kDSpan),
+                              pack_bf16x2(result[mm][i * 4 + 0], result[mm][i * 4 + 1]));
+                st_shared_u32(region_addr + swizzle_offset<kDSpan>(base + (row + 8) * kDSpan),
+                              pack_bf16x2(result[mm][i * 4 + 2], result[mm][i * 4 + 3]));
+            }
+        }
+        fence_proxy_async_shared();
+        named_barrier_sync(1 + wg, 128);
+        if (leader && m_start + static_cast<int>(wg * T::kWGRows) < m) {
+            constexpr int kSpanCols = kDSpan / 2;
+#pragma unroll
+            for (int span = 0; span < kBlockN / kSpanCols; ++span) {
+                if (n_start + span * kSpanCols < kN)
+                    tma_store_2d(&tmap_d, region + span * T::kWGRows * kDSpan, n_start + span * kSpanCols,
+                                 m_start + wg * T::kWGRows);
+            }
+            tma_store_commit();
+        }
+    }
+    if (threadIdx.x % 128 == 0) tma_store_wait_all();
+}
+
+}  // namespace dgx

@@ -1,0 +1,52 @@
+// mbarrier wrappers: the full/empty handshake between the TMA producer and the math warpgroups.
+#pragma once
+#include "common.cuh"
+
+namespace dgx {
+
+DGX_DEVICE void mbarrier_init(uint64_t* bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+
+// Makes barrier initialisation visible to the async proxy (TMA) and to the other CTAs of the cluster.
+DGX_DEVICE void fence_barrier_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+DGX_DEVICE void mbarrier_arrive(uint64_t* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+// Arrive on the barrier at the same offset in CTA `rank` of the cluster (rank may be our own).
+DGX_DEVICE void mbarrier_arrive_cluster(uint64_t* bar, uint32_t rank) {
+    asm volatile(
+        "{\n.reg .b32 remote;\n"
+        "mapa.shared::cluster.u32 remote, %0, %1;\n"
+        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_addr(bar)),
+        "r"(rank)
+        : "memory");
+}
+
+// Arrive and announce `bytes` of TMA traffic that will complete on this barrier.
+DGX_DEVICE void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
+                 : "memory");
+}
+
+// Blocks until the phase with the given parity has completed. A fresh barrier is in phase 0, so waiting
+// on parity 1 returns at once: producers use that to pass the first lap of an empty ring.
+DGX_DEVICE void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+    const uint32_t addr = smem_addr(bar);
+    uint32_t done = 0;
+    do {
+        asm volatile(
+            "{\n.reg .pred p;\n"
+            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(addr), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+
+}  // namespace dgx

@@ -1,0 +1,36 @@
+"""Inputs and references for the GPU GEMM tests (torch)."""
+
+from __future__ import annotations
+
+import torch
+
+from dgx.torch_utils import calc_diff, dequantize, per_block_cast_to_fp8, per_token_cast_to_fp8
+
+
+def make_dense(m: int, n: int, k: int, seed: int | None = None):
+    """Fresh random BF16 inputs, their FP8 quantisation, and a NaN-poisoned output."""
+    g = torch.Generator(device="cuda")
+    if seed is not None:
+        g.manual_seed(seed)
+    else:
+        g.seed()
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g)
+    a_fp8 = per_token_cast_to_fp8(a)
+    b_fp8 = per_block_cast_to_fp8(b)
+    d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    return a, b, a_fp8, b_fp8, d
+
+
+def check_dense(d, a, b, a_fp8, b_fp8, *, max_rel: float = 2e-3, max_diff: float = 1e-3):
+    """Every element written; normwise error vs the float64 product of the dequantised inputs; calc_diff
+    vs the BF16 product of the originals. Returns (relative error, calc_diff)."""
+    assert not torch.isnan(d).any(), f"{int(torch.isnan(d).sum())} output elements were not written"
+    a_deq = dequantize(*a_fp8, 1).double()
+    b_deq = dequantize(*b_fp8, 128).double()
+    ref = a_deq @ b_deq.T
+    rel = float((d.double() - ref).norm() / ref.norm().clamp(min=1e-30))
+    diff = calc_diff(d, (a.float() @ b.float().T))
+    assert rel <= max_rel, f"normwise relative error {rel:.3e} > {max_rel}"
+    assert diff < max_diff, f"calc_diff {diff:.3e} >= {max_diff}"
+    return rel, diff

@@ -1,0 +1,95 @@
+"""fp8_gemm_nt on the GPU: correctness on the ANCHORS.md shapes and odd shapes, determinism, graphs."""
+
+import itertools
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.gpu
+
+from gpu_gemm_utils import check_dense, make_dense  # noqa: E402
+
+ANCHOR_SHAPES = [
+    (m, n, k)
+    for m in (64, 128, 4096)
+    for (n, k) in ((2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048))
+]
+ODD_SHAPES = list(itertools.product((1, 7, 63, 65, 129, 1000, 4097), (8, 136, 576, 2112, 7168), (128, 576, 7168)))
+
+
+@pytest.mark.parametrize("m,n,k", ANCHOR_SHAPES)
+def test_anchor_shapes(m, n, k):
+    import dgx
+
+    a, b, a_fp8, b_fp8, d = make_dense(m, n, k)
+    dgx.fp8_gemm_nt(a_fp8, b_fp8, d)
+    torch.cuda.synchronize()
+    check_dense(d, a, b, a_fp8, b_fp8)
+
+
+@pytest.mark.parametrize("m,n,k", ODD_SHAPES)
+def test_odd_shapes(m, n, k):
+    import dgx
+
+    a, b, a_fp8, b_fp8, d = make_dense(m, n, k)
+    dgx.fp8_gemm_nt(a_fp8, b_fp8, d)
+    torch.cuda.synchronize()
+    check_dense(d, a, b, a_fp8, b_fp8)
+
+
+@pytest.mark.parametrize("m,n,k", [(4096, 7168, 2048), (64, 2112, 7168), (1000, 576, 7168)])
+def test_bitwise_deterministic(m, n, k):
+    import dgx
+
+    a, b, a_fp8, b_fp8, d = make_dense(m, n, k)
+    dgx.fp8_gemm_nt(a_fp8, b_fp8, d)
+    first = d.clone()
+    for _ in range(3):
+        d.fill_(float("nan"))
+        dgx.fp8_gemm_nt(a_fp8, b_fp8, d)
+        torch.cuda.synchronize()
+        assert torch.equal(d, first)
+
+
+def test_sfa_layouts_agree():
+    """Row-major SFA and the TMA-aligned M-major SFA are both read as they are, with one result."""
+    import dgx
+
+    a, b, a_fp8, b_fp8, d = make_dense(129, 2112, 7168)
+    dgx.fp8_gemm_nt(a_fp8, b_fp8, d)
+    mn_major = dgx.get_mn_major_tma_aligned_tensor(a_fp8[1])
+    assert mn_major.stride() == (1, dgx.get_tma_aligned_size(129, 4))
+    d2 = torch.full_like(d, float("nan"))
+    dgx.fp8_gemm_nt((a_fp8[0], mn_major), b_fp8, d2)
+    torch.cuda.synchronize()
+    assert torch.equal(d, d2)
+
+
+def test_cuda_graph_replay():
+    import dgx
+
+    a, b, a_fp8, b_fp8, d = make_dense(128, 7168, 2048)
+    dgx.fp8_gemm_nt(a_fp8, b_fp8, d)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        dgx.fp8_gemm_nt(a_fp8, b_fp8, d)
+    a2, b2, a2_fp8, b2_fp8, _ = make_dense(128, 7168, 2048)
+    a_fp8[0].copy_(a2_fp8[0])
+    a_fp8[1].copy_(a2_fp8[1])
+    d.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    check_dense(d, a2, b, a2_fp8, b_fp8)
+
+
+def test_zero_m_is_noop():
+    import dgx
+
+    a = torch.empty(0, 256, device="cuda", dtype=torch.float8_e4m3fn)
+    sfa = torch.empty(0, 2, device="cuda", dtype=torch.float32)
+    b = torch.randn(256, 256, device="cuda").to(torch.float8_e4m3fn)
+    sfb = torch.ones(2, 2, device="cuda")
+    d = torch.empty(0, 256, device="cuda", dtype=torch.bfloat16)
+    dgx.fp8_gemm_nt((a, sfa), (b, sfb), d)  # nothing to do, nothing launched
+    torch.cuda.synchronize()
