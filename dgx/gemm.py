@@ -37,15 +37,28 @@ _params: dict[tuple, runtime.ParamPack] = {}
 _PARAM_CACHE_LIMIT = 512
 
 
-def _plan(m: int, n: int, k: int, device: int, num_sms: int) -> DensePlan:
-    key = (m, n, k, device, num_sms)
+def _plan(m: int, n: int, k: int, device: int, num_sms: int, config: GemmConfig | None = None) -> DensePlan:
+    key = (m, n, k, device, num_sms, config)
     plan = _plans.get(key)
     if plan is None:
-        choice = choose_dense(m, n, k, num_sms)
-        config = choice.config
+        if config is None:
+            config = choose_dense(m, n, k, num_sms).config
+        elif (config.n, config.k) != (n, k):
+            raise ValueError(f"config is for N={config.n}, K={config.k}; the inputs have N={n}, K={k}")
         kernel = jit.get_kernel(config.render(), device)
-        grid = min(choice.num_tiles, num_sms)
-        shape = runtime.LaunchShape((grid, 1, 1), (config.threads, 1, 1), (1, 1, 1), config.smem_bytes)
+        grid = config.grid(m, num_sms)
+        shape = runtime.LaunchShape(
+            (grid, 1, 1), (config.threads, 1, 1), (config.cluster, 1, 1), config.smem_bytes
+        )
+        if config.cluster > 1:
+            resident = runtime.max_active_clusters(kernel, shape)
+            if resident < 1:
+                raise RuntimeError(f"no cluster of {config.cluster} CTAs of {config.kernel_name} fits on device {device}")
+            if grid // config.cluster > resident:
+                grid = resident * config.cluster
+                shape = runtime.LaunchShape(
+                    (grid, 1, 1), (config.threads, 1, 1), (config.cluster, 1, 1), config.smem_bytes
+                )
         plan = DensePlan(config, runtime.Launcher(kernel, shape))
         _plans[key] = plan
     return plan
@@ -56,8 +69,8 @@ def _pack(config: GemmConfig, a: TensorView, b: TensorView, sfa: TensorView, sfb
     pack = _params.get(key)
     if pack is None:
         n, k = config.n, config.k
-        tmap_a = runtime.encode_tensor_map_2d("uint8", a.ptr, k, m, a.strides[0], 128, config.block_m, Swizzle.B128)
-        tmap_b = runtime.encode_tensor_map_2d("uint8", b.ptr, k, n, b.strides[0], 128, config.block_n, Swizzle.B128)
+        tmap_a = runtime.encode_tensor_map_2d("uint8", a.ptr, k, m, a.strides[0], 128, config.box_rows_a, Swizzle.B128)
+        tmap_b = runtime.encode_tensor_map_2d("uint8", b.ptr, k, n, b.strides[0], 128, config.box_rows_b, Swizzle.B128)
         span = config.d_span
         wg_rows = config.block_m // config.math_warpgroups
         tmap_d = runtime.encode_tensor_map_2d(
@@ -81,7 +94,7 @@ def _pack(config: GemmConfig, a: TensorView, b: TensorView, sfa: TensorView, sfb
     return pack
 
 
-def fp8_gemm_nt(a, b, d, c=None, *, stream=None) -> None:
+def fp8_gemm_nt(a, b, d, c=None, *, stream=None, config: GemmConfig | None = None) -> None:
     """D = A . B^T for FP8 A [M, K] and B [N, K] with DeepSeek-V3 fine-grained scales; BF16 D [M, N].
 
     Args:
@@ -93,6 +106,7 @@ def fp8_gemm_nt(a, b, d, c=None, *, stream=None) -> None:
         d: bfloat16 [M, N], rows contiguous and 16-byte aligned; written in place.
         c: not supported with a BF16 d (accumulation into FP32 is the weight-gradient variant).
         stream: the stream to launch on (default: torch's current stream).
+        config: a GemmConfig to use instead of the heuristic's choice (tuning and tests).
 
     Raises TypeError/ValueError naming the violated constraint before anything is launched.
     """
@@ -131,7 +145,7 @@ def fp8_gemm_nt(a, b, d, c=None, *, stream=None) -> None:
     if m >= 2**31:
         raise ValueError(f"A: M must be below 2**31; got {m}")
     device = av.device
-    plan = _plan(m, n, k, device, get_num_sms(device))
+    plan = _plan(m, n, k, device, get_num_sms(device), config)
     pack = _pack(plan.config, av, bv, sfav, sfbv, dv, m)
     plan.launcher.launch(resolve_stream(stream, device), pack)
 

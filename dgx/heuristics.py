@@ -1,23 +1,28 @@
 """Config choice for the FP8 GEMM kernels: pure Python, no GPU, unit-tested on the CPU.
 
-The model: a persistent grid of `num_sms` CTAs runs ceil(tiles / num_sms) waves. A tile costs, per
-128 of K, the larger of its tensor-core time and the time to stream its A and B slices into the SM,
-plus an epilogue. The config with the lowest estimated time wins; ties go to larger tiles (fewer
-bytes re-read from L2). Numbers are H100 SXM figures; they only need to rank configs correctly.
+The model: a persistent grid of `num_sms` CTAs (or num_sms / 2 clusters) runs ceil(units / slots)
+waves. A tile costs, per 128 of K, the cycles measured for the kernel on an H100 (docs/PERFLOG.md,
+2026-11-22): one math warpgroup (BLOCK_M 64) spends ~650 clk per k-block on its dependent chain of
+four wgmma plus promotion, growing slowly with BLOCK_N; two math warpgroups run at about half the
+tensor-core peak (~BLOCK_M * BLOCK_N / 16 clk). Plus an epilogue per tile. The lowest estimate wins;
+ties go to larger tiles. Constants only need to rank configs the way the device does.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
 
 from . import env
-from .kernels.fp8_gemm import SMEM_LIMIT, GemmConfig, smem_bytes, validate_blocks
+from .kernels.fp8_gemm import PAIR_M, PAIR_N, PAIR_NONE, SMEM_LIMIT, GemmConfig, validate_blocks
 
-FP8_FLOP_PER_CLK_PER_SM = 8192  # dense e4m3 wgmma: 1979 TFLOP/s / 132 SMs / 1.83 GHz
-STREAM_BYTES_PER_CLK_PER_SM = 57  # what one SM's TMA ring sustains (~100 GB/s at 1.75 GHz, measured by DeepGEMM-like kernels)
+ONE_WG_BASE_CLK = 650.0  # per k-block, BLOCK_M 64, BLOCK_N 16 (measured)
+ONE_WG_CLK_PER_COL = 1.8  # per extra output column (measured: 64x128 ~ 850 clk)
+TWO_WG_CLK_PER_ELEM = 1 / 16  # BLOCK_M * BLOCK_N / 16 clk per k-block (measured: 128x128 ~ 1040 clk)
+BLOCK_M_256_PENALTY = 1.15  # 256x80 measured ~15% slower per element than 128x160
+ONE_WG_PAIR_PENALTY = 1.08  # multicast costs the latency-bound small tiles (measured 5-12%)
+STREAM_BYTES_PER_CLK_PER_SM = 57  # what one SM's TMA ring takes in (~100 GB/s)
 EPILOGUE_BYTES_PER_CLK = 64
 MAX_STAGES = 16
 
@@ -28,7 +33,7 @@ BLOCK_NS = tuple(range(16, 257, 8))
 @dataclass(frozen=True)
 class Choice:
     config: GemmConfig
-    num_tiles: int
+    num_tiles: int  # scheduler units: tiles, or tile pairs for 2-CTA clusters
     waves: int
     est_cycles: float
 
@@ -38,22 +43,34 @@ def max_stages(block_m: int, block_n: int) -> int:
     return min(stages, MAX_STAGES)
 
 
-def tile_cycles(block_m: int, block_n: int, k: int) -> float:
+def tile_cycles(block_m: int, block_n: int, k: int, pair: int = PAIR_NONE) -> float:
+    """Estimated cycles of one tile: k-blocks x per-k-block cost, plus the epilogue."""
     k_blocks = -(-k // 128)
-    mma = block_m * block_n * 128 * 2 / FP8_FLOP_PER_CLK_PER_SM * (1 + 16 / block_n)
+    chain = ONE_WG_BASE_CLK + ONE_WG_CLK_PER_COL * (block_n - 16)  # every warpgroup pays this latency
+    if block_m == 64:
+        mma = chain * (ONE_WG_PAIR_PENALTY if pair != PAIR_NONE else 1.0)
+    else:
+        rate = block_m * block_n * TWO_WG_CLK_PER_ELEM * (BLOCK_M_256_PENALTY if block_m == 256 else 1.0)
+        mma = max(chain, rate)
     load = (block_m + block_n) * 128 / STREAM_BYTES_PER_CLK_PER_SM
     epilogue = block_m * block_n * 2 / EPILOGUE_BYTES_PER_CLK
     return k_blocks * max(mma, load) + epilogue
 
 
-def candidates(m: int) -> list[tuple[int, int]]:
+def candidates(m: int, n: int) -> list[tuple[int, int, int]]:
+    """(block_m, block_n, pair) the kernel supports that make sense for M x N."""
     out = []
     for bm in BLOCK_MS:
-        if bm == 256 and m <= 128:
-            continue
+        if bm == 256 and m <= 128 or bm == 128 and m <= 64:
+            continue  # the tile would be mostly padding
         for bn in BLOCK_NS:
-            if not validate_blocks(bm, bn) and max_stages(bm, bn) >= 3:
-                out.append((bm, bn))
+            if max_stages(bm, bn) < 3:
+                continue
+            for pair in (PAIR_NONE, PAIR_N, PAIR_M):
+                if pair == PAIR_N and -(-n // bn) < 2 or pair == PAIR_M and -(-m // bm) < 2:
+                    continue
+                if not validate_blocks(bm, bn, pair):
+                    out.append((bm, bn, pair))
     return out
 
 
@@ -63,12 +80,14 @@ def choose_dense(m: int, n: int, k: int, num_sms: int) -> Choice:
     if m <= 0 or n <= 0 or k <= 0 or num_sms <= 0:
         raise ValueError(f"choose_dense needs positive m, n, k, num_sms; got {m}, {n}, {k}, {num_sms}")
     best: Choice | None = None
-    for bm, bn in candidates(m):
-        tiles = -(-m // bm) * -(-n // bn)
-        waves = -(-tiles // num_sms)
-        cycles = waves * tile_cycles(bm, bn, k)
-        stages = max_stages(bm, bn)
-        cand = Choice(GemmConfig(n, k, bm, bn, stages), tiles, waves, cycles)
+    for bm, bn, pair in candidates(m, n):
+        config = GemmConfig(n, k, bm, bn, max_stages(bm, bn), pair=pair)
+        if pair != PAIR_NONE and num_sms < 2:
+            continue
+        units = config.units(m)
+        waves = -(-units // (num_sms // config.cluster))
+        cycles = waves * tile_cycles(bm, bn, k, pair)
+        cand = Choice(config, units, waves, cycles)
         if best is None or _better(cand, best):
             best = cand
     assert best is not None  # candidates() is never empty for valid inputs
@@ -76,7 +95,7 @@ def choose_dense(m: int, n: int, k: int, num_sms: int) -> Choice:
         c = best.config
         print(
             f"dgx: fp8_gemm_nt M={m} N={n} K={k} SMs={num_sms}: block {c.block_m}x{c.block_n}, {c.stages} stages, "
-            f"{best.num_tiles} tiles in {best.waves} waves",
+            f"pair {c.pair}, {best.num_tiles} units in {best.waves} waves",
             file=sys.stderr,
         )
     return best
@@ -87,4 +106,7 @@ def _better(a: Choice, b: Choice) -> bool:
         return True
     if a.est_cycles > b.est_cycles * 1.001:
         return False
-    return a.config.block_m * a.config.block_n > b.config.block_m * b.config.block_n
+    area = a.config.block_m * a.config.block_n - b.config.block_m * b.config.block_n
+    if area:
+        return area > 0
+    return a.config.pair < b.config.pair  # no cluster when it buys nothing

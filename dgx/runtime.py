@@ -266,6 +266,15 @@ class LaunchShape:
     dynamic_smem: int = 0
 
 
+def max_active_clusters(kernel: LoadedKernel, shape: LaunchShape) -> int:
+    """How many clusters of `shape` can be resident at once (GPCs with an odd number of free SMs leave
+    some idle, so this can be below num_sms / cluster size). A persistent grid must not exceed it, or
+    the clusters beyond it run after the others, doubling the time."""
+    drv = _driver()
+    launcher = Launcher(kernel, shape)
+    return int(check(drv.cuOccupancyMaxActiveClusters(kernel.function, launcher._config), "cuOccupancyMaxActiveClusters"))
+
+
 class Launcher:
     """A kernel with a fixed launch shape; `launch` takes a stream handle and a ParamPack."""
 

@@ -6,6 +6,7 @@
 // accumulation error from building up over long K). The epilogue packs BF16 into swizzled shared memory
 // and stores it with TMA while the producer already loads the next tile.
 #pragma once
+#include "cluster.cuh"
 #include "common.cuh"
 #include "mbarrier.cuh"
 #include "scheduler.cuh"
@@ -28,7 +29,7 @@ DGX_DEVICE uint32_t swizzle_offset(uint32_t offset) {
     }
 }
 
-template <int kN, int kK, int kBlockM, int kBlockN, int kNumStages, int kGroupN, int kDSpan>
+template <int kN, int kK, int kBlockM, int kBlockN, int kNumStages, int kGroupN, int kDSpan, int kPair>
 struct Fp8GemmTraits {
     static constexpr int kBlockK = 128;  // one promotion (one scale) per 128 of K
     static constexpr int kNumMathWG = kBlockM == 64 ? 1 : 2;
@@ -49,6 +50,13 @@ struct Fp8GemmTraits {
     // 2 math WGs: 2 x 128 x 232 + 128 x 40 = 64512 of the SM's 65536 registers.
     static constexpr uint32_t kMathRegs = 232;
     static constexpr uint32_t kProducerRegs = 40;
+    // 2-CTA clusters share A (pair along N) or B (pair along M): each CTA loads half of the shared tile
+    // and multicasts it to both, which cuts L2 reads - the limit of the compute-bound shapes.
+    static constexpr int kCluster = kPair == kPairNone ? 1 : 2;
+    static constexpr int kHalfRowsA = kPair == kPairN ? kBlockM / 2 : kBlockM;
+    static constexpr int kHalfRowsB = kPair == kPairM ? kBlockN / 2 : kBlockN;
+    static_assert(kHalfRowsA * 128 % 1024 == 0 && kHalfRowsB * 128 % 1024 == 0,
+                  "each multicast half must keep the 1024-byte alignment of the 128B swizzle");
 
     static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 256, "BLOCK_M is 64, 128 or 256");
     static_assert(kBlockN % 8 == 0 && kBlockN >= 8 && kBlockN <= 256, "wgmma e4m3 takes N = 8..256 by 8");
@@ -60,61 +68,14 @@ struct Fp8GemmTraits {
     static_assert(kN % 8 == 0, "TMA needs 16-byte aligned rows of the BF16 output");
 };
 
-template <int kN, int kK, int kBlockM, int kBlockN, int kNumStages, int kGroupN, int kDSpan>
-__device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const TensorMap& tmap_b,
-                                                 const TensorMap& tmap_d, const float* __restrict__ sfa,
-                                                 int64_t sfa_stride_m, int64_t sfa_stride_k,
-                                                 const float* __restrict__ sfb, int m) {
-    using T = Fp8GemmTraits<kN, kK, kBlockM, kBlockN, kNumStages, kGroupN, kDSpan>;
-    using Scheduler = TileScheduler<kBlockM, kBlockN, T::kNumNBlocks, kGroupN>;
-
-    extern __shared__ __align__(1024) uint8_t smem[];
-    uint8_t* smem_d = smem;
-    uint8_t* smem_a = smem_d + T::kSmemD;
-    uint8_t* smem_b = smem_a + kNumStages * T::kSmemA;
-    uint64_t* full = reinterpret_cast<uint64_t*>(smem_b + kNumStages * T::kSmemB);
-    uint64_t* empty = full + kNumStages;
-
-    const uint32_t warp = warp_id();
-    const uint32_t lane = lane_id();
-    constexpr uint32_t kProducerWarp = T::kMathThreads / 32;
-
-    if (warp == kProducerWarp && lane == 0) {
-        prefetch_tensor_map(&tmap_a);
-        prefetch_tensor_map(&tmap_b);
-        prefetch_tensor_map(&tmap_d);
-        for (int s = 0; s < kNumStages; ++s) {
-            mbarrier_init(&full[s], 1);
-            mbarrier_init(&empty[s], T::kNumMathWG * 4);  // one arrival per math warp
-        }
-        fence_barrier_init();
-    }
-    __syncthreads();
-
-    Scheduler scheduler(m);
+// Math warpgroups: wgmma per stage, promotion with the scales, BF16 epilogue through TMA stores.
+template <typename T, typename Scheduler, int kBlockM, int kBlockN, int kNumStages, int kDSpan, int kN>
+__device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* smem_d, uint8_t* smem_a, uint8_t* smem_b,
+                                              uint64_t* full, uint64_t* empty, const TensorMap& tmap_d,
+                                              const float* __restrict__ sfa, int64_t sfa_stride_m,
+                                              int64_t sfa_stride_k, const float* __restrict__ sfb, int m,
+                                              uint32_t warp, uint32_t lane) {
     int m_block = 0, n_block = 0;
-
-    if (threadIdx.x >= T::kMathThreads) {
-        // Producer warpgroup: one elected thread issues every load.
-        if constexpr (T::kNumMathWG == 2) setmaxnreg_dec<T::kProducerRegs>();
-        if (warp == kProducerWarp && elect_one()) {
-            uint32_t it = 0;
-            while (scheduler.next_tile(m_block, n_block)) {
-                for (int kb = 0; kb < T::kNumKBlocks; ++kb, ++it) {
-                    const uint32_t s = it % kNumStages;
-                    const uint32_t phase = (it / kNumStages) & 1;
-                    mbarrier_wait(&empty[s], phase ^ 1);
-                    // Out-of-bounds parts of a box are zero-filled and still counted in the bytes.
-                    mbarrier_arrive_expect_tx(&full[s], T::kSmemA + T::kSmemB);
-                    tma_load_2d(&tmap_a, &full[s], smem_a + s * T::kSmemA, kb * T::kBlockK, m_block * kBlockM);
-                    tma_load_2d(&tmap_b, &full[s], smem_b + s * T::kSmemB, kb * T::kBlockK, n_block * kBlockN);
-                }
-            }
-        }
-        return;
-    }
-
-    // Math warpgroups.
     if constexpr (T::kNumMathWG == 2) setmaxnreg_inc<T::kMathRegs>();
     const uint32_t wg = threadIdx.x / 128;
     const uint32_t row_in_wg = (warp % 4) * 16 + lane / 4;  // accumulator row of this thread (and +8)
@@ -128,7 +89,8 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const 
         const int n_start = n_block * kBlockN;
 
         // B scales: the tile's columns below `boundary` use block row sfb_row0, the rest sfb_row1.
-        const int sfb_row0 = n_start / 128;
+        // Clamped: a pair's second tile may lie past N (nothing of it is stored).
+        const int sfb_row0 = min(n_start / 128, T::kNumSfbRows - 1);
         const int sfb_row1 = min((n_start + kBlockN - 1) / 128, T::kNumSfbRows - 1);
         const int boundary = (sfb_row0 + 1) * 128 - n_start;
         const float* sfb0 = sfb + sfb_row0 * T::kNumKBlocks;
@@ -192,7 +154,11 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const 
                 for (int i = 0; i < T::kAccum; ++i) fence_operand(accum[mm][i]);
 
             // The MMAs have read the stage: hand it back to the producer.
-            if (lane == 0) mbarrier_arrive(&empty[s]);
+            if constexpr (T::kCluster == 1) {
+                if (lane == 0) mbarrier_arrive(&empty[s]);
+            } else {
+                if (lane < T::kCluster) mbarrier_arrive_cluster(&empty[s], lane);
+            }
 
             // Promotion: result += accum * scale_a[row] * scale_b[block].
 #pragma unroll
@@ -234,7 +200,7 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const 
         }
         fence_proxy_async_shared();
         named_barrier_sync(1 + wg, 128);
-        if (leader && m_start + static_cast<int>(wg * T::kWGRows) < m) {
+        if (leader && m_start + static_cast<int>(wg * T::kWGRows) < m && n_start < kN) {
             constexpr int kSpanCols = kDSpan / 2;
 #pragma unroll
             for (int span = 0; span < kBlockN / kSpanCols; ++span) {
@@ -247,5 +213,81 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const 
     }
     if (threadIdx.x % 128 == 0) tma_store_wait_all();
 }
+
+template <int kN, int kK, int kBlockM, int kBlockN, int kNumStages, int kGroupN, int kDSpan, int kPair>
+__device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const TensorMap& tmap_b,
+                                                 const TensorMap& tmap_d, const float* __restrict__ sfa,
+                                                 int64_t sfa_stride_m, int64_t sfa_stride_k,
+                                                 const float* __restrict__ sfb, int m) {
+    using T = Fp8GemmTraits<kN, kK, kBlockM, kBlockN, kNumStages, kGroupN, kDSpan, kPair>;
+    using Scheduler = TileScheduler<kBlockM, kBlockN, T::kNumNBlocks, kGroupN, kPair>;
+
+    extern __shared__ __align__(1024) uint8_t smem[];
+    uint8_t* smem_d = smem;
+    uint8_t* smem_a = smem_d + T::kSmemD;
+    uint8_t* smem_b = smem_a + kNumStages * T::kSmemA;
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem_b + kNumStages * T::kSmemB);
+    uint64_t* empty = full + kNumStages;
+
+    const uint32_t warp = warp_id();
+    const uint32_t lane = lane_id();
+    constexpr uint32_t kProducerWarp = T::kMathThreads / 32;
+
+    if (warp == kProducerWarp && lane == 0) {
+        prefetch_tensor_map(&tmap_a);
+        prefetch_tensor_map(&tmap_b);
+        prefetch_tensor_map(&tmap_d);
+        for (int s = 0; s < kNumStages; ++s) {
+            mbarrier_init(&full[s], 1);
+            // One arrival per math warp of every CTA that reads this stage's multicast data.
+            mbarrier_init(&empty[s], T::kNumMathWG * 4 * T::kCluster);
+        }
+        fence_barrier_init();
+    }
+    // The peer's barriers must be initialised before our multicast can signal them.
+    if constexpr (T::kCluster > 1) cluster_sync(); else __syncthreads();
+
+    Scheduler scheduler(m);
+    int m_block = 0, n_block = 0;
+
+    if (threadIdx.x >= T::kMathThreads) {
+        // Producer warpgroup: one elected thread issues every load.
+        if constexpr (T::kNumMathWG == 2) setmaxnreg_dec<T::kProducerRegs>();
+        if (warp == kProducerWarp && elect_one()) {
+            uint32_t it = 0;
+            while (scheduler.next_tile(m_block, n_block)) {
+                for (int kb = 0; kb < T::kNumKBlocks; ++kb, ++it) {
+                    const uint32_t s = it % kNumStages;
+                    const uint32_t phase = (it / kNumStages) & 1;
+                    mbarrier_wait(&empty[s], phase ^ 1);
+                    // Out-of-bounds parts of a box are zero-filled and still counted in the bytes.
+                    mbarrier_arrive_expect_tx(&full[s], T::kSmemA + T::kSmemB);
+                    const int k0 = kb * T::kBlockK;
+                    if constexpr (kPair == kPairN) {
+                        const int half = scheduler.rank * T::kHalfRowsA;
+                        tma_load_2d_multicast(&tmap_a, &full[s], smem_a + s * T::kSmemA + half * T::kBlockK, k0,
+                                              m_block * kBlockM + half, 0x3);
+                    } else {
+                        tma_load_2d(&tmap_a, &full[s], smem_a + s * T::kSmemA, k0, m_block * kBlockM);
+                    }
+                    if constexpr (kPair == kPairM) {
+                        const int half = scheduler.rank * T::kHalfRowsB;
+                        tma_load_2d_multicast(&tmap_b, &full[s], smem_b + s * T::kSmemB + half * T::kBlockK, k0,
+                                              n_block * kBlockN + half, 0x3);
+                    } else {
+                        tma_load_2d(&tmap_b, &full[s], smem_b + s * T::kSmemB, k0, n_block * kBlockN);
+                    }
+                }
+            }
+        }
+        __syncwarp();
+    } else {
+        fp8_gemm_math<T, Scheduler, kBlockM, kBlockN, kNumStages, kDSpan, kN>(
+            scheduler, smem_d, smem_a, smem_b, full, empty, tmap_d, sfa, sfa_stride_m, sfa_stride_k, sfb, m, warp, lane);
+    }
+    // No CTA may leave while its peer can still multicast into it or arrive on its barriers.
+    if constexpr (T::kCluster > 1) cluster_sync();
+}
+
 
 }  // namespace dgx

@@ -18,11 +18,14 @@ DGX_DEVICE void mbarrier_arrive(uint64_t* bar) {
 }
 
 // Arrive on the barrier at the same offset in CTA `rank` of the cluster (rank may be our own).
+// Default (CTA-scope release) semantics on purpose: the consumers only say "done reading" and publish
+// no data, and `.release.cluster` would put a GPU-wide MEMBAR before every arrive (seen in SASS: it
+// halved the speed of the 2-CTA kernels).
 DGX_DEVICE void mbarrier_arrive_cluster(uint64_t* bar, uint32_t rank) {
     asm volatile(
         "{\n.reg .b32 remote;\n"
         "mapa.shared::cluster.u32 remote, %0, %1;\n"
-        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_addr(bar)),
+        "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_addr(bar)),
         "r"(rank)
         : "memory");
 }

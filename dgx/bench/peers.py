@@ -57,6 +57,7 @@ class Prepared:
     includes_c: bool = False  # output = c + a·bᵀ (accumulating implementations)
     reference: Any = None  # own FP32 reference (else the problem's)
     note: str = ""
+    config: str = ""  # the tuned configuration, where the implementation has one (Triton)
 
 
 class Ctx:
@@ -130,7 +131,7 @@ class Ctx:
         raise Outcome(status, "; ".join(reasons) or "no candidate", worst)
 
 
-def _one_line(e: BaseException, limit: int = 300) -> str:
+def _one_line(e: BaseException, limit: int = 200) -> str:
     text = " ".join(str(e).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -139,15 +140,21 @@ def _one_line(e: BaseException, limit: int = 300) -> str:
 # helpers
 
 
-def _looped(problem: Problem, make: Callable[[Part], tuple[Callable[[], Any], Any]], note: str) -> Prepared:
-    """One call per part (group); ``make(part) -> (fn returning the part's output, own reference or None)``."""
+def _looped(problem: Problem, make: Callable[[Part], tuple], note: str) -> Prepared:
+    """One call per part (group).
+
+    ``make(part)`` returns ``(fn, ref)`` or ``(fn, ref, rows)``: ``fn()`` returns the part's output,
+    ``ref`` is its own FP32 reference (or None for the problem's), ``rows`` how many leading output
+    rows are valid (for padded operands; None: all).
+    """
     import torch
 
-    fns, refs = [], []
+    fns, refs, keep = [], [], []
     for p in problem.parts:
-        fn, ref = make(p)
-        fns.append(fn)
-        refs.append(ref)
+        made = make(p)
+        fns.append(made[0])
+        refs.append(made[1])
+        keep.append(made[2] if len(made) > 2 else None)
     outs: list[Any] = [None] * len(fns)
 
     if len(fns) == 1:
@@ -163,7 +170,8 @@ def _looped(problem: Problem, make: Callable[[Part], tuple[Callable[[], Any], An
                 outs[i] = f()
 
     def output():
-        return torch.cat([o.float() for o in outs]) if len(outs) > 1 else outs[0].float()
+        parts = [(o if r is None else o[:r]).float() for o, r in zip(outs, keep)]
+        return torch.cat(parts) if len(parts) > 1 else parts[0]
 
     own = None
     if any(r is not None for r in refs):
@@ -199,7 +207,19 @@ class Peer:
             t = ctx.time(prep.run)
         except Exception as e:  # noqa: BLE001
             return ImplResult(self.name, FAILED, f"timing raised {type(e).__name__}: {_one_line(e)}", diff=diff)
-        return ImplResult(self.name, OK, "", t.median_us, t.min_us, t.max_us, diff, ctx.tol, note)
+        return ImplResult(
+            self.name,
+            OK,
+            "",
+            t.median_us,
+            t.min_us,
+            t.max_us,
+            diff,
+            ctx.tol,
+            note,
+            prep.config,
+            [round(x, 3) for x in t.samples_us],
+        )
 
 
 class DgxImpl(Peer):
@@ -208,7 +228,8 @@ class DgxImpl(Peer):
     def select(self, problem, ctx):
         from .subject import prepare_dgx
 
-        return ctx.first_passing(problem, [("dgx", lambda: prepare_dgx(problem))], errors_fail=True)
+        prep, diff, note = ctx.first_passing(problem, [("dgx", lambda: prepare_dgx(problem))], errors_fail=True)
+        return prep, diff, "" if note == "dgx" else note
 
 
 class CublasLt(Peer):
@@ -223,35 +244,55 @@ class CublasLt(Peer):
         fp32 = problem.out_dtype == torch.float32
         have_v2 = hasattr(F, "scaled_mm") and hasattr(F, "ScalingType")
         cands: list[tuple[str, Callable[[], Prepared]]] = []
+        # cuBLASLt refuses (CUBLAS_STATUS_NOT_SUPPORTED) some row counts with blockwise scales, e.g.
+        # a group's 9615 rows: then the group's A is padded with zero rows (not timed; the padded
+        # rows' outputs are dropped) and the note says so.
+        aligned = all(p.a.shape[0] % 16 == 0 for p in problem.parts)
+        pads = (0,) if aligned else (0, 16, 128)
+
+        def add(label, api, pad_k, pad_m):
+            suffix = f", M padded to x{pad_m}" if pad_m else ""
+            cands.append((label + suffix, lambda: self._blockwise(problem, api, pad=pad_k, pad_m=pad_m)))
+
         if not fp32:
             kb = problem.parts[0].sfb.shape[1]
             if have_v2:
-                cands.append(("F.scaled_mm 1x128/128x128", lambda: self._blockwise(problem, "v2", pad=True)))
+                for pm in pads:
+                    add("F.scaled_mm 1x128/128x128", "v2", True, pm)
                 if kb % 4:
-                    cands.append(
-                        ("F.scaled_mm 1x128/128x128 unpadded", lambda: self._blockwise(problem, "v2", pad=False))
-                    )
+                    add("F.scaled_mm 1x128/128x128 unpadded", "v2", False, 0)
             else:
                 cands.append(("F.scaled_mm", lambda: _raise(Unavailable("torch.nn.functional.scaled_mm is missing"))))
-            cands.append(("torch._scaled_mm blockwise", lambda: self._blockwise(problem, "v1", pad=False)))
+            for pm in pads:
+                add("torch._scaled_mm blockwise", "v1", False, pm)
         else:
             if have_v2:
-                cands.append(("F.scaled_mm 1x128/1x128 FP32 out", lambda: self._blockwise(problem, "v2", pad=False)))
-            cands.append(("torch._scaled_mm 1x128/1x128 FP32 out", lambda: self._blockwise(problem, "v1", pad=False)))
+                for pm in pads:
+                    add("F.scaled_mm 1x128/1x128 FP32 out", "v2", False, pm)
+            for pm in pads:
+                add("torch._scaled_mm 1x128/1x128 FP32 out", "v1", False, pm)
             cands.append(("torch._scaled_mm per-row over whole K, FP32 out", lambda: self._rowwise(problem)))
         return ctx.first_passing(problem, cands)
 
     @staticmethod
-    def _blockwise(problem: Problem, api: str, pad: bool) -> Prepared:
+    def _blockwise(problem: Problem, api: str, pad: bool, pad_m: int = 0) -> Prepared:
         import torch
 
         F = torch.nn.functional
         out_dtype = problem.out_dtype
 
         def make(p: Part):
-            a = p.a.contiguous()
+            a, sfa, rows = p.a.contiguous(), p.sfa, None
+            m = a.shape[0]
+            if pad_m and m % pad_m:
+                mp = -(-m // pad_m) * pad_m
+                a = torch.zeros(mp, a.shape[1], dtype=a.dtype, device=a.device)
+                a[:m] = p.a
+                sfa = torch.ones(mp, p.sfa.shape[1], dtype=torch.float32, device=a.device)
+                sfa[:m] = p.sfa
+                rows = m
             mat_b = p.b.contiguous().t()  # (K, N), column-major
-            sa = _m_major(p.sfa)  # (m, kb) strides (1, m)
+            sa = _m_major(sfa)  # (m, kb) strides (1, m)
             block = p.b_scale == "block"
             if api == "v2":
                 ST = F.ScalingType
@@ -266,13 +307,13 @@ class CublasLt(Peer):
                     sb = _m_major(p.sfb)  # (N, kb) strides (1, N)
                     rb = ST.BlockWise1x128
                 ra = ST.BlockWise1x128
-                return (lambda: F.scaled_mm(a, mat_b, sa, ra, sb, rb, output_dtype=out_dtype)), None
+                return (lambda: F.scaled_mm(a, mat_b, sa, ra, sb, rb, output_dtype=out_dtype)), None, rows
             # legacy torch._scaled_mm infers the recipe from the scale shapes and strides
             if block:
                 sb = p.sfb.contiguous().t()  # (kb, nb) strides (1, kb)
             else:
                 sb = p.sfb.t().contiguous()  # (kb, N) contiguous: its .t() is (N, kb) strides (1, N)
-            return (lambda: torch._scaled_mm(a, mat_b, sa, sb, out_dtype=out_dtype)), None
+            return (lambda: torch._scaled_mm(a, mat_b, sa, sb, out_dtype=out_dtype)), None, rows
 
         if api == "v2":
             note = "F.scaled_mm BlockWise1x128/" + ("BlockWise128x128" if problem.parts[0].b_scale == "block" else "BlockWise1x128")
@@ -280,6 +321,8 @@ class CublasLt(Peer):
                 note += " (B scales K/128 padded to x4)" if pad else " (B scales unpadded)"
         else:
             note = "torch._scaled_mm blockwise (recipe inferred from scale layouts)"
+        if pad_m and any(p.a.shape[0] % pad_m for p in problem.parts):
+            note += f", groups' rows padded to x{pad_m} (cuBLASLt refused the unpadded counts)"
         if out_dtype == torch.float32:
             note += ", FP32 out, without the +c"
         return _looped(problem, make, note)
@@ -384,10 +427,10 @@ class Triton(Peer):
         _, cfg, prep, diff = best
         self.best[key] = cfg
         n_ok = len(configs) - len(reasons)
-        sweep = f"best of {n_ok}/{len(configs)} configs" if len(configs) > 1 else "config from the sweep of repeat 1"
-        prep.note = f"{prep.note}; {triton_fp8.config_label(cfg)} ({sweep})"
+        sweep = f"best of {n_ok}/{len(configs)} configs" if len(configs) > 1 else "config from the first repeat's sweep"
+        prep.config = f"{triton_fp8.config_label(cfg)} ({sweep})"
         if reasons and len(configs) > 1:
-            prep.note += f"; {len(reasons)} config(s) rejected"
+            prep.config += f"; rejected: {'; '.join(reasons)}"
         return prep, diff, prep.note
 
 

@@ -186,6 +186,16 @@ def _impl_notes(suite: SuiteSummary) -> list[str]:
     return out
 
 
+def _configs(suite: SuiteSummary) -> list[str]:
+    """'impl: shape → config' lines for implementations with a tuned configuration (Triton)."""
+    by_impl: dict[str, list[str]] = {}
+    for c in suite.cases:
+        for n, s in c.impls.items():
+            if s.status == OK and s.config:
+                by_impl.setdefault(n, []).append(f"{c.shape.label}: {s.config.split(' (')[0]}")
+    return [f"{IMPL_LABELS.get(n, n)} configs: " + "; ".join(v) for n, v in by_impl.items()]
+
+
 def _ceiling_rows(summary: Summary) -> list[list[str]]:
     rows = []
     labels = {
@@ -201,16 +211,30 @@ def _ceiling_rows(summary: Summary) -> list[list[str]]:
     return rows
 
 
+HOST_HEADER = ["implementation", "CPU µs/call", "plain loop µs/call", "note"]
+
+
 def _host_rows(summary: Summary) -> list[list[str]]:
     rows = []
     for h in summary.host:
+        name = IMPL_LABELS.get(h["name"], h["name"])
         if h.get("status") == OK:
-            cpu, wall = h.get("cpu_us"), h.get("wall_us")
-            flag = "GPU-bound? (queue may have filled)" if (cpu and wall and cpu >= 0.9 * wall) else ""
-            rows.append([IMPL_LABELS.get(h["name"], h["name"]), _f(cpu, 1), _f(wall, 1), flag])
+            notes = []
+            if not h.get("held", True):
+                notes.append("GPU not held (no torch.cuda._sleep): may include waiting on the GPU")
+            if h.get("saturated"):
+                notes.append("launch queue may have filled: includes waiting on the GPU")
+            rows.append([name, _f(h.get("cpu_us"), 1), _f(h.get("plain_us"), 1), "; ".join(notes)])
         else:
-            rows.append([IMPL_LABELS.get(h["name"], h["name"]), h.get("status", "-"), "-", h.get("reason", "")])
+            rows.append([name, h.get("status", "-"), "-", h.get("reason", "")])
     return rows
+
+
+HOST_EXPLAIN = (
+    "CPU µs/call: perf_counter around chunks of 100 calls issued while the GPU is held busy "
+    "(torch.cuda._sleep), so the host never waits on the GPU; plain loop: 1000 back-to-back calls, "
+    "where a kernel longer than the host path makes the host wait and the figure measures the GPU."
+)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -265,7 +289,7 @@ def render_table(results: BenchResults, summary: Summary | None = None) -> str:
         out.append("")
         m, n, k = HOST_ANCHOR["shape"]
         out.append(f"Host cost per call ({m}×{n}×{k}, cached kernel, same tensors; DeepGEMM: {HOST_ANCHOR['deepgemm_cpu_us_per_call']:.0f} µs, goal ≤ {HOST_ANCHOR['goal_us']:.0f} µs)")
-        out.append(_ascii_table(["implementation", "CPU µs/call", "wall µs/call", "note"], _host_rows(s)))
+        out.append(_ascii_table(HOST_HEADER, _host_rows(s)))
     return "\n".join(out)
 
 
@@ -291,7 +315,7 @@ def render_markdown(results: BenchResults, summary: Summary | None = None) -> st
     s = summary or summarize(results)
     env = results.env
     out = [f"# dgx bench: {env.get('device', '?')}, {env.get('date', '?')}", ""]
-    out.append(_md_table(["", ""], [[k, str(v)] for k, v in env.items() if v is not None]))
+    out.append(_md_table(["environment", ""], [[k, str(v)] for k, v in env.items() if v is not None]))
     out.append("")
     st = results.settings
     out.append(
@@ -316,7 +340,7 @@ def render_markdown(results: BenchResults, summary: Summary | None = None) -> st
         line = _spread_line(suite, s.repeats)
         if line:
             out += ["", line]
-        notes = _impl_notes(suite)
+        notes = _impl_notes(suite) + _configs(suite)
         bad = _not_timed(suite)
         if notes or bad:
             out.append("")
@@ -334,12 +358,11 @@ def render_markdown(results: BenchResults, summary: Summary | None = None) -> st
         out.append(f"## Host cost per call ({m}×{n}×{k})")
         out.append("")
         out.append(
-            f"CPU time per call over {s.host[0].get('calls', 1000)} calls of a cached kernel on the same tensors "
-            f"(perf_counter around the loop, synchronised after). DeepGEMM's Python path: "
-            f"{HOST_ANCHOR['deepgemm_cpu_us_per_call']:.0f} µs; goal ≤ {HOST_ANCHOR['goal_us']:.0f} µs."
+            f"{s.host[0].get('calls', 1000)} calls of a cached kernel on the same tensors. {HOST_EXPLAIN} "
+            f"DeepGEMM's Python path: {HOST_ANCHOR['deepgemm_cpu_us_per_call']:.0f} µs; goal ≤ {HOST_ANCHOR['goal_us']:.0f} µs."
         )
         out.append("")
-        out.append(_md_table(["implementation", "CPU µs/call", "wall µs/call", "note"], _host_rows(s)))
+        out.append(_md_table(HOST_HEADER, _host_rows(s)))
     out.append("")
     return "\n".join(out)
 
@@ -418,64 +441,87 @@ def check_matplotlib() -> None:
 
 
 def write_plot(results: BenchResults, path: str, summary: Summary | None = None) -> None:
-    """PNG: one panel per suite; per shape, grouped TFLOPS bars of dgx and the peers; the FP8 ceiling as
-    a dashed line; each shape's roofline (the bound the ceilings allow) as a black tick; DeepGEMM's
-    H100 anchor as a marker where ANCHORS.md has one."""
+    """PNG: one panel per suite; per shape, grouped TFLOPS bars of dgx and the peers (dgx's value
+    written on its bar, × where an implementation did not run or failed); the FP8 ceiling as a
+    dashed line; each shape's roofline (the bound the measured ceilings allow) as a black tick;
+    DeepGEMM's H100 anchor as a diamond where ANCHORS.md has one."""
     check_matplotlib()
     import matplotlib
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
     s = summary or summarize(results)
     if not s.suites:
         raise ValueError("no results to plot")
     max_cases = max(len(x.cases) for x in s.suites)
-    width = max(9.0, 0.75 * max_cases + 3)
-    fig, axes = plt.subplots(len(s.suites), 1, figsize=(width, 4.4 * len(s.suites)), squeeze=False)
+    width = max(10.0, 0.8 * max_cases + 3)
+    fig, axes = plt.subplots(len(s.suites), 1, figsize=(width, 4.2 * len(s.suites) + 1.0), squeeze=False)
     fp8 = s.ceilings.get("fp8_tflops")
+    used: list[str] = []
+    any_roof = any_anchor = any_missing = False
     for ax, suite in zip(axes[:, 0], s.suites):
-        impls = [DGX] + _peers_in(suite) if any(DGX in c.impls for c in suite.cases) else _peers_in(suite)
+        impls = ([DGX] if any(DGX in c.impls for c in suite.cases) else []) + _peers_in(suite)
         n_impl = max(1, len(impls))
         bar_w = 0.8 / n_impl
         xs = list(range(len(suite.cases)))
+        top = fp8 or 0.0
         for j, name in enumerate(impls):
+            if name not in used:
+                used.append(name)
+            offs = [x - 0.4 + bar_w * (j + 0.5) for x in xs]
             vals = []
             for c in suite.cases:
                 it = c.impls.get(name)
                 vals.append(it.tflops if (it and it.status == OK and it.tflops) else 0.0)
-            offs = [x - 0.4 + bar_w * (j + 0.5) for x in xs]
-            ax.bar(offs, vals, bar_w, label=IMPL_LABELS.get(name, name), color=_COLORS.get(name), edgecolor="none")
+            top = max([top] + vals)
+            ax.bar(offs, vals, bar_w, color=_COLORS.get(name), edgecolor="none")
             for c, o, v in zip(suite.cases, offs, vals):
                 it = c.impls.get(name)
-                if it and it.status != OK:
-                    ax.text(o, 0, "×", ha="center", va="bottom", fontsize=8, color=_COLORS.get(name, "k"))
-        roof_label = "roofline (FP8 ceiling / copy bandwidth)"
+                if it is not None and it.status != OK:
+                    any_missing = True
+                    ax.text(o, 0, "×", ha="center", va="bottom", fontsize=9, color=_COLORS.get(name, "k"))
+                elif name == DGX and v:
+                    ax.text(o, v, f"{v:.0f}", ha="center", va="bottom", fontsize=6.5, rotation=90)
         for x, c in zip(xs, suite.cases):
             if c.roofline_tflops:
-                ax.hlines(c.roofline_tflops, x - 0.42, x + 0.42, colors="k", linewidth=1.6, label=roof_label)
-                roof_label = None
-        anchor_label = "DeepGEMM (anchor, H100)"
-        for x, c in zip(xs, suite.cases):
+                any_roof = True
+                ax.hlines(c.roofline_tflops, x - 0.42, x + 0.42, colors="k", linewidth=1.6)
+                top = max(top, c.roofline_tflops)
             if c.anchor:
-                ax.plot([x], [c.anchor["tflops"]], marker="D", color="#9467bd", markersize=5, linestyle="none", label=anchor_label)
-                anchor_label = None
+                any_anchor = True
+                ax.plot([x], [c.anchor["tflops"]], marker="D", color="#9467bd", markersize=5, linestyle="none")
+                top = max(top, c.anchor["tflops"])
         if fp8:
-            ax.axhline(fp8, color="k", linestyle="--", linewidth=1, label=f"FP8 ceiling {fp8:.0f} TFLOPS")
+            ax.axhline(fp8, color="k", linestyle="--", linewidth=1)
+        ax.set_ylim(0, top * 1.12 if top else 1)
         ax.set_xticks(xs)
-        ax.set_xticklabels([c.shape.label for c in suite.cases], rotation=40, ha="right", fontsize=8)
+        ax.set_xticklabels([c.shape.label for c in suite.cases], rotation=35, ha="right", fontsize=8)
         ax.set_ylabel("TFLOPS")
         title = SUITE_TITLES.get(suite.suite, suite.suite)
         gm = suite.geomean_tflops.get(DGX)
         if gm:
             title += f" — dgx geomean {gm:.0f} TFLOPS"
+            if suite.geomean_vs_anchor:
+                title += f", {suite.geomean_vs_anchor:.2f}× DeepGEMM (H100 anchor)"
         ax.set_title(title, fontsize=10)
         ax.grid(axis="y", alpha=0.3)
         ax.set_xlim(-0.6, len(xs) - 0.4)
-        ax.legend(fontsize=7, loc="upper left", ncol=3, framealpha=0.85)
+    handles = [Patch(color=_COLORS.get(n), label=IMPL_LABELS.get(n, n)) for n in used]
+    if fp8:
+        handles.append(Line2D([], [], color="k", linestyle="--", label=f"FP8 ceiling (per-tensor 8192³) {fp8:.0f} TFLOPS"))
+    if any_roof:
+        handles.append(Line2D([], [], color="k", linewidth=1.6, label="roofline: FP8 ceiling / copy bandwidth"))
+    if any_anchor:
+        handles.append(Line2D([], [], color="#9467bd", marker="D", linestyle="none", label="DeepGEMM (anchor, H100)"))
+    if any_missing:
+        handles.append(Line2D([], [], color="k", marker="x", linestyle="none", label="× not run / failed"))
     env = results.env
-    fig.suptitle(f"dgx bench — {env.get('device', '?')} — {env.get('date', '?')}", fontsize=11)
-    fig.tight_layout(rect=(0, 0, 1, 0.98))
+    fig.suptitle(f"dgx bench — {env.get('device', '?')} — {env.get('date', '?')}", fontsize=12)
+    fig.legend(handles=handles, loc="upper center", ncol=min(5, len(handles)), fontsize=8, bbox_to_anchor=(0.5, 0.985 - 0.25 / fig.get_figheight()), frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 1.0 / fig.get_figheight()))
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
     fig.savefig(path, dpi=110, format="png")

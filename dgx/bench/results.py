@@ -64,6 +64,8 @@ class ImplResult:
     diff: float | None = None
     tolerance: float | None = None
     note: str = ""
+    config: str = ""
+    samples_us: list[float] = dataclasses.field(default_factory=list)  # every timed call
 
     @property
     def ok(self) -> bool:
@@ -98,10 +100,13 @@ class HostCost:
     name: str
     status: str = NOT_RUN
     reason: str = ""
-    cpu_us: float | None = None
-    wall_us: float | None = None
+    cpu_us: float | None = None  # GPU held busy (torch.cuda._sleep) so the host never waits on it
+    plain_us: float | None = None  # plain back-to-back loop: CPU time per call
+    wall_us: float | None = None  # plain loop up to the synchronisation after it
     calls: int = 0
     shape: str = ""
+    held: bool = False  # cpu_us measured with the GPU held busy
+    saturated: bool = False  # the launch queue may have filled: cpu_us includes waiting on the GPU
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -228,6 +233,7 @@ class ImplSummary:
     fraction: float | None = None
     diff: float | None = None
     note: str = ""
+    config: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -382,8 +388,11 @@ def summarize(results: BenchResults) -> Summary:
                 continue
             status, reason = _combine_status(items)
             notes = sorted({it.note for it in items if it.note})
+            configs = list(dict.fromkeys(it.config for it in items if it.config))
             diffs = [it.diff for it in items if it.diff is not None]
-            s = ImplSummary(name, status, reason, note="; ".join(notes), diff=max(diffs) if diffs else None)
+            s = ImplSummary(
+                name, status, reason, note="; ".join(notes), config=" | ".join(configs), diff=max(diffs) if diffs else None
+            )
             if status == OK:
                 meds = [it.us for it in items]
                 s.us = statistics.median(meds)
@@ -469,7 +478,10 @@ def summarize(results: BenchResults) -> Summary:
                 status=OK,
                 cpu_us=sp.median,
                 cpu_us_spread=sp.to_dict(),
+                plain_us=Spread.of(h.plain_us for h in oks).median,
                 wall_us=Spread.of(h.wall_us for h in oks).median,
+                held=all(h.held for h in oks),
+                saturated=any(h.saturated for h in oks),
             )
         else:
             entry.update(status=items[0].status, reason=items[0].reason)

@@ -187,7 +187,9 @@ def measure_host(impls, ctx, seed: int, calls: int = HOST_CALLS) -> list[HostCos
             hc = HostCost(impl.name, calls=calls, shape=shape.label)
             try:
                 prep, _, _ = impl.select(problem, ctx)
-                hc.cpu_us, hc.wall_us = host_cost(prep.run, calls)
+                ht = host_cost(prep.run, calls)
+                hc.cpu_us, hc.plain_us, hc.wall_us = ht.cpu_us, ht.plain_us, ht.wall_us
+                hc.held, hc.saturated = ht.held, ht.saturated
                 hc.status = OK
             except Outcome as o:
                 hc.status, hc.reason = o.status, o.reason
@@ -308,7 +310,14 @@ def run_suite(
             say(f"repeat {rep + 1}/{repeat}: host cost per call ({host_calls} calls)")
             rr.host = measure_host(impls, ctx, seed, host_calls)
             for h in rr.host:
-                say(f"  {h.name}: " + (f"{h.cpu_us:.1f} µs CPU/call" if h.status == OK else f"{h.status}: {h.reason}"))
+                say(
+                    f"  {h.name}: "
+                    + (
+                        f"{h.cpu_us:.1f} µs CPU/call (plain loop {h.plain_us:.1f})"
+                        if h.status == OK
+                        else f"{h.status}: {h.reason}"
+                    )
+                )
         results.repeats.append(rr)
     return results
 

@@ -8,6 +8,7 @@ from math import gcd
 from .. import jit
 from .wgmma_render import render_wgmma_e4m3
 
+PAIR_NONE, PAIR_N, PAIR_M = 0, 1, 2  # ptx/scheduler.cuh PairDim
 SMEM_LIMIT = 232448  # bytes of shared memory one block may use on Hopper (227 KB)
 BARRIER_BYTES = 16  # full + empty mbarrier per stage
 
@@ -22,13 +23,41 @@ class GemmConfig:
     block_n: int
     stages: int
     group_n: int = 16
+    pair: int = PAIR_NONE  # 2-CTA clusters sharing A (PAIR_N) or B (PAIR_M) through TMA multicast
 
     def __post_init__(self) -> None:
-        problems = validate_blocks(self.block_m, self.block_n)
+        problems = validate_blocks(self.block_m, self.block_n, self.pair)
         if problems:
             raise ValueError(f"invalid GEMM config {self}: {problems}")
         if self.smem_bytes > SMEM_LIMIT:
             raise ValueError(f"GEMM config {self} needs {self.smem_bytes} bytes of shared memory; the limit is {SMEM_LIMIT}")
+
+    @property
+    def cluster(self) -> int:
+        return 1 if self.pair == PAIR_NONE else 2
+
+    @property
+    def box_rows_a(self) -> int:
+        """Rows of A one CTA loads per stage (half the tile when A is shared)."""
+        return self.block_m // 2 if self.pair == PAIR_N else self.block_m
+
+    @property
+    def box_rows_b(self) -> int:
+        return self.block_n // 2 if self.pair == PAIR_M else self.block_n
+
+    def units(self, m: int) -> int:
+        """Scheduler work units for M rows: tiles, or tile pairs when clustered."""
+        mb, nb = -(-m // self.block_m), -(-self.n // self.block_n)
+        if self.pair == PAIR_M:
+            mb = -(-mb // 2)
+        elif self.pair == PAIR_N:
+            nb = -(-nb // 2)
+        return mb * nb
+
+    def grid(self, m: int, num_sms: int) -> int:
+        """CTAs of the persistent grid: a whole number of clusters, at most one per SM."""
+        clusters = min(self.units(m), num_sms // self.cluster)
+        return max(clusters, 1) * self.cluster
 
     @property
     def math_warpgroups(self) -> int:
@@ -51,14 +80,17 @@ class GemmConfig:
     def kernel_name(self) -> str:
         return (
             f"dgx_fp8_gemm_nt_n{self.n}_k{self.k}_bm{self.block_m}_bn{self.block_n}"
-            f"_s{self.stages}_g{self.group_n}"
+            f"_s{self.stages}_g{self.group_n}_p{self.pair}"
         )
 
     def describe(self) -> tuple[tuple[str, str], ...]:
         return (("family", "fp8_gemm_nt"),) + tuple((f.name, str(getattr(self, f.name))) for f in fields(self))
 
     def render(self) -> jit.KernelSource:
-        args = f"{self.n}, {self.k}, {self.block_m}, {self.block_n}, {self.stages}, {self.group_n}, {self.d_span}"
+        args = (
+            f"{self.n}, {self.k}, {self.block_m}, {self.block_n}, {self.stages}, {self.group_n}, {self.d_span}, "
+            f"{self.pair}"
+        )
         source = (
             '#include "fp8_gemm.cuh"\n'
             + render_wgmma_e4m3(self.block_n)
@@ -90,8 +122,12 @@ def smem_bytes(block_m: int, block_n: int, stages: int) -> int:
     return block_m * block_n * 2 + stages * (block_m * 128 + block_n * 128 + BARRIER_BYTES)
 
 
-def validate_blocks(block_m: int, block_n: int) -> str:
-    """'' if (block_m, block_n) is a tile the kernel supports, else what is wrong."""
+def validate_blocks(block_m: int, block_n: int, pair: int = PAIR_NONE) -> str:
+    """'' if (block_m, block_n, pair) is a tile the kernel supports, else what is wrong."""
+    if pair not in (PAIR_NONE, PAIR_N, PAIR_M):
+        return f"pair must be 0 (none), 1 (share A along N) or 2 (share B along M); got {pair}"
+    if pair == PAIR_M and block_n % 16:
+        return f"sharing B needs block_n a multiple of 16 (1024-byte halves); got {block_n}"
     if block_m not in (64, 128, 256):
         return f"block_m must be 64, 128 or 256; got {block_m}"
     if block_n % 8 or not 8 <= block_n <= 256:
