@@ -58,6 +58,7 @@ class Prepared:
     reference: Any = None  # own FP32 reference (else the problem's)
     note: str = ""
     config: str = ""  # the tuned configuration, where the implementation has one (Triton)
+    tried: list = dataclasses.field(default_factory=list)  # variants refused before this one, with why
 
 
 class Ctx:
@@ -123,10 +124,8 @@ class Ctx:
                 worst = diff if worst is None else max(worst, diff)
                 continue
             prep.reference = None  # free the reference copy before timing
-            note = prep.note or label
-            if reasons:
-                note += " (tried first: " + "; ".join(reasons) + ")"
-            return prep, diff, note
+            prep.tried = reasons
+            return prep, diff, prep.note or label
         status = FAILED if (ran_wrong or (errored and errors_fail)) else UNAVAILABLE
         raise Outcome(status, "; ".join(reasons) or "no candidate", worst)
 
@@ -219,6 +218,7 @@ class Peer:
             note,
             prep.config,
             [round(x, 3) for x in t.samples_us],
+            list(prep.tried),
         )
 
 

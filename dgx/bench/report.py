@@ -231,9 +231,10 @@ def _host_rows(summary: Summary) -> list[list[str]]:
 
 
 HOST_EXPLAIN = (
-    "CPU µs/call: perf_counter around chunks of 100 calls issued while the GPU is held busy "
-    "(torch.cuda._sleep), so the host never waits on the GPU; plain loop: 1000 back-to-back calls, "
-    "where a kernel longer than the host path makes the host wait and the figure measures the GPU."
+    "plain loop: perf_counter around 1000 back-to-back calls (no synchronisation inside, one after); "
+    "where the kernel is longer than the host path the host waits and this measures the GPU. "
+    "CPU µs/call: the smaller of that and the same calls issued in chunks of 100 while the GPU is "
+    "held busy (torch.cuda._sleep), so that the host never waits on the GPU."
 )
 
 
@@ -290,6 +291,7 @@ def render_table(results: BenchResults, summary: Summary | None = None) -> str:
         m, n, k = HOST_ANCHOR["shape"]
         out.append(f"Host cost per call ({m}×{n}×{k}, cached kernel, same tensors; DeepGEMM: {HOST_ANCHOR['deepgemm_cpu_us_per_call']:.0f} µs, goal ≤ {HOST_ANCHOR['goal_us']:.0f} µs)")
         out.append(_ascii_table(HOST_HEADER, _host_rows(s)))
+        out.append("  · " + HOST_EXPLAIN)
     return "\n".join(out)
 
 
@@ -306,7 +308,7 @@ def _md_table(header: list[str], rows: list[list[str]], footer: list[str] | None
     for r in rows:
         lines.append("| " + " | ".join(esc(v) for v in r) + " |")
     if footer:
-        lines.append("| " + " | ".join(f"**{esc(v)}**" if v else "" for v in footer) + " |")
+        lines.append("| " + " | ".join(f"**{esc(v)}**" if v not in ("", "-") else v for v in footer) + " |")
     return "\n".join(lines)
 
 
@@ -448,7 +450,7 @@ def write_plot(results: BenchResults, path: str, summary: Summary | None = None)
     check_matplotlib()
     import matplotlib
 
-    matplotlib.use("Agg", force=True)
+    matplotlib.use("Agg", force=True)  # headless: never needs a display
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch

@@ -66,6 +66,7 @@ class ImplResult:
     note: str = ""
     config: str = ""
     samples_us: list[float] = dataclasses.field(default_factory=list)  # every timed call
+    tried: list[str] = dataclasses.field(default_factory=list)  # variants refused before the one timed
 
     @property
     def ok(self) -> bool:

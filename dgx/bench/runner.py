@@ -120,13 +120,17 @@ def measure_ceilings(flush, warmup: int = WARMUP, iters: int = ITERS) -> tuple[d
     ceil: dict[str, float] = {}
     notes: dict[str, str] = {}
     n = 8192
-    g = torch.Generator(device="cuda")
-    g.manual_seed(1234)
-    a16 = torch.randn(n, n, device="cuda", generator=g).to(torch.bfloat16)
-    b16 = torch.randn(n, n, device="cuda", generator=g).to(torch.bfloat16)
-    try:
-        a8 = a16.to(torch.float8_e4m3fn)
-        b8 = b16.to(torch.float8_e4m3fn)
+
+    def operands():
+        g = torch.Generator(device="cuda")
+        g.manual_seed(1234)
+        a = torch.randn(n, n, device="cuda", generator=g).to(torch.bfloat16)
+        b = torch.randn(n, n, device="cuda", generator=g).to(torch.bfloat16)
+        return a, b
+
+    def fp8():
+        a16, b16 = operands()
+        a8, b8 = a16.to(torch.float8_e4m3fn), b16.to(torch.float8_e4m3fn)
         one = torch.ones((), device="cuda", dtype=torch.float32)
         best = {}
         for fast in (False, True):
@@ -144,27 +148,27 @@ def measure_ceilings(flush, warmup: int = WARMUP, iters: int = ITERS) -> tuple[d
             f"torch._scaled_mm per-tensor 8192³ BF16 out: {best[False]:.0f} TFLOPS, "
             f"{best[True]:.0f} with use_fast_accum; the larger is the ceiling"
         )
-        del a8, b8
-    except Exception as e:  # noqa: BLE001
-        notes["fp8_tflops"] = f"unavailable: {type(e).__name__}: {e}"
-    try:
+
+    def bf16():
+        a16, b16 = operands()
         t = time_gpu(lambda: torch.matmul(a16, b16), flush, warmup, iters)
         ceil["bf16_tflops"] = tflops(2 * n**3, t.median_us)
         notes["bf16_tflops"] = "torch.matmul BF16 8192³"
-    except Exception as e:  # noqa: BLE001
-        notes["bf16_tflops"] = f"unavailable: {type(e).__name__}: {e}"
-    del a16, b16
-    try:
+
+    def copy():
         nbytes = 1 << 30
         src = torch.empty(nbytes, dtype=torch.int8, device="cuda").fill_(1)
         dst = torch.empty_like(src)
         t = time_gpu(lambda: dst.copy_(src), None, warmup, iters)
         ceil["copy_gbps"] = gbps(2 * nbytes, t.median_us)
         notes["copy_gbps"] = "device-to-device copy of 1 GiB, bytes read + written"
-        del src, dst
-    except Exception as e:  # noqa: BLE001
-        notes["copy_gbps"] = f"unavailable: {type(e).__name__}: {e}"
-    torch.cuda.empty_cache()
+
+    for key, fn in (("fp8_tflops", fp8), ("bf16_tflops", bf16), ("copy_gbps", copy)):
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - a missing ceiling is reported, the run goes on
+            notes[key] = f"unavailable: {type(e).__name__}: {e}"
+        torch.cuda.empty_cache()
     return ceil, notes
 
 

@@ -37,6 +37,22 @@ class SmokeConfig:
         )
 
 
+_launchers: dict[tuple[SmokeConfig, int, int, int], runtime.Launcher] = {}
+
+
+def _launcher(config: SmokeConfig, device: int, rows: int, cols: int) -> runtime.Launcher:
+    key = (config, device, rows, cols)
+    launcher = _launchers.get(key)
+    if launcher is None:
+        kernel = jit.get_kernel(config.render(), device)
+        grid_x = -(-cols // config.cols)
+        grid_x = -(-grid_x // config.cluster) * config.cluster  # the grid is a whole number of clusters
+        grid_y = -(-rows // config.rows)
+        shape = runtime.LaunchShape((grid_x, grid_y, 1), (128, 1, 1), (config.cluster, 1, 1), 0)
+        launcher = _launchers[key] = runtime.Launcher(kernel, shape)
+    return launcher
+
+
 def smoke(src, dst, config: SmokeConfig = SmokeConfig(), stream=None) -> None:
     """dst = 2 * src + (rank of the CTA in its cluster), for 2-D float32 CUDA tensors of one shape."""
     s, d = as_view(src, "src"), as_view(dst, "dst")
@@ -52,13 +68,7 @@ def smoke(src, dst, config: SmokeConfig = SmokeConfig(), stream=None) -> None:
     rows, cols = s.shape
     if rows == 0 or cols == 0:
         return
-    kernel = jit.get_kernel(config.render(), s.device)
+    launcher = _launcher(config, s.device, rows, cols)
     tmap = runtime.encode_tensor_map_2d("float32", s.ptr, cols, rows, cols * 4, config.cols, config.rows)
-    grid_x = -(-cols // config.cols)
-    grid_x = -(-grid_x // config.cluster) * config.cluster  # the grid is a whole number of clusters
-    grid_y = -(-rows // config.rows)
-    launcher = runtime.Launcher(
-        kernel, runtime.LaunchShape((grid_x, grid_y, 1), (128, 1, 1), (config.cluster, 1, 1), 0)
-    )
     params = runtime.ParamPack([tmap, ("u64", d.ptr), ("i32", rows), ("i32", cols)])
     launcher.launch(resolve_stream(stream, s.device), params)

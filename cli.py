@@ -1,0 +1,550 @@
+"""The ``dgx`` command: info, cache, inspect, warmup, bench.
+
+Everything here is presentation: the work is done by dgx (warmup, heuristics, JIT), cache (the kernel
+store) and sass_tools (cubin inspection). Optional parts (sass_tools' analyzer, dgx.bench) are imported
+when a command needs them, so the other commands work without them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+
+import click
+
+import dgx
+from dgx import env, warmup as warmup_mod
+
+INSPECT_KINDS = ("dense", "contiguous", "masked", "wgrad", "k_grouped")
+BENCH_SUITES = ("dense", "contiguous", "masked", "wgrad", "k_grouped", "all")
+MAX_ERROR_LINES = 40
+
+
+def _dist_version(dist: str) -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version(dist)
+    except Exception:
+        return None
+
+
+def _plural(count: int, word: str, plural: str | None = None) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {plural or word + 's'}"
+
+
+def _emit_json(obj) -> None:
+    click.echo(json.dumps(obj, indent=2, sort_keys=False))
+
+
+def _human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def _when(ts: float) -> str:
+    return datetime.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _first_lines(text: str, limit: int = MAX_ERROR_LINES) -> str:
+    lines = text.rstrip().splitlines()
+    if len(lines) <= limit:
+        return "\n".join(lines)
+    return "\n".join(lines[:limit] + [f"... ({len(lines) - limit} more lines)"])
+
+
+def _kernel_cache():
+    """The KernelCache at DGX_CACHE_DIR (created if absent); cache errors become CLI errors."""
+    from cache import CacheError
+
+    from dgx import jit
+
+    try:
+        return jit.kernel_cache()
+    except CacheError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _default_num_sms() -> int:
+    return env.num_sms_override() or warmup_mod.DEFAULT_NUM_SMS
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(version=dgx.__version__, prog_name="dgx")
+def main() -> None:
+    """dgx: FP8 GEMM kernels for NVIDIA Hopper with DeepSeek-V3 fine-grained scaling."""
+
+
+# --- info -----------------------------------------------------------------------------------------
+
+
+def collect_info() -> dict:
+    """Versions, devices, the cache and the environment, as a JSON-able dict (no GPU needed)."""
+    from dgx import compiler, runtime
+
+    info: dict = {
+        "dgx": dgx.__version__,
+        "python": platform.python_version(),
+        "cuda_bindings": _dist_version("cuda-bindings"),
+    }
+    try:
+        info["nvrtc"] = ".".join(str(x) for x in compiler.nvrtc_version())
+    except Exception as exc:
+        info["nvrtc"] = None
+        info["nvrtc_error"] = f"{type(exc).__name__}: {exc}"
+    version = runtime.driver_version()
+    info["driver"] = f"{version // 1000}.{version % 1000 // 10}" if version else None
+    gpus = []
+    for ordinal in range(runtime.device_count()):
+        try:
+            d = runtime.device_info(ordinal)
+        except Exception as exc:
+            gpus.append({"index": ordinal, "error": f"{type(exc).__name__}: {exc}"})
+            continue
+        gpus.append(
+            {
+                "index": ordinal,
+                "name": d.name,
+                "sms": d.num_sms,
+                "compute_capability": f"{d.compute_capability[0]}.{d.compute_capability[1]}",
+                "arch": d.arch,
+            }
+        )
+    info["gpus"] = gpus
+    root = env.cache_root()
+    info["cache_root"] = str(root)
+    info["cache_entries"] = 0
+    if root.exists():
+        try:
+            from cache import KernelCache
+
+            info["cache_entries"] = len(KernelCache(root).entries())
+        except Exception as exc:
+            info["cache_entries"] = None
+            info["cache_error"] = str(exc)
+    try:
+        import sass_tools
+
+        info["nvdisasm"] = sass_tools.nvdisasm_path()
+    except Exception:
+        info["nvdisasm"] = None
+    info["env"] = {
+        v.name: {"value": os.environ.get(v.name), "default": v.default, "help": v.help} for v in env.VARIABLES
+    }
+    return info
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def info(as_json: bool) -> None:
+    """Versions, GPUs, the kernel cache and dgx's environment variables."""
+    data = collect_info()
+    if as_json:
+        _emit_json(data)
+        return
+    rows = [
+        ("dgx", data["dgx"]),
+        ("python", data["python"]),
+        ("cuda-bindings", data["cuda_bindings"] or "not installed"),
+        ("NVRTC", data["nvrtc"] or f"unavailable ({data.get('nvrtc_error')})"),
+        ("driver", data["driver"] or "none"),
+    ]
+    if data["gpus"]:
+        for g in data["gpus"]:
+            if "error" in g:
+                rows.append((f"GPU {g['index']}", g["error"]))
+            else:
+                rows.append((f"GPU {g['index']}", f"{g['name']}, {g['sms']} SMs, {g['arch']}"))
+    else:
+        rows.append(("GPU", "none"))
+    entries = data["cache_entries"]
+    cache_note = f"{entries} entries" if entries is not None else f"unusable: {data.get('cache_error')}"
+    rows.append(("cache", f"{data['cache_root']} ({cache_note})"))
+    rows.append(("nvdisasm", data["nvdisasm"] or "none (pip install nvidia-cuda-nvdisasm)"))
+    width = max(len(r[0]) for r in rows)
+    for name, value in rows:
+        click.echo(f"{name.ljust(width)}  {value}")
+    click.echo("environment:")
+    for name, var in data["env"].items():
+        value = var["value"]
+        shown = "(unset)" if value is None else repr(value)
+        click.echo(f"  {name} = {shown}  [default: {var['default'] or 'empty'}]")
+
+
+# --- cache ----------------------------------------------------------------------------------------
+
+
+@main.group()
+def cache() -> None:
+    """The on-disk kernel cache (DGX_CACHE_DIR)."""
+
+
+@cache.command("path")
+def cache_path() -> None:
+    """Print the cache root."""
+    click.echo(str(env.cache_root()))
+
+
+def _entry_rows(kc) -> list[dict]:
+    rows = []
+    for e in kc.entries():
+        name = e.name
+        if name is None:
+            manifest = kc.manifest(e.key) or {}
+            extra = manifest.get("extra") if isinstance(manifest.get("extra"), dict) else {}
+            name = extra.get("kernel") if isinstance(extra.get("kernel"), str) else None
+        rows.append(
+            {
+                "key": e.key,
+                "kernel": name,
+                "size": e.size,
+                "created": datetime.datetime.fromtimestamp(e.created, datetime.timezone.utc).isoformat(
+                    timespec="seconds"
+                ),
+                "compiler": e.compiler,
+                "_created_ts": e.created,
+            }
+        )
+    return rows
+
+
+@cache.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of entries.")
+def cache_list(as_json: bool) -> None:
+    """List the cached kernels: key, kernel name, size, creation time."""
+    kc = _kernel_cache()
+    rows = _entry_rows(kc)
+    if as_json:
+        _emit_json([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows])
+        return
+    if not rows:
+        click.echo(f"no kernels in {kc.root}")
+        return
+    click.echo(f"{'KEY':16}  {'SIZE':>10}  {'CREATED':19}  KERNEL")
+    for r in rows:
+        size = _human_bytes(r["size"])
+        click.echo(f"{r['key'][:16]}  {size:>10}  {_when(r['_created_ts'])}  {r['kernel'] or '?'}")
+    total = sum(r["size"] for r in rows)
+    click.echo(f"{len(rows)} kernels, {_human_bytes(total)} in {kc.root}")
+
+
+@cache.command("verify")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+def cache_verify(as_json: bool) -> None:
+    """Check every entry's manifest and sha256; remove the corrupt ones."""
+    kc = _kernel_cache()
+    report = kc.verify(remove=True)
+    data = {
+        "ok": len(report.ok),
+        "removed": len(report.corrupt),
+        "corrupt": [{"key": k, "reason": report.reasons.get(k, "")} for k in report.corrupt],
+    }
+    if as_json:
+        _emit_json(data)
+        return
+    for item in data["corrupt"]:
+        click.echo(f"removed {item['key'][:16]}: {item['reason']}")
+    click.echo(f"{data['ok']} ok, {data['removed']} removed ({kc.root})")
+
+
+@cache.command("clear")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def cache_clear(yes: bool) -> None:
+    """Remove every cached kernel."""
+    kc = _kernel_cache()
+    count = len(kc.entries())
+    if not yes:
+        click.confirm(f"Remove all {count} kernels from {kc.root}?", abort=True)
+    removed = kc.clear()
+    click.echo(f"removed {removed} kernels from {kc.root}")
+
+
+@cache.command("export")
+@click.argument("file", type=click.Path(dir_okay=False))
+def cache_export(file: str) -> None:
+    """Write every verified entry to FILE (.tar.gz, .tgz, .tar.xz or .txz)."""
+    from cache import CacheError, export_bundle
+
+    kc = _kernel_cache()
+    try:
+        written = export_bundle(kc, file)
+    except (ValueError, OSError, CacheError) as exc:
+        raise click.ClickException(f"cannot export to {file}: {exc}") from None
+    click.echo(f"exported {_plural(written, 'kernel')} to {file}")
+
+
+@cache.command("import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+def cache_import(file: str) -> None:
+    """Import a bundle written by `dgx cache export`: all entries verified first, or nothing."""
+    from cache import BundleError, CacheError, import_bundle
+
+    kc = _kernel_cache()
+    try:
+        report = import_bundle(kc, file)
+    except BundleError as exc:
+        raise click.ClickException(str(exc)) from None
+    except (OSError, CacheError) as exc:
+        raise click.ClickException(f"cannot import {file}: {exc}; nothing was imported") from None
+    click.echo(
+        f"imported {len(report.imported)} kernels, skipped {len(report.skipped)} already present, into {kc.root}"
+    )
+
+
+# --- inspect --------------------------------------------------------------------------------------
+
+
+def _sass_tools(needed: str):
+    try:
+        import sass_tools
+    except Exception as exc:
+        raise click.ClickException(f"dgx inspect needs sass_tools, which failed to import: {exc}") from None
+    if not hasattr(sass_tools, needed):
+        raise click.ClickException(f"dgx inspect needs sass_tools.{needed}, which this install of sass_tools lacks")
+    return sass_tools
+
+
+def _resolve_key(kc, given: str) -> str:
+    given = given.strip().lower()
+    if len(given) < 8:
+        raise click.ClickException(f"--key: expected at least 8 hex digits of a cache key, got {given!r}")
+    matches = [e.key for e in kc.entries() if e.key.startswith(given)]
+    if not matches:
+        raise click.ClickException(f"--key: no kernel in {kc.root} has a key starting with {given} (see dgx cache list)")
+    if len(matches) > 1:
+        raise click.ClickException(f"--key: {given} matches {len(matches)} kernels; give more digits")
+    return matches[0]
+
+
+def _report_dict(report) -> dict:
+    data = report.to_json() if hasattr(report, "to_json") else report
+    if isinstance(data, str):
+        data = json.loads(data)
+    if not isinstance(data, dict):
+        raise click.ClickException(f"sass_tools returned a {type(data).__name__} report; expected an object")
+    return data
+
+
+def _print_report(r: dict) -> None:
+    def show(label, value):
+        click.echo(f"  {label:<17} {value}")
+
+    click.echo(f"kernel {r.get('kernel')}")
+    show("registers", r.get("registers"))
+    show("shared memory", f"{r.get('shared_bytes')} bytes")
+    show("local memory", f"{r.get('local_bytes')} bytes, {r.get('spill_instructions')} LDL/STL")
+    show("QGMMA", r.get("qgmma"))
+    runs = r.get("ffma_runs")
+    if isinstance(runs, (list, tuple)):
+        lengths = [x.get("length", x) if isinstance(x, dict) else x for x in runs]
+        shown = f"{len(runs)}" + (f" (lengths {', '.join(map(str, lengths[:16]))}{', ...' if len(lengths) > 16 else ''})" if runs else "")
+    else:
+        shown = runs
+    show("FFMA runs", shown)
+    show("yield bits set", r.get("ffma_yield_set"))
+    hist = r.get("histogram") or {}
+    if isinstance(hist, dict) and hist:
+        top = sorted(hist.items(), key=lambda kv: (-kv[1], kv[0]))[:12]
+        total = sum(hist.values())
+        show("instructions", f"{total} ({', '.join(f'{op} {n}' for op, n in top)}{', ...' if len(hist) > 12 else ''})")
+
+
+@main.command()
+@click.option("--cubin", "cubin_path", type=click.Path(exists=True, dir_okay=False), help="A cubin file.")
+@click.option("--key", help="A cached kernel (a unique prefix of its key, as `dgx cache list` shows).")
+@click.option("--gemm", nargs=3, type=click.IntRange(min=1), metavar="M N K", help="The kernel the heuristics pick.")
+@click.option("--kind", type=click.Choice(INSPECT_KINDS), default="dense", show_default=True)
+@click.option("--num-sms", type=click.IntRange(min=1), default=None, help="SMs to plan for [default: 132].")
+@click.option("--arch", default=warmup_mod.DEFAULT_ARCH, show_default=True)
+@click.option("--sass", is_flag=True, help="Print the disassembly.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of per-kernel reports.")
+def inspect(cubin_path, key, gemm, kind, num_sms, arch, sass, as_json) -> None:
+    """Registers, shared/local memory, spills, QGMMA and FFMA interleaving of a kernel (no GPU needed)."""
+    given = [name for name, v in (("--cubin", cubin_path), ("--key", key), ("--gemm", gemm)) if v]
+    if len(given) != 1:
+        raise click.UsageError(f"expected exactly one of --cubin, --key, --gemm; got {', '.join(given) or 'none'}")
+    if sass and as_json:
+        raise click.UsageError("expected --sass or --json, got both")
+    header = None
+    if cubin_path:
+        with open(cubin_path, "rb") as f:
+            cubin = f.read()
+    elif key:
+        kc = _kernel_cache()
+        full = _resolve_key(kc, key)
+        cubin = kc.load(full)
+        if cubin is None:
+            raise click.ClickException(f"--key: the entry {full} failed verification and was removed")
+        header = f"cache entry {full}"
+    else:
+        cubin, header = _gemm_cubin(gemm, kind, num_sms or _default_num_sms(), arch)
+    if sass:
+        text = _sass_tools("disassemble").disassemble(cubin)
+        click.echo(text.rstrip("\n"))
+        return
+    tools = _sass_tools("analyze_cubin")
+    try:
+        reports = [_report_dict(r) for r in tools.analyze_cubin(cubin)]
+    except click.ClickException:
+        raise
+    except Exception as exc:
+        raise click.ClickException(f"cannot analyze the cubin: {type(exc).__name__}: {exc}") from None
+    if as_json:
+        _emit_json(reports)
+        return
+    if header:
+        click.echo(header)
+    for r in reports:
+        _print_report(r)
+
+
+def _gemm_cubin(gemm, kind: str, num_sms: int, arch: str) -> tuple[bytes, str]:
+    from dgx import jit
+    from dgx.errors import DgxError
+    from dgx.heuristics import choose_dense
+
+    if kind != "dense":
+        raise click.ClickException(f"--kind {kind}: not available yet (only dense kernels exist so far)")
+    m, n, k = gemm
+    try:
+        choice = choose_dense(m, n, k, num_sms)
+        src = choice.config.render()
+        cubin = jit.get_cubin(src, arch)
+    except (ValueError, DgxError) as exc:
+        raise click.ClickException(str(exc)) from None
+    c = choice.config
+    header = (
+        f"fp8_gemm_nt M={m} N={n} K={k} on {num_sms} SMs ({arch}): block {c.block_m}x{c.block_n}, "
+        f"{c.stages} stages, pair {c.pair}; {choice.num_tiles} units in {choice.waves} wave(s); "
+        f"key {jit.kernel_key(src, arch)[:16]}"
+    )
+    return cubin, header
+
+
+# --- warmup ---------------------------------------------------------------------------------------
+
+
+class _ProgressLine:
+    """done/total, failures, elapsed and ETA on stderr: one updating line on a terminal, else a line
+    every few seconds."""
+
+    def __init__(self, interval: float = 5.0):
+        self.tty = sys.stderr.isatty()
+        self.interval = interval
+        self.last = 0.0
+
+    def __call__(self, p: warmup_mod.Progress) -> None:
+        eta = p.eta if p.done < p.total else None
+        eta_text = "" if eta is None else f", ETA {int(eta) // 60}:{int(eta) % 60:02d}"
+        failed = f", {p.failed} failed" if p.failed else ""
+        text = f"{p.done}/{p.total} compiled{failed}, {p.elapsed:.1f} s{eta_text}"
+        if self.tty:
+            width = 30
+            filled = width * p.done // max(p.total, 1)
+            click.echo(f"\r  [{'#' * filled}{'.' * (width - filled)}] {text}   ", nl=p.done == p.total, err=True)
+        elif p.done == p.total or p.elapsed - self.last >= self.interval:
+            self.last = p.elapsed
+            click.echo(f"  {text}", err=True)
+
+
+@main.command()
+@click.option("--preset", type=click.Choice(warmup_mod.preset_names()), help="A built-in model preset.")
+@click.option("--shapes", "shapes_file", type=click.Path(dir_okay=False), help="A JSON shapes file.")
+@click.option(
+    "--max-m",
+    type=click.IntRange(min=1),
+    default=warmup_mod.DEFAULT_MAX_M,
+    show_default=True,
+    help="Largest M to warm for, for entries without their own max_m.",
+)
+@click.option("--num-sms", type=click.IntRange(min=1), default=None, help="SMs to plan for [default: $DGX_NUM_SMS or 132].")
+@click.option("--arch", default=warmup_mod.DEFAULT_ARCH, show_default=True, help="Architecture to compile for.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Compile processes [default: CPU count].")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stdout.")
+def warmup(preset, shapes_file, max_m, num_sms, arch, jobs, as_json) -> None:
+    """Compile, without a GPU, every kernel the heuristics can pick for the shapes of a preset or file."""
+    if (preset is None) == (shapes_file is None):
+        raise click.UsageError("expected exactly one of --preset NAME or --shapes FILE, got " + ("both" if preset else "neither"))
+    try:
+        entries = warmup_mod.load_preset(preset) if preset else warmup_mod.load_shapes_file(shapes_file)
+    except (warmup_mod.ShapesFileError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    num_sms = num_sms or _default_num_sms()
+    jobs = jobs or os.cpu_count() or 1
+    source = f"preset {preset}" if preset else shapes_file
+    kc = _kernel_cache()
+    click.echo(
+        f"dgx warmup: {len(entries)} shapes from {source}; M up to {max_m} (unless an entry says), "
+        f"{num_sms} SMs, {arch}; cache {kc.root}",
+        err=True,
+    )
+    try:
+        the_plan = warmup_mod.plan(entries, max_m=max_m, num_sms=num_sms, arch=arch, jobs=jobs)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    for line in the_plan.skipped:
+        click.echo(f"dgx warmup: skipped {line}", err=True)
+    missing = sum(1 for pk in the_plan.kernels if not kc.contains(pk.key))
+    click.echo(
+        f"dgx warmup: {_plural(len(the_plan.kernels), 'distinct kernel')} ({the_plan.seconds:.1f} s to enumerate), "
+        f"{missing} to compile" + (f" with {_plural(min(jobs, missing), 'process', 'processes')}" if missing else ""),
+        err=True,
+    )
+    result = warmup_mod.run(the_plan, jobs=jobs, progress=_ProgressLine())
+    for name, error in result.failures:
+        click.echo(f"dgx warmup: FAILED {name}:\n{_first_lines(error)}", err=True)
+    if as_json:
+        click.echo(json.dumps(result.to_json()))
+    else:
+        click.echo(
+            f"dgx warmup: {_plural(result.kernels, 'kernel')}: {result.compiled} compiled, {result.cached} cached, "
+            f"{result.failed} failed in {result.seconds:.1f} s"
+            + (f"; {_plural(len(result.skipped), 'kind')} skipped (no kernel yet)" if result.skipped else "")
+        )
+    if result.failed:
+        sys.exit(1)
+
+
+# --- bench ----------------------------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--suite", type=click.Choice(BENCH_SUITES), default="all", show_default=True)
+@click.option("--shapes", "shapes_file", type=click.Path(dir_okay=False), help="A shapes file (warmup format, plus m).")
+@click.option("--peers/--no-peers", default=True, show_default=True, help="Also time cuBLASLt, Triton and BF16.")
+@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True, help="Rerun everything N times.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the results as JSON.")
+@click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False), help="Write a Markdown table.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a PNG plot.")
+def bench(suite, shapes_file, peers, repeat, json_path, markdown_path, plot_path) -> None:
+    """Benchmark dgx against cuBLASLt, Triton and BF16 on this GPU (needs an NVIDIA GPU)."""
+    try:
+        from dgx import bench as bench_mod
+
+        entry = bench_mod.main
+    except Exception as exc:
+        raise click.ClickException(
+            f"dgx bench is not available in this install: importing dgx.bench failed ({type(exc).__name__}: {exc})"
+        ) from None
+    code = entry(
+        suite=suite,
+        shapes_file=shapes_file,
+        peers=peers,
+        repeat=repeat,
+        json_path=json_path,
+        markdown_path=markdown_path,
+        plot_path=plot_path,
+        echo=click.echo,
+    )
+    sys.exit(int(code or 0))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+from .inspect import nvdisasm_path

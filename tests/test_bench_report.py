@@ -1,0 +1,245 @@
+"""dgx bench: derived numbers, terminal table, JSON, Markdown and PNG on recorded (synthetic) results.
+
+No GPU and no torch needed; the plot test needs matplotlib.
+"""
+
+import json
+import math
+import struct
+
+import pytest
+
+from dgx.bench import load_json, render_markdown, render_table, summarize, write_json, write_markdown
+from dgx.bench.results import (
+    BenchResults,
+    CaseResult,
+    HostCost,
+    ImplResult,
+    RepeatResult,
+    geomean,
+)
+from dgx.bench.suites import make_shape
+
+CEIL = {"fp8_tflops": 1000.0, "copy_gbps": 2000.0, "bf16_tflops": 700.0}
+
+# shape A: 4096×4096×7168, compute-bound (anchor 1410 TFLOPS)
+A = make_shape("dense", 4096, 4096, 7168)
+# shape B: 64×7168×16384, memory-bound (anchor 271 TFLOPS)
+B = make_shape("dense", 64, 7168, 16384)
+# a masked shape (anchor present) and a wgrad shape (no anchor)
+MK = make_shape("masked", 256, 7168, 2048, groups=4, max_m=4096)
+W = make_shape("wgrad", 7168, 2112, 4096)
+
+# per repeat: shape -> impl -> µs
+TIMES = [
+    {
+        A: {"dgx": 160.0, "cublaslt": 200.0, "triton": 300.0, "bf16": 280.0},
+        B: {"dgx": 80.0, "cublaslt": 120.0, "triton": 140.0, "bf16": 130.0},
+        MK: {"dgx": 40.0, "triton": 80.0, "bf16": 70.0},
+        W: {"dgx": 100.0, "cublaslt": 150.0, "triton": 250.0, "bf16": 160.0},
+    },
+    {
+        A: {"dgx": 170.0, "cublaslt": 200.0, "triton": 300.0, "bf16": 280.0},
+        B: {"dgx": 80.0, "cublaslt": 110.0, "triton": 140.0, "bf16": 130.0},
+        MK: {"dgx": 40.0, "triton": 80.0, "bf16": 70.0},
+        W: {"dgx": 110.0, "cublaslt": 150.0, "triton": 250.0, "bf16": 160.0},
+    },
+]
+
+
+def make_results(repeats: int = 2) -> BenchResults:
+    res = BenchResults(
+        env={"device": "Fake H100", "driver": "580.0", "torch": "2.11", "dgx": "0.1.0", "date": "2026-11-22T00:00:00+00:00"},
+        settings={"suite": "all", "repeat": repeats, "warmup": 5, "iters": 30, "diff_tolerance": 1e-3},
+        notes=["synthetic"],
+    )
+    for r in range(repeats):
+        rr = RepeatResult(ceilings=dict(CEIL))
+        for shape, impls in TIMES[r].items():
+            case = CaseResult(shape)
+            for name, us in impls.items():
+                case.impls[name] = ImplResult(name, "ok", us=us, us_min=us * 0.98, us_max=us * 1.05, diff=1e-5, note=f"{name} note")
+            if shape is B:
+                case.impls["triton"] = ImplResult("triton", "failed", "calc_diff 0.5 >= 0.001", diff=0.5)
+            if shape is MK:
+                case.impls["cublaslt"] = ImplResult("cublaslt", "unavailable", "CUBLAS_STATUS_NOT_SUPPORTED")
+            case.impls["fp8_tensor"] = ImplResult("fp8_tensor", "unavailable", "no per-tensor API here")
+            rr.cases.append(case)
+        rr.host = [
+            HostCost("dgx", "ok", cpu_us=8.0 + r, plain_us=15.0, wall_us=15.2, calls=1000, shape="64×2112×7168", held=True),
+            HostCost("cublaslt", "ok", cpu_us=30.0, plain_us=30.0, wall_us=30.1, calls=1000, shape="64×2112×7168", held=True, saturated=True),
+            HostCost("triton", "unavailable", "triton missing", calls=1000, shape="64×2112×7168"),
+        ]
+        res.repeats.append(rr)
+    return res
+
+
+def _tf(shape, us):
+    return shape.flops / (us * 1e-6) / 1e12
+
+
+def test_case_numbers():
+    s = summarize(make_results())
+    dense = s.suite("dense")
+    ca, cb = dense.cases
+    # dgx µs is the median over repeats of the per-repeat medians
+    assert ca.impls["dgx"].us == pytest.approx(165.0)
+    assert ca.impls["dgx"].us_spread == (160.0, 170.0)
+    assert ca.impls["dgx"].us_best == pytest.approx(160.0 * 0.98)
+    assert ca.impls["dgx"].tflops == pytest.approx(_tf(A, 165.0))
+    assert ca.impls["dgx"].gbps == pytest.approx(A.bytes_moved / 165e-6 / 1e9)
+    # A is compute-bound: floor = FLOPs / 1000 TFLOPS
+    assert ca.bound == "compute"
+    assert ca.impls["dgx"].fraction == pytest.approx(A.flops / 1000e12 / 165e-6)
+    assert ca.speedups["cublaslt"] == pytest.approx(200.0 / 165.0)
+    assert ca.vs_anchor == pytest.approx(_tf(A, 165.0) / 1410.0)
+    # B is memory-bound: floor = bytes / 2000 GB/s
+    assert cb.bound == "memory"
+    assert cb.impls["dgx"].fraction == pytest.approx(B.bytes_moved / 2000e9 / 80e-6)
+    assert cb.speedups["cublaslt"] == pytest.approx(115.0 / 80.0)
+    assert cb.speedups["triton"] is None  # failed: no speedup
+    assert cb.impls["triton"].status == "failed" and cb.impls["triton"].diff == 0.5
+    assert cb.roofline_tflops == pytest.approx(B.flops / (B.bytes_moved / 2000e9) / 1e12)
+
+
+def test_suite_geomeans_and_spread():
+    s = summarize(make_results())
+    dense = s.suite("dense")
+    assert dense.geomean_speedup["cublaslt"] == pytest.approx(math.sqrt((200 / 165) * (115 / 80)))
+    assert dense.geomean_speedup["triton"] == pytest.approx(300 / 165)  # only where both ran
+    assert dense.geomean_tflops["dgx"] == pytest.approx(math.sqrt(_tf(A, 165) * _tf(B, 80)))
+    assert dense.geomean_vs_anchor == pytest.approx(math.sqrt((_tf(A, 165) / 1410) * (_tf(B, 80) / 271)))
+    frac = math.sqrt((A.flops / 1e15 / 165e-6) * (B.bytes_moved / 2e12 / 80e-6))
+    assert dense.geomean_fraction == pytest.approx(frac)
+    # spread over repeats: each repeat's own geomean
+    r1 = math.sqrt((200 / 160) * (120 / 80))
+    r2 = math.sqrt((200 / 170) * (110 / 80))
+    sp = dense.spread_speedup["cublaslt"]
+    assert (sp.min, sp.max) == (pytest.approx(min(r1, r2)), pytest.approx(max(r1, r2)))
+    assert sp.median == pytest.approx((r1 + r2) / 2)
+    masked = s.suite("masked")
+    assert masked.geomean_speedup["triton"] == pytest.approx(2.0)
+    assert masked.geomean_speedup["cublaslt"] is None
+    assert masked.cases[0].anchor is not None
+    wgrad = s.suite("wgrad")
+    assert wgrad.geomean_vs_anchor is None
+    assert wgrad.geomean_speedup["cublaslt"] == pytest.approx(150 / 105)
+    # host: median over repeats
+    host = {h["name"]: h for h in s.host}
+    assert host["dgx"]["cpu_us"] == pytest.approx(8.5)
+    assert host["triton"]["status"] == "unavailable"
+
+
+def test_geomean_ignores_missing():
+    assert geomean([2.0, 8.0, None]) == pytest.approx(4.0)
+    assert geomean([]) is None
+
+
+def test_terminal_table():
+    res = make_results()
+    text = render_table(res)
+    assert "Fake H100" in text and "580.0" in text
+    lines = text.splitlines()
+    row_a = next(l for l in lines if l.startswith("4096×4096×7168"))
+    assert "165" in row_a  # dgx µs
+    assert f"{_tf(A, 165):.0f}" in row_a
+    assert f"({200 / 165:.2f}×)" in row_a  # speedup over cuBLASLt
+    assert f"{_tf(A, 165) / 1410:.2f}×" in row_a  # vs DeepGEMM anchor
+    assert "1410" in row_a
+    row_b = next(l for l in lines if l.startswith("64×7168×16384"))
+    assert "FAILED" in row_b and "memory" in row_b
+    gm = next(l for l in lines if l.startswith("geomean"))
+    assert f"({math.sqrt((200 / 165) * (115 / 80)):.2f}×)" in gm
+    assert "over 2 repeats (min / median / max)" in text
+    assert "Triton blockwise failed on 64×7168×16384 (calc_diff 0.5)" in text
+    assert "cuBLASLt blockwise unavailable on 4g·256×7168×2048: CUBLAS_STATUS_NOT_SUPPORTED" in text
+    assert "Host cost per call" in text and "launch queue may have filled" in text
+    assert "8.5" in text
+
+
+def test_json_round_trip(tmp_path):
+    res = make_results()
+    path = tmp_path / "out" / "bench.json"
+    write_json(res, str(path))
+    data = json.loads(path.read_text())
+    assert data["schema"] == "dgx-bench/1"
+    assert data["env"]["device"] == "Fake H100"
+    dense = next(s for s in data["summary"]["suites"] if s["suite"] == "dense")
+    assert dense["geomean_speedup_over"]["cublaslt"] == pytest.approx(math.sqrt((200 / 165) * (115 / 80)))
+    case = dense["cases"][0]
+    assert case["label"] == "4096×4096×7168"
+    assert case["impls"]["dgx"]["us"] == pytest.approx(165.0)
+    assert case["impls"]["dgx"]["tflops"] == pytest.approx(_tf(A, 165))
+    assert case["speedup_over"]["cublaslt"] == pytest.approx(200 / 165)
+    assert case["anchor_deepgemm_h100"]["tflops"] == 1410.0
+    assert data["summary"]["ceilings"]["fp8_tflops"] == 1000.0
+    masked = next(s for s in data["summary"]["suites"] if s["suite"] == "masked")
+    assert masked["cases"][0]["shape"]["group_ms"] == list(MK.group_ms)
+    # recorded results read back render the same reports
+    back = load_json(str(path))
+    assert render_markdown(back) == render_markdown(res)
+    assert render_table(back) == render_table(res)
+
+
+def test_json_non_finite_diff_is_still_valid_json(tmp_path):
+    res = make_results(1)
+    res.repeats[0].cases[0].impls["triton"] = ImplResult("triton", "failed", "non-finite output", diff=float("inf"))
+    path = tmp_path / "b.json"
+    write_json(res, str(path))
+    json.loads(path.read_text())  # strict parsers accept it
+
+
+def test_load_json_rejects_other_files(tmp_path):
+    p = tmp_path / "x.json"
+    p.write_text(json.dumps({"schema": "other"}))
+    with pytest.raises(ValueError, match="dgx-bench/1"):
+        load_json(str(p))
+
+
+def test_markdown(tmp_path):
+    res = make_results()
+    path = tmp_path / "bench.md"
+    write_markdown(res, str(path))
+    md = path.read_text()
+    assert md.startswith("# dgx bench: Fake H100, 2026-11-22")
+    assert "## Dense GEMM" in md and "## M-grouped masked" in md and "## Weight gradient" in md
+    assert "| 4096×4096×7168 |" in md
+    assert f"**{math.sqrt((_tf(A, 165) / 1410) * (_tf(B, 80) / 271)):.2f}×**" in md
+    assert "| **geomean** |" in md
+    assert "Group sizes: 4g·256×7168×2048: " + ",".join(str(x) for x in MK.group_ms) in md
+    assert "## Host cost per call" in md
+    # every table row has the header's column count
+    for block in md.split("\n\n"):
+        rows = [l for l in block.splitlines() if l.startswith("|")]
+        if rows:
+            cells = {r.count("|") - r.count("\\|") for r in rows}
+            assert len(cells) == 1, block
+
+
+def test_single_repeat_has_no_spread_column():
+    text = render_table(make_results(1))
+    assert "spread" not in text.split("Dense GEMM")[1].splitlines()[1]
+    assert "over 1 repeats" not in text
+
+
+def test_plot_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    from dgx.bench import write_plot
+
+    path = tmp_path / "plots" / "bench.png"
+    write_plot(make_results(), str(path))
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(data) > 10_000
+    width, height = struct.unpack(">II", data[16:24])  # IHDR
+    assert width > 800 and height > 800
+
+
+def test_plot_without_matplotlib(monkeypatch, tmp_path):
+    import sys
+
+    from dgx.bench import PlotUnavailable, write_plot
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(PlotUnavailable, match="pip install matplotlib"):
+        write_plot(make_results(), str(tmp_path / "x.png"))

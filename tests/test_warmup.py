@@ -1,0 +1,348 @@
+"""dgx warmup: shapes files, presets, enumeration, parallel compiles, strict mode, portable keys (CPU only)."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import queue
+import re
+import shutil
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+
+import pytest
+
+from dgx import jit, warmup
+from dgx.errors import JitStrictError
+from dgx.heuristics import choose_dense
+from dgx.kernels.fp8_gemm import GemmConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Two kernels (block_m 64 and 128) for M in 1..1024, each compiling in well under a second.
+TINY = {"kind": "dense", "n": 256, "k": 256, "max_m": 1024}
+
+
+@pytest.fixture
+def fresh_jit(monkeypatch):
+    """Forget the in-process kernel dicts so every lookup goes to the (test's) disk cache."""
+    monkeypatch.setattr(jit, "_cubins", {})
+    monkeypatch.setattr(jit, "_caches", {})
+    jit.reset_jit_stats()
+
+
+# --- shapes files ---------------------------------------------------------------------------------
+
+GOOD = {"kind": "dense", "n": 2112, "k": 7168}
+
+
+@pytest.mark.parametrize(
+    "data, where",
+    [
+        ({"kind": "dense"}, "top level"),
+        ([], "empty list"),
+        ([GOOD, 7], "entry 1"),
+        ([GOOD, {"n": 8, "k": 16}], "entry 1: field 'kind'"),
+        ([GOOD, {"kind": "sparse", "n": 8, "k": 16}], "entry 1: field 'kind'"),
+        ([GOOD, {"kind": "dense", "k": 16}], "entry 1: field 'n'"),
+        ([GOOD, GOOD, {"kind": "dense", "n": "2112", "k": 16}], "entry 2: field 'n'"),
+        ([GOOD, {"kind": "dense", "n": -8, "k": 16}], "entry 1: field 'n'"),
+        ([GOOD, {"kind": "dense", "n": True, "k": 16}], "entry 1: field 'n'"),
+        ([GOOD, {"kind": "dense", "n": 100, "k": 16}], "entry 1: field 'n'"),
+        ([GOOD, {"kind": "dense", "n": 8, "k": 20}], "entry 1: field 'k'"),
+        ([GOOD, {"kind": "dense", "n": 8, "k": 16.0}], "entry 1: field 'k'"),
+        ([GOOD, {"kind": "m_grouped_masked", "n": 8, "k": 16}], "entry 1: field 'groups'"),
+        ([GOOD, {"kind": "dense", "n": 8, "k": 16, "groups": 4}], "entry 1: field 'groups'"),
+        ([GOOD, {"kind": "dense", "n": 8, "k": 16, "max_m": 0}], "entry 1: field 'max_m'"),
+        ([GOOD, {"kind": "dense", "n": 8, "k": 16, "max-m": 64}], "entry 1: field 'max-m'"),
+        ([GOOD, {"kind": "dense", "n": 8, "k": 16, "note": 3}], "entry 1: field 'note'"),
+    ],
+)
+def test_malformed_shapes_name_entry_and_field(data, where):
+    with pytest.raises(warmup.ShapesFileError, match=re.escape(where)) as info:
+        warmup.parse_shapes(data)
+    assert "expected" in str(info.value)
+
+
+def test_shapes_file_errors_name_the_file(tmp_path):
+    path = tmp_path / "shapes.json"
+    path.write_text('[{"kind": "dense", "n": 2112, "k": 7168},\n {"kind": "dense", "n": 2112 "k": 1}]')
+    with pytest.raises(warmup.ShapesFileError, match=r"shapes\.json.*line 2"):
+        warmup.load_shapes_file(path)
+    path.write_text(json.dumps([GOOD, {"kind": "dense", "n": 2112}]))
+    with pytest.raises(warmup.ShapesFileError, match=r"shapes\.json: entry 1: field 'k'"):
+        warmup.load_shapes_file(path)
+    with pytest.raises(warmup.ShapesFileError, match="missing.json"):
+        warmup.load_shapes_file(tmp_path / "missing.json")
+
+
+def test_good_shapes_parse():
+    specs = warmup.parse_shapes(
+        [
+            GOOD,
+            {"kind": "m_grouped_contiguous", "n": 4096, "k": 7168, "groups": 8, "max_m": 4096, "note": "x"},
+            {"kind": "wgrad", "n": 2112, "k": 4096, "m": 7168},
+        ]
+    )
+    assert specs[0] == warmup.ShapeSpec("dense", 2112, 7168)
+    assert specs[1].groups == 8 and specs[1].max_m == 4096 and specs[1].note == "x"
+    assert specs[0].m_limit(8192) == 8192 and specs[1].m_limit(8192) == 4096 and specs[2].m_limit(8192) == 7168
+
+
+# --- presets --------------------------------------------------------------------------------------
+
+ANCHOR_DENSE_NK = {(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)}
+
+
+def test_presets_are_valid_and_cover_every_kind():
+    names = warmup.preset_names()
+    assert "deepseek-v3" in names and len(names) >= 2
+    for name in names:
+        specs = warmup.load_preset(name)
+        assert {s.kind for s in specs} == set(warmup.KINDS), name
+        ids = [(s.kind, s.n, s.k, s.groups, s.max_m) for s in specs]
+        assert len(ids) == len(set(ids)), f"{name} lists an entry twice"
+        assert all(s.note for s in specs), f"{name}: every entry says where it comes from"
+    dense = {(s.n, s.k) for s in warmup.load_preset("deepseek-v3") if s.kind == "dense"}
+    assert ANCHOR_DENSE_NK <= dense
+
+
+def test_presets_are_documented():
+    readme = (ROOT / "dgx" / "presets" / "README.md").read_text()
+    for name in warmup.preset_names():
+        assert f"`{name}`" in readme
+        for s in warmup.load_preset(name):
+            row = f"| {s.kind} | {s.n} | {s.k} | {s.groups if s.groups is not None else ''} |"
+            assert row in readme, f"{name}: {row} is not in dgx/presets/README.md"
+
+
+def test_unknown_preset():
+    with pytest.raises(ValueError, match="expected one of .*deepseek-v3"):
+        warmup.load_preset("gpt-5")
+
+
+def test_every_package_is_shipped():
+    """pyproject.toml must list every package (dgx.presets, dgx.bench, ...) and ship the preset data."""
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    listed = set(project["tool"]["setuptools"]["packages"])
+    found = {
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for top in ("dgx", "ptx", "cache", "sass_tools")
+        for p in (ROOT / top).rglob("__init__.py")
+        if "__pycache__" not in p.parts
+    }
+    assert found <= listed, f"not listed in pyproject.toml: {sorted(found - listed)}"
+    data = project["tool"]["setuptools"].get("package-data", {})
+    assert any(pattern.endswith(".json") for pattern in data.get("dgx.presets", [])), "presets' JSON not shipped"
+
+
+# --- enumeration ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n, k, num_sms", [(4096, 7168, 132), (2112, 7168, 78), (576, 7168, 132)])
+def test_sampled_m_finds_every_config(n, k, num_sms):
+    """The M sampling must find exactly the configs that asking for every M finds."""
+    max_m = 1600
+    sampled = warmup.dense_configs(n, k, max_m, num_sms)
+    exhaustive = warmup.dense_configs(n, k, max_m, num_sms, exhaustive=True)
+    assert set(sampled) == set(exhaustive)
+    assert len(sampled) == len(set(sampled))
+
+
+def test_m_samples():
+    ms = warmup.m_samples(2000, (64, 128, 256))
+    assert ms[0] == 1 and ms[-1] == 2000
+    assert set(range(1, 513)) <= set(ms)
+    assert {576, 577, 640, 768, 1024, 1025, 1920, 1921} <= set(ms)
+    assert 600 not in ms
+    with pytest.raises(ValueError, match="max_m"):
+        warmup.m_samples(0)
+
+
+def test_plan_dedupes_and_reports_skipped_kinds():
+    one = warmup.parse_shapes([TINY])
+    p1 = warmup.plan(one, arch="sm_90a")
+    expected = {c for c in warmup.dense_configs(256, 256, 1024, warmup.DEFAULT_NUM_SMS)}
+    assert len(p1.kernels) == len(expected) == 2
+    assert {pk.source.name for pk in p1.kernels} == {c.kernel_name for c in expected}
+    assert p1.skipped == []
+
+    many = warmup.parse_shapes(
+        [
+            TINY,
+            dict(TINY),  # the same kernels again
+            {"kind": "dense", "n": 256, "k": 256, "max_m": 64},  # a subset of them
+            {"kind": "m_grouped_masked", "n": 256, "k": 256, "groups": 2},
+            {"kind": "m_grouped_masked", "n": 512, "k": 256, "groups": 4},
+            {"kind": "k_grouped", "n": 256, "k": 256, "groups": 2},
+            {"kind": "wgrad", "n": 256, "k": 256},
+            {"kind": "m_grouped_contiguous", "n": 256, "k": 256, "groups": 2},
+        ]
+    )
+    p2 = warmup.plan(many, arch="sm_90a")
+    assert sorted(pk.key for pk in p2.kernels) == sorted(pk.key for pk in p1.kernels)
+    assert len({pk.key for pk in p2.kernels}) == len(p2.kernels)
+    small = next(pk for pk in p2.kernels if "bm64" in pk.source.name)
+    assert "dense n=256 k=256 max_m=64" in small.used_by
+    assert sorted(p2.skipped) == sorted(
+        [
+            "kind m_grouped_masked: no kernel yet (2 entries skipped)",
+            "kind k_grouped: no kernel yet (1 entry skipped)",
+            "kind wgrad: no kernel yet (1 entry skipped)",
+            "kind m_grouped_contiguous: no kernel yet (1 entry skipped)",
+        ]
+    )
+    # Another arch or SM count is another plan; keys depend on the arch.
+    p3 = warmup.plan(one, arch="sm_90")
+    assert not {pk.key for pk in p3.kernels} & {pk.key for pk in p1.kernels}
+
+
+def test_plan_argument_errors():
+    one = warmup.parse_shapes([TINY])
+    with pytest.raises(ValueError, match="max_m: expected a positive integer, got 0"):
+        warmup.plan(one, max_m=0)
+    with pytest.raises(ValueError, match="num_sms"):
+        warmup.plan(one, num_sms=-1)
+    with pytest.raises(ValueError, match="arch: expected"):
+        warmup.plan(one, arch="hopper")
+
+
+# --- compiling, strict mode -----------------------------------------------------------------------
+
+
+def test_warmup_twice_then_strict_mode(tmp_cache, monkeypatch, fresh_jit, tmp_path):
+    specs = warmup.parse_shapes([TINY, {"kind": "m_grouped_masked", "n": 256, "k": 256, "groups": 2}])
+    seen = []
+    first = warmup.warmup(specs, jobs=2, progress=seen.append)
+    assert first.to_json() | {"seconds": 0} == {"kernels": 2, "compiled": 2, "cached": 0, "failed": 0, "seconds": 0}
+    assert first.skipped == ["kind m_grouped_masked: no kernel yet (1 entry skipped)"]
+    assert [p.done for p in seen] == [1, 2] and all(p.total == 2 for p in seen)
+    assert len(jit.kernel_cache().entries()) == 2
+
+    second = warmup.warmup(specs, jobs=2)
+    assert (second.kernels, second.compiled, second.cached, second.failed) == (2, 0, 2, 0)
+
+    # Strict mode on the warmed cache: every M of the entry loads, nothing compiles.
+    monkeypatch.setenv("DGX_JIT_STRICT", "1")
+    for m in (1, 64, 65, 1000, 1024):
+        assert jit.get_cubin(choose_dense(m, 256, 256, warmup.DEFAULT_NUM_SMS).config.render(), "sm_90a")
+    assert jit.jit_stats()["compiles"] == 0
+
+    # The cache copied elsewhere still hits (keys hold no paths).
+    moved = tmp_path / "moved-cache"
+    shutil.copytree(tmp_cache, moved, ignore=shutil.ignore_patterns("locks", "tmp"))
+    monkeypatch.setenv("DGX_CACHE_DIR", str(moved))
+    monkeypatch.setattr(jit, "_cubins", {})
+    assert jit.get_cubin(choose_dense(1000, 256, 256, warmup.DEFAULT_NUM_SMS).config.render(), "sm_90a")
+    assert jit.jit_stats()["compiles"] == 0
+
+
+def test_strict_mode_miss_names_kernel_and_warmup(tmp_cache, monkeypatch, fresh_jit):
+    monkeypatch.setenv("DGX_JIT_STRICT", "1")
+    config = GemmConfig(n=384, k=512, block_m=64, block_n=48, stages=4)
+    with pytest.raises(JitStrictError) as info:
+        jit.get_cubin(config.render(), "sm_90a")
+    message = str(info.value)
+    assert config.kernel_name in message
+    assert "dgx warmup" in message and '"n": 384' in message and '"k": 512' in message
+    assert jit.jit_stats()["compiles"] == 0
+    assert jit.kernel_cache().entries() == []
+
+
+def test_failing_kernel_does_not_stop_the_others(tmp_cache, monkeypatch, fresh_jit, tmp_path):
+    monkeypatch.setenv("DGX_JIT_DUMP_DIR", str(tmp_path / "dump"))
+    good = GemmConfig(n=256, k=256, block_m=64, block_n=16, stages=4).render()
+    bad = jit.KernelSource(name="dgx_broken_kernel", source='extern "C" __global__ void dgx_broken_kernel() { nope; }')
+    the_plan = warmup.Plan(
+        "sm_90a",
+        132,
+        [warmup.PlannedKernel(jit.kernel_key(s, "sm_90a"), s, ("test",)) for s in (bad, good)],
+        [],
+    )
+    result = warmup.run(the_plan, jobs=2)
+    assert (result.kernels, result.compiled, result.cached, result.failed) == (2, 1, 0, 1)
+    (name, error), = result.failures
+    assert name == "dgx_broken_kernel" and "CompileError" in error and "nope" in error
+    assert jit.kernel_cache().contains(jit.kernel_key(good, "sm_90a"))
+
+
+def test_warmup_compiles_under_strict_mode(tmp_cache, monkeypatch, fresh_jit):
+    """Warmup is how a strict server's cache gets built: DGX_JIT_STRICT=1 in its environment is no obstacle."""
+    monkeypatch.setenv("DGX_JIT_STRICT", "1")
+    result = warmup.warmup(warmup.parse_shapes([{"kind": "dense", "n": 256, "k": 256, "max_m": 64}]), jobs=1)
+    assert (result.compiled, result.failed) == (1, 0)
+
+
+def _concurrent_worker(root, shapes, barrier, results):
+    try:
+        os.environ["DGX_CACHE_DIR"] = root
+        from dgx import warmup as w
+
+        specs = w.parse_shapes(shapes)
+        barrier.wait()
+        r = w.warmup(specs, jobs=1)
+        results.put(("ok", r.to_json(), r.failures))
+    except BaseException:
+        results.put(("error", traceback.format_exc(), None))
+
+
+def test_concurrent_warmups_compile_each_kernel_once(tmp_path):
+    root = str(tmp_path / "shared-cache")
+    shapes = [TINY]
+    ctx = multiprocessing.get_context("spawn")
+    n = 4
+    barrier = ctx.Barrier(n)
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_concurrent_worker, args=(root, shapes, barrier, results)) for _ in range(n)]
+    for p in procs:
+        p.start()
+    try:
+        out = [results.get(timeout=240) for _ in procs]
+    except queue.Empty:
+        pytest.fail(f"warmup processes did not finish: exit codes {[p.exitcode for p in procs]}")
+    finally:
+        for p in procs:
+            p.join(timeout=60)
+    errors = [o[1] for o in out if o[0] == "error"]
+    assert not errors, errors[0]
+    summaries = [o[1] for o in out]
+    assert all(s["kernels"] == 2 and s["failed"] == 0 for s in summaries), summaries
+    assert sum(s["compiled"] for s in summaries) == 2, summaries  # each kernel compiled by exactly one
+    assert all(s["compiled"] + s["cached"] == 2 for s in summaries), summaries
+    from cache import KernelCache
+
+    entries = KernelCache(root).entries()
+    assert len(entries) == 2
+
+
+# --- portability ----------------------------------------------------------------------------------
+
+_KEYS_SCRIPT = """
+import json, dgx
+from dgx import jit, warmup
+specs = warmup.parse_shapes([{"kind": "dense", "n": 2112, "k": 7168, "max_m": 300}])
+plan = warmup.plan(specs, arch="sm_90a")
+print(json.dumps({"file": dgx.__file__, "keys": sorted(pk.key for pk in plan.kernels)}))
+"""
+
+
+def test_package_copied_elsewhere_gives_the_same_keys(tmp_path):
+    elsewhere = tmp_path / "another" / "install"
+    for pkg in ("dgx", "ptx", "cache", "sass_tools"):
+        shutil.copytree(ROOT / pkg, elsewhere / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("DGX_")}
+    environ["PYTHONPATH"] = str(elsewhere)
+    environ["DGX_CACHE_DIR"] = str(tmp_path / "cache")
+    proc = subprocess.run(
+        [sys.executable, "-c", _KEYS_SCRIPT], cwd=elsewhere, env=environ, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    there = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert Path(there["file"]).resolve().is_relative_to(elsewhere.resolve())
+    specs = warmup.parse_shapes([{"kind": "dense", "n": 2112, "k": 7168, "max_m": 300}])
+    here = sorted(pk.key for pk in warmup.plan(specs, arch="sm_90a").kernels)
+    assert here and there["keys"] == here
