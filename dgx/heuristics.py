@@ -21,7 +21,10 @@ ONE_WG_BASE_CLK = 650.0  # per k-block, BLOCK_M 64, BLOCK_N 16 (measured)
 ONE_WG_CLK_PER_COL = 1.8  # per extra output column (measured: 64x128 ~ 850 clk)
 TWO_WG_CLK_PER_ELEM = 1 / 16  # BLOCK_M * BLOCK_N / 16 clk per k-block (measured: 128x128 ~ 1040 clk)
 BLOCK_M_256_PENALTY = 1.15  # 256x80 measured ~15% slower per element than 128x160
-ONE_WG_PAIR_PENALTY = 1.08  # multicast costs the latency-bound small tiles (measured 5-12%)
+ONE_WG_PAIR_PENALTY = 1.08
+# Two-WG tiles with BLOCK_N not a power of two (two B-scale blocks per tile, narrower D swizzle) ran
+# 6-25% slower per element than 128x128 (128x136: 408 vs 327 us on 4096x24576x1536).
+TWO_WG_UNALIGNED_N_PENALTY = 1.2  # multicast costs the latency-bound small tiles (measured 5-12%)
 STREAM_BYTES_PER_CLK_PER_SM = 57  # what one SM's TMA ring takes in (~100 GB/s)
 EPILOGUE_BYTES_PER_CLK = 64
 MAX_STAGES = 16
@@ -51,6 +54,8 @@ def tile_cycles(block_m: int, block_n: int, k: int, pair: int = PAIR_NONE) -> fl
         mma = chain * (ONE_WG_PAIR_PENALTY if pair != PAIR_NONE else 1.0)
     else:
         rate = block_m * block_n * TWO_WG_CLK_PER_ELEM * (BLOCK_M_256_PENALTY if block_m == 256 else 1.0)
+        if block_n & (block_n - 1):
+            rate *= TWO_WG_UNALIGNED_N_PENALTY
         mma = max(chain, rate)
     load = (block_m + block_n) * 128 / STREAM_BYTES_PER_CLK_PER_SM
     epilogue = block_m * block_n * 2 / EPILOGUE_BYTES_PER_CLK

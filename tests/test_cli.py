@@ -1,0 +1,311 @@
+"""The `dgx` command through click's test runner (CPU only)."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import tarfile
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import cli
+from cache import KernelCache
+from dgx import env, jit, runtime, warmup
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def runner():
+    return CliRunner()
+
+
+@pytest.fixture
+def fresh_jit(monkeypatch):
+    monkeypatch.setattr(jit, "_cubins", {})
+    monkeypatch.setattr(jit, "_caches", {})
+    jit.reset_jit_stats()
+
+
+def _sass_analyzer_available() -> bool:
+    try:
+        import sass_tools
+    except Exception:
+        return False
+    return hasattr(sass_tools, "analyze_cubin")
+
+
+# --- info -----------------------------------------------------------------------------------------
+
+
+def test_info_json(runner, tmp_cache):
+    result = runner.invoke(cli.main, ["info", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    for key in ("dgx", "cuda_bindings", "nvrtc", "driver", "gpus", "cache_root", "cache_entries", "nvdisasm", "env"):
+        assert key in data, key
+    assert data["dgx"] == cli.dgx.__version__
+    assert re.fullmatch(r"\d+\.\d+", data["nvrtc"])
+    assert data["cache_root"] == str(tmp_cache) and data["cache_entries"] == 0
+    assert not tmp_cache.exists()  # info looks, it does not create the cache
+    assert set(data["env"]) == {v.name for v in env.VARIABLES}
+    assert data["env"]["DGX_CACHE_DIR"]["value"] == str(tmp_cache)
+    if runtime.device_count() == 0:
+        assert data["gpus"] == []
+
+
+def test_info_text_without_gpu(runner, tmp_cache):
+    result = runner.invoke(cli.main, ["info"])
+    assert result.exit_code == 0, result.output
+    assert "NVRTC" in result.output and str(tmp_cache) in result.output
+    for var in env.VARIABLES:
+        assert var.name in result.output
+    if runtime.device_count() == 0:
+        assert re.search(r"^GPU\s+none$", result.output, re.M)
+
+
+# --- cache ----------------------------------------------------------------------------------------
+
+
+def _fake_entries(root: Path, n: int = 2) -> list[str]:
+    kc = KernelCache(root)
+    keys = []
+    for i in range(n):
+        key = f"{i:02x}" * 32
+        kc.store(key, b"\x7fELF" + bytes([i]) * 100, {"kernel": f"dgx_test_kernel_{i}", "compiler": "NVRTC 13.0"})
+        keys.append(key)
+    return keys
+
+
+def test_cache_commands_round_trip(runner, tmp_cache, tmp_path, fresh_jit):
+    result = runner.invoke(cli.main, ["cache", "path"])
+    assert result.exit_code == 0 and result.stdout.strip() == str(tmp_cache)
+
+    result = runner.invoke(cli.main, ["cache", "list"])
+    assert result.exit_code == 0 and "no kernels" in result.output
+
+    keys = _fake_entries(tmp_cache)
+    result = runner.invoke(cli.main, ["cache", "list"])
+    assert result.exit_code == 0, result.output
+    assert keys[0][:16] in result.output and "dgx_test_kernel_1" in result.output and "2 kernels" in result.output
+
+    listed = json.loads(runner.invoke(cli.main, ["cache", "list", "--json"]).stdout)
+    assert [e["key"] for e in listed] == keys
+    assert listed[0]["kernel"] == "dgx_test_kernel_0" and listed[0]["size"] == 104
+    assert set(listed[0]) == {"key", "kernel", "size", "created", "compiler"}
+
+    verified = json.loads(runner.invoke(cli.main, ["cache", "verify", "--json"]).stdout)
+    assert verified == {"ok": 2, "removed": 0, "corrupt": []}
+
+    bundle = tmp_path / "kernels.tar.gz"
+    result = runner.invoke(cli.main, ["cache", "export", str(bundle)])
+    assert result.exit_code == 0 and "exported 2 kernels" in result.output and bundle.exists()
+
+    # Without --yes and without an answer, nothing is removed.
+    result = runner.invoke(cli.main, ["cache", "clear"], input="n\n")
+    assert result.exit_code != 0 and len(KernelCache(tmp_cache).entries()) == 2
+    result = runner.invoke(cli.main, ["cache", "clear", "--yes"])
+    assert result.exit_code == 0 and "removed 2 kernels" in result.output
+    assert KernelCache(tmp_cache).entries() == []
+
+    result = runner.invoke(cli.main, ["cache", "import", str(bundle)])
+    assert result.exit_code == 0, result.output
+    assert "imported 2 kernels, skipped 0" in result.output
+    assert [e.key for e in KernelCache(tmp_cache).entries()] == keys
+    result = runner.invoke(cli.main, ["cache", "import", str(bundle)])
+    assert "imported 0 kernels, skipped 2" in result.output
+
+    # A truncated cubin is found and removed by verify.
+    cubin = KernelCache(tmp_cache).entry_dir(keys[1]) / "kernel.cubin"
+    cubin.write_bytes(cubin.read_bytes()[:10])
+    verified = json.loads(runner.invoke(cli.main, ["cache", "verify", "--json"]).stdout)
+    assert verified["ok"] == 1 and verified["removed"] == 1 and verified["corrupt"][0]["key"] == keys[1]
+    result = runner.invoke(cli.main, ["cache", "verify"])
+    assert "1 ok, 0 removed" in result.output
+
+
+def test_cache_import_refuses_bad_bundles(runner, tmp_cache, tmp_path):
+    keys = _fake_entries(tmp_cache, 1)
+    garbage = tmp_path / "garbage.tar.gz"
+    garbage.write_bytes(b"this is not a tar file")
+    result = runner.invoke(cli.main, ["cache", "import", str(garbage)])
+    assert result.exit_code == 1 and "nothing was imported" in result.output
+
+    evil = tmp_path / "evil.tar.gz"
+    with tarfile.open(evil, "w:gz") as tar:
+        data = b"planted"
+        info = tarfile.TarInfo("../../outside/kernel.cubin")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    result = runner.invoke(cli.main, ["cache", "import", str(evil)])
+    assert result.exit_code == 1 and "refusing" in result.output
+    assert not (tmp_path / "outside").exists()
+    assert [e.key for e in KernelCache(tmp_cache).entries()] == keys
+
+    result = runner.invoke(cli.main, ["cache", "import", str(tmp_path / "missing.tar.gz")])
+    assert result.exit_code == 2
+    result = runner.invoke(cli.main, ["cache", "export", str(tmp_path / "kernels.zip")])
+    assert result.exit_code == 1 and ".tar.gz" in result.output
+
+
+# --- inspect --------------------------------------------------------------------------------------
+
+
+def test_inspect_usage_errors(runner, tmp_cache):
+    result = runner.invoke(cli.main, ["inspect"])
+    assert result.exit_code == 2 and "exactly one of --cubin, --key, --gemm" in result.output
+    result = runner.invoke(cli.main, ["inspect", "--gemm", "64", "2112", "7168", "--key", "abcdef12"])
+    assert result.exit_code == 2
+    result = runner.invoke(cli.main, ["inspect", "--gemm", "64", "4096", "7168", "--kind", "masked"])
+    assert result.exit_code == 1 and "not available yet" in result.output
+    result = runner.invoke(cli.main, ["inspect", "--key", "0123456789abcdef"])
+    assert result.exit_code == 1 and "no kernel" in result.output
+
+
+@pytest.mark.skipif(not _sass_analyzer_available(), reason="sass_tools.analyze_cubin is not there yet")
+def test_inspect_gemm_json_key_and_cubin(runner, tmp_cache, tmp_path, fresh_jit):
+    result = runner.invoke(cli.main, ["inspect", "--gemm", "4096", "7168", "2048", "--json"])
+    assert result.exit_code == 0, result.output
+    reports = json.loads(result.stdout)
+    assert isinstance(reports, list) and len(reports) == 1
+    r = reports[0]
+    for key in ("kernel", "registers", "shared_bytes", "local_bytes", "spill_instructions", "histogram", "qgmma"):
+        assert key in r, key
+    assert "ffma_runs" in r and "ffma_yield_set" in r
+    assert r["kernel"].startswith("dgx_fp8_gemm_nt_n7168_k2048")
+    assert r["qgmma"] > 0 and r["spill_instructions"] == 0 and r["local_bytes"] == 0
+
+    # The kernel is now in the cache: inspect it by key prefix, and as a cubin file.
+    (entry,) = KernelCache(tmp_cache).entries()
+    result = runner.invoke(cli.main, ["inspect", "--key", entry.key[:12]])
+    assert result.exit_code == 0, result.output
+    assert r["kernel"] in result.output and "QGMMA" in result.output
+    path = tmp_path / "k.cubin"
+    path.write_bytes(KernelCache(tmp_cache).load(entry.key))
+    result = runner.invoke(cli.main, ["inspect", "--cubin", str(path), "--json"])
+    assert json.loads(result.stdout) == reports
+
+
+# --- warmup ---------------------------------------------------------------------------------------
+
+
+def test_warmup_tiny_shapes_twice(runner, tmp_cache, tmp_path, fresh_jit):
+    shapes = tmp_path / "shapes.json"
+    shapes.write_text(
+        json.dumps(
+            [
+                {"kind": "dense", "n": 256, "k": 256, "max_m": 1024},
+                {"kind": "m_grouped_contiguous", "n": 256, "k": 256, "groups": 4},
+            ]
+        )
+    )
+    result = runner.invoke(cli.main, ["warmup", "--shapes", str(shapes), "--json", "-j", "2"])
+    assert result.exit_code == 0, result.output
+    first = json.loads(result.stdout)
+    assert set(first) == {"kernels", "compiled", "cached", "failed", "seconds"}
+    assert (first["kernels"], first["compiled"], first["cached"], first["failed"]) == (2, 2, 0, 0)
+    assert "kind m_grouped_contiguous: no kernel yet" in result.stderr
+
+    result = runner.invoke(cli.main, ["warmup", "--shapes", str(shapes), "--json"])
+    assert result.exit_code == 0, result.output
+    second = json.loads(result.stdout)
+    assert (second["kernels"], second["compiled"], second["cached"], second["failed"]) == (2, 0, 2, 0)
+
+    result = runner.invoke(cli.main, ["warmup", "--shapes", str(shapes)])
+    assert result.exit_code == 0 and "2 kernels: 0 compiled, 2 cached, 0 failed" in result.stdout
+    assert len(KernelCache(tmp_cache).entries()) == 2
+
+
+def test_warmup_malformed_shapes_file(runner, tmp_cache, tmp_path):
+    shapes = tmp_path / "bad.json"
+    shapes.write_text(json.dumps([{"kind": "dense", "n": 256, "k": 256}, {"kind": "dense", "n": 256, "k": "7168"}]))
+    result = runner.invoke(cli.main, ["warmup", "--shapes", str(shapes)])
+    assert result.exit_code == 1
+    assert "entry 1: field 'k': expected a positive integer, got '7168'" in result.output
+    assert not tmp_cache.exists() or KernelCache(tmp_cache).entries() == []
+
+
+def test_warmup_needs_exactly_one_source(runner, tmp_cache, tmp_path):
+    result = runner.invoke(cli.main, ["warmup"])
+    assert result.exit_code == 2 and "exactly one of --preset NAME or --shapes FILE" in result.output
+    shapes = tmp_path / "s.json"
+    shapes.write_text("[]")
+    result = runner.invoke(cli.main, ["warmup", "--preset", "deepseek-v3", "--shapes", str(shapes)])
+    assert result.exit_code == 2
+    result = runner.invoke(cli.main, ["warmup", "--preset", "no-such-model"])
+    assert result.exit_code == 2 and "deepseek-v3" in result.output
+
+
+def test_warmup_exit_status_on_failure(runner, tmp_cache, monkeypatch, tmp_path, fresh_jit):
+    monkeypatch.setenv("DGX_JIT_DUMP_DIR", str(tmp_path / "dump"))
+    bad = jit.KernelSource(name="dgx_broken_kernel", source='extern "C" __global__ void dgx_broken_kernel() { nope; }')
+
+    def broken_plan(entries, **kwargs):
+        return warmup.Plan("sm_90a", 132, [warmup.PlannedKernel(jit.kernel_key(bad, "sm_90a"), bad, ("x",))], [])
+
+    monkeypatch.setattr(warmup, "plan", broken_plan)
+    shapes = tmp_path / "s.json"
+    shapes.write_text(json.dumps([{"kind": "dense", "n": 256, "k": 256}]))
+    result = runner.invoke(cli.main, ["warmup", "--shapes", str(shapes), "--json"])
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["failed"] == 1
+    assert "FAILED dgx_broken_kernel" in result.stderr and "nope" in result.stderr
+
+
+# --- bench ----------------------------------------------------------------------------------------
+
+
+def test_bench_without_gpu(runner):
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("a GPU is present")
+    except ImportError:
+        pass
+    result = runner.invoke(cli.main, ["bench", "--suite", "dense", "--no-peers"])
+    assert result.exit_code != 0
+    try:
+        from dgx.bench import runner as bench_runner
+    except Exception:
+        assert "dgx bench is not available" in result.output
+    else:
+        assert bench_runner.NO_GPU_PREFIX in result.output
+
+
+def test_bench_options(runner):
+    result = runner.invoke(cli.main, ["bench", "--help"])
+    assert result.exit_code == 0
+    for option in ("--suite", "--shapes", "--peers / --no-peers", "--repeat", "--json", "--markdown", "--plot"):
+        assert option in result.output
+    for suite in ("dense", "contiguous", "masked", "wgrad", "k_grouped", "all"):
+        assert suite in result.output
+    assert runner.invoke(cli.main, ["bench", "--suite", "sparse"]).exit_code == 2
+
+
+# --- docs agree with the code ---------------------------------------------------------------------
+
+
+def test_readme_documents_env_and_commands():
+    readme = (ROOT / "README.md").read_text()
+    for var in env.VARIABLES:
+        assert f"`{var.name}`" in readme, f"{var.name} is not documented in README.md"
+    assert "python3 -m pip install -e '.[torch]' && dgx warmup --preset deepseek-v3" in readme
+    assert "bash .ci/run" in readme
+    ci = (ROOT / ".ci" / "run").read_text()
+    test_command = "python -m pytest -q"
+    assert test_command in ci and test_command in readme
+    for command in ("info", "cache", "inspect", "warmup", "bench"):
+        assert f"dgx {command}" in readme
+    assert "docs/PERFLOG.md" in readme
+
+
+def test_console_script_entry_point():
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["project"]["scripts"]["dgx"] == "cli:main"
+    assert set(cli.main.commands) == {"info", "cache", "inspect", "warmup", "bench"}
+    assert set(cli.main.commands["cache"].commands) == {"path", "list", "verify", "clear", "export", "import"}
