@@ -338,13 +338,17 @@ def _print_report(r: dict) -> None:
 
     click.echo(f"kernel {r.get('kernel')}")
     show("registers", r.get("registers"))
-    show("shared memory", f"{r.get('shared_bytes')} bytes")
+    show("shared memory", f"{r.get('shared_bytes')} bytes static")
     show("local memory", f"{r.get('local_bytes')} bytes, {r.get('spill_instructions')} LDL/STL")
     show("QGMMA", r.get("qgmma"))
     runs = r.get("ffma_runs")
     if isinstance(runs, (list, tuple)):
         lengths = [x.get("length", x) if isinstance(x, dict) else x for x in runs]
-        shown = f"{len(runs)}" + (f" (lengths {', '.join(map(str, lengths[:16]))}{', ...' if len(lengths) > 16 else ''})" if runs else "")
+        shown = str(len(runs))
+        if runs:
+            shown += f" (lengths {', '.join(map(str, lengths[:16]))}{', ...' if len(lengths) > 16 else ''})"
+        if "ffma_interleaved_runs" in r:
+            shown += f"; {r['ffma_interleaved_runs']} interleaved"
     else:
         shown = runs
     show("FFMA runs", shown)
@@ -386,7 +390,13 @@ def inspect(cubin_path, key, gemm, kind, num_sms, arch, sass, as_json) -> None:
     else:
         cubin, header = _gemm_cubin(gemm, kind, num_sms or _default_num_sms(), arch)
     if sass:
-        text = _sass_tools("disassemble").disassemble(cubin)
+        tools = _sass_tools("disassemble")
+        try:
+            text = tools.disassemble(cubin)
+        except Exception as exc:
+            raise click.ClickException(f"cannot disassemble the cubin: {exc}") from None
+        if header:
+            click.echo(header)
         click.echo(text.rstrip("\n"))
         return
     tools = _sass_tools("analyze_cubin")
@@ -422,7 +432,8 @@ def _gemm_cubin(gemm, kind: str, num_sms: int, arch: str) -> tuple[bytes, str]:
     c = choice.config
     header = (
         f"fp8_gemm_nt M={m} N={n} K={k} on {num_sms} SMs ({arch}): block {c.block_m}x{c.block_n}, "
-        f"{c.stages} stages, pair {c.pair}; {choice.num_tiles} units in {choice.waves} wave(s); "
+        f"{c.stages} stages, pair {c.pair}, {src.dynamic_smem} bytes of dynamic shared memory; "
+        f"{choice.num_tiles} units in {choice.waves} wave(s); "
         f"key {jit.kernel_key(src, arch)[:16]}"
     )
     return cubin, header

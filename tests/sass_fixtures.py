@@ -351,7 +351,7 @@ def split_operands(text: str) -> list[str]:
 
 _SECTION_RE = re.compile(r"^\s*\.section\s+\.text\.(\S+?),")
 _INSTR_RE = re.compile(
-    r"^\s*/\*([0-9a-f]{4,})\*/\s+(@!?U?P[0-9T]\s+)?([A-Z0-9_.]+)\s*([^;]*);\s*/\*\s*(0x[0-9a-f]{16})\s*\*/"
+    r"^\s*/\*([0-9a-f]{4,})\*/\s+(@!?U?P[0-9T]\s+)?([A-Z][A-Za-z0-9_.]*)\s*([^;]*);\s*/\*\s*(0x[0-9a-f]{16})\s*\*/"
 )
 _HIGH_RE = re.compile(r"^\s*/\*\s*(0x[0-9a-f]{16})\s*\*/\s*$")
 

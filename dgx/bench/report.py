@@ -134,7 +134,7 @@ def _suite_rows(suite: SuiteSummary, repeats: int) -> tuple[list[str], list[list
 
 
 def _spread_line(suite: SuiteSummary, repeats: int) -> str | None:
-    if repeats < 2:
+    if repeats < 2 or suite.spread_tflops.median is None:
         return None
     bits = []
 
