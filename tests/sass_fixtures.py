@@ -386,8 +386,10 @@ def parse_nvdisasm_hex(text: str) -> dict[str, list[DisasmInstr]]:
     return kernels
 
 
+@functools.lru_cache(maxsize=64)
 def nvdisasm_text(cubin_bytes: bytes, *args: str) -> str:
-    """Run nvdisasm on the bytes (via a temporary file) with the given options."""
+    """nvdisasm's output for the bytes (written to a temporary file) with the given options."""
+    import os
     import tempfile
 
     from sass_tools import nvdisasm_path
@@ -395,10 +397,13 @@ def nvdisasm_text(cubin_bytes: bytes, *args: str) -> str:
     exe = nvdisasm_path()
     if exe is None:
         raise RuntimeError("nvdisasm not found")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin_bytes)
-        f.flush()
-        res = subprocess.run([exe, *args, f.name], capture_output=True, text=True, timeout=120)
+    fd, path = tempfile.mkstemp(suffix=".cubin")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(cubin_bytes)
+        res = subprocess.run([exe, *args, path], capture_output=True, text=True, timeout=120)
+    finally:
+        os.unlink(path)
     if res.returncode != 0:
         raise RuntimeError(f"nvdisasm {' '.join(args)} failed ({res.returncode}): {res.stderr.strip()}")
     return res.stdout
@@ -406,6 +411,59 @@ def nvdisasm_text(cubin_bytes: bytes, *args: str) -> str:
 
 def disasm_instructions(cubin_bytes: bytes) -> dict[str, list[DisasmInstr]]:
     return parse_nvdisasm_hex(nvdisasm_text(cubin_bytes, "-c", "-hex"))
+
+
+@dataclass(frozen=True)
+class DisasmInfoRecord:
+    section: str
+    offset: int
+    name: str  # e.g. 'EIATTR_REGCOUNT' (nvdisasm says EIATTR_UNKNOWN for codes it has no name for)
+    format: int
+    attribute: int
+
+
+_ANY_SECTION_RE = re.compile(r"^\s*\.section\s+(\S+?),")
+_NVINFO_RE = re.compile(r"//----- nvinfo : (\w+)")
+_BYTES_RE = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+\.byte\s+0x([0-9a-f]{2}), 0x([0-9a-f]{2})")
+
+
+def disasm_info_records(cubin_bytes: bytes) -> list[DisasmInfoRecord]:
+    """The EIATTR records of every .nv.info section as nvdisasm lists them: the name it prints in
+    '//----- nvinfo : NAME' and the first '.byte fmt, attr' line after it."""
+    out = []
+    section, pending = "", None
+    for line in nvdisasm_text(cubin_bytes).splitlines():
+        if m := _ANY_SECTION_RE.match(line):
+            section, pending = m.group(1), None
+        elif m := _NVINFO_RE.search(line):
+            pending = m.group(1)
+        elif pending and (m := _BYTES_RE.match(line)):
+            out.append(
+                DisasmInfoRecord(section, int(m.group(1), 16), pending, int(m.group(2), 16), int(m.group(3), 16))
+            )
+            pending = None
+    return out
+
+
+def _nvdisasm_missing() -> bool:
+    from sass_tools import nvdisasm_path
+
+    return nvdisasm_path() is None
+
+
+try:
+    import pytest
+except ImportError:  # run as a script (--opcodes) without pytest
+    pytest = None
+
+needs_nvdisasm = (
+    pytest.mark.skipif(
+        _nvdisasm_missing(),
+        reason="nvdisasm is not installed (pip install nvidia-cuda-nvdisasm; it is in the test extra)",
+    )
+    if pytest is not None
+    else None
+)
 
 
 # --------------------------------------------------------------------------- raw-instruction probing

@@ -1,0 +1,372 @@
+"""Core library on the CPU: heuristics, configs, NVRTC compiles with SASS checks, errors, keys, tensors,
+and every input check of fp8_gemm_nt (fed TensorViews with fake device pointers: no GPU is touched)."""
+
+from __future__ import annotations
+
+import math
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import ptx
+from dgx import compiler, gemm, jit
+from dgx.errors import CompileError
+from dgx.heuristics import candidates, choose_dense
+from dgx.kernels.fp8_gemm import PAIR_M, PAIR_N, PAIR_NONE, SMEM_LIMIT, GemmConfig, validate_blocks
+from dgx.tensors import TensorView, as_view, require_cuda
+
+ANCHOR_NK = ((2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048))
+ODD_NK = ((576, 7168), (7168, 576), (256, 256), (24584, 1536), (8, 128))
+
+
+# --- heuristics -----------------------------------------------------------------------------------
+
+
+def _shapes():
+    for m in (1, 7, 64, 65, 128, 1000, 4096, 8191):
+        for n, k in ANCHOR_NK + ODD_NK:
+            yield m, n, k
+
+
+@pytest.mark.parametrize("num_sms", [132, 78, 1])
+def test_every_choice_is_a_valid_config(num_sms):
+    for m, n, k in _shapes():
+        choice = choose_dense(m, n, k, num_sms)
+        c = choice.config
+        where = f"M={m} N={n} K={k} SMs={num_sms}: {c}"
+        assert isinstance(c, GemmConfig), where
+        assert (c.n, c.k) == (n, k), where
+        assert validate_blocks(c.block_m, c.block_n, c.pair) == "", where
+        assert c.smem_bytes <= SMEM_LIMIT and c.stages >= 2, where
+        assert num_sms >= 2 or c.pair == PAIR_NONE, where  # a 2-CTA cluster needs 2 SMs
+        assert choice.num_tiles == c.units(m), where
+        slots = num_sms // c.cluster
+        assert choice.waves == math.ceil(choice.num_tiles / slots), where
+        grid = c.grid(m, num_sms)
+        assert 0 < grid <= num_sms and grid % c.cluster == 0, where
+        if m <= 64:
+            assert c.block_m == 64, f"{where}: decode shapes must not pad M to a larger tile"
+        if choice.waves > 1:
+            # Minimal-ish waves: a multi-wave choice keeps at least 3/4 of the SM slots of its waves busy.
+            assert choice.num_tiles / (choice.waves * slots) >= 0.75, where
+
+
+def test_choice_is_deterministic_and_cached():
+    assert choose_dense(4096, 7168, 2048, 132) is choose_dense(4096, 7168, 2048, 132)
+    assert choose_dense(4096, 7168, 2048, 132).config == choose_dense.__wrapped__(4096, 7168, 2048, 132).config
+
+
+def test_candidates_are_all_valid():
+    for m, n in ((1, 2112), (4096, 7168), (300, 576)):
+        cands = candidates(m, n)
+        assert cands
+        for bm, bn, pair in cands:
+            assert validate_blocks(bm, bn, pair) == ""
+
+
+@pytest.mark.parametrize("args", [(0, 2112, 7168, 132), (64, 0, 7168, 132), (64, 2112, -1, 132), (64, 2112, 7168, 0)])
+def test_choose_dense_rejects_nonpositive(args):
+    with pytest.raises(ValueError, match="positive"):
+        choose_dense(*args)
+
+
+# --- GemmConfig validation ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(block_m=96, block_n=128, stages=4), "block_m must be 64, 128 or 256; got 96"),
+        (dict(block_m=128, block_n=12, stages=4), "block_n must be a multiple of 8"),
+        (dict(block_m=128, block_n=264, stages=4), "block_n must be a multiple of 8 in 8..256"),
+        (dict(block_m=256, block_n=256, stages=2), "accumulator registers"),
+        (dict(block_m=128, block_n=128, stages=12), "shared memory"),
+        (dict(block_m=128, block_n=128, stages=4, pair=3), "pair must be"),
+        (dict(block_m=128, block_n=120, stages=4, pair=PAIR_M), "sharing B needs block_n a multiple of 16"),
+    ],
+)
+def test_gemm_config_errors(kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        GemmConfig(n=4096, k=7168, **kwargs)
+
+
+# --- NVRTC compiles, checked in the SASS ----------------------------------------------------------
+
+REPRESENTATIVE = [
+    GemmConfig(n=2112, k=7168, block_m=64, block_n=112, stages=8),  # one math warpgroup, unaligned N tile
+    GemmConfig(n=7168, k=2112, block_m=128, block_n=144, stages=5, pair=PAIR_N),  # K % 128 != 0, shares A
+    GemmConfig(n=4096, k=7168, block_m=256, block_n=80, stages=4, pair=PAIR_M),  # BLOCK_M 256, shares B
+]
+
+
+def _nvdisasm() -> str:
+    import sass_tools
+
+    path = sass_tools.nvdisasm_path()
+    if path is None:
+        pytest.fail("nvdisasm not found: the [test] extra installs nvidia-cuda-nvdisasm")
+    return path
+
+
+@pytest.mark.parametrize("config", REPRESENTATIVE, ids=lambda c: c.kernel_name)
+def test_dense_kernel_compiles_without_spills(config, tmp_path):
+    src = config.render()
+    result = compiler.compile_cubin(src.source, src.name, compiler.compile_options("sm_90a", ("--ptxas-options=-v",)))
+    assert result.cubin[:4] == b"\x7fELF"
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", result.log)
+    assert spills, f"no ptxas -v report in the log:\n{result.log}"
+    assert all(s == ("0", "0") for s in spills), result.log
+    assert re.search(r"\b0 bytes stack frame", result.log), result.log
+    path = tmp_path / "k.cubin"
+    path.write_bytes(result.cubin)
+    sass = subprocess.run([_nvdisasm(), "--print-code", str(path)], capture_output=True, text=True, timeout=120)
+    assert sass.returncode == 0, sass.stderr
+    assert src.name in sass.stdout
+    assert re.search(r"\bQGMMA\.", sass.stdout), "no QGMMA (FP8 wgmma) in the SASS"
+    assert not re.search(r"\b(LDL|STL)(\.|\s)", sass.stdout), "local-memory traffic in the SASS"
+
+
+def test_compile_error_carries_log_and_source(monkeypatch, tmp_path):
+    monkeypatch.setenv("DGX_JIT_DUMP_DIR", str(tmp_path / "dump"))
+    source = 'extern "C" __global__ void dgx_broken() { int x = undefined_name; }\n'
+    with pytest.raises(CompileError) as info:
+        compiler.compile_cubin(source, "dgx_broken", compiler.compile_options("sm_90a"))
+    err = info.value
+    assert err.kernel == "dgx_broken"
+    assert "undefined_name" in err.log and "error" in err.log.lower()
+    saved = Path(err.source_path)
+    assert saved.is_file() and saved.read_text() == source
+    assert saved.parent == tmp_path / "dump"
+    assert str(saved) in str(err)
+    for name in ptx.headers():  # the headers are saved beside it, so the repro is complete
+        assert (saved.parent / name).is_file()
+
+
+def test_compile_options():
+    opts = compiler.compile_options("sm_90a", ("--ptxas-options=-v",))
+    assert opts[0] == "--gpu-architecture=sm_90a" and opts[-1] == "--ptxas-options=-v"
+    with pytest.raises(ValueError, match="sm_90a"):
+        compiler.compile_options("hopper")
+
+
+# --- cache keys -----------------------------------------------------------------------------------
+
+
+def test_key_stability(monkeypatch):
+    src = REPRESENTATIVE[0].render()
+    key = jit.kernel_key(src, "sm_90a")
+    assert re.fullmatch(r"[0-9a-f]{64}", key)
+    assert jit.kernel_key(REPRESENTATIVE[0].render(), "sm_90a") == key
+    assert jit.kernel_key(src, "sm_90") != key
+    assert jit.kernel_key(REPRESENTATIVE[1].render(), "sm_90a") != key
+
+    original = ptx.headers()
+    name = sorted(original)[0]
+    changed = dict(original)
+    content = bytearray(changed[name])
+    content[len(content) // 2] ^= 0x01  # one bit of one byte of one header
+    changed[name] = bytes(content)
+    monkeypatch.setattr(ptx, "headers", lambda: dict(changed))
+    assert jit.kernel_key(src, "sm_90a") != key
+    monkeypatch.setattr(ptx, "headers", lambda: dict(original))
+    assert jit.kernel_key(src, "sm_90a") == key
+
+    monkeypatch.setenv("DGX_JIT_LINEINFO", "1")  # a compile option is part of the key
+    assert jit.kernel_key(src, "sm_90a") != key
+
+
+def test_key_inputs_hold_nothing_machine_specific():
+    inputs = jit.key_inputs(REPRESENTATIVE[0].render(), "sm_90a")
+    here = str(Path(__file__).resolve().parents[1])
+
+    def strings(value):
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                yield str(k)
+                yield from strings(v)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                yield from strings(v)
+
+    for s in strings(inputs):
+        assert here not in s and str(Path.home()) not in s, s
+    assert all(not Path(name).is_absolute() for name in inputs["headers"])
+
+
+# --- tensors --------------------------------------------------------------------------------------
+
+
+def test_torch_cpu_views():
+    torch = pytest.importorskip("torch")
+    cases = [
+        (torch.float8_e4m3fn, "float8_e4m3fn"),
+        (torch.bfloat16, "bfloat16"),
+        (torch.float32, "float32"),
+        (torch.int32, "int32"),
+    ]
+    for tdtype, name in cases:
+        t = torch.zeros(6, 8, dtype=torch.float32).to(tdtype)
+        v = as_view(t, "t")
+        assert (v.ptr, v.shape, v.strides, v.dtype) == (t.data_ptr(), (6, 8), (8, 1), name)
+        assert (v.device, v.device_kind) == (-1, "cpu")
+    t = torch.zeros(16, 32, dtype=torch.float32).t()[2:]  # a strided, offset view
+    v = as_view(t, "t")
+    assert v.shape == (30, 16) and v.strides == (1, 32) and v.ptr == t.data_ptr()
+    with pytest.raises(TypeError, match="t: expected a tensor of dtype .* got torch.float16"):
+        as_view(torch.zeros(2, dtype=torch.float16), "t")
+    with pytest.raises(TypeError, match="x: expected a tensor .* got list"):
+        as_view([1, 2], "x")
+
+
+def test_dlpack_path_matches_torch_fast_path():
+    torch = pytest.importorskip("torch")
+
+    class OnlyDlpack:  # not a torch tensor: goes through __dlpack__ and the DLPack structs
+        def __init__(self, t):
+            self.t = t
+
+        def __dlpack__(self, *args, **kwargs):
+            return self.t.__dlpack__(*args, **kwargs)
+
+    for t in (torch.arange(24, dtype=torch.float32).reshape(4, 6)[:, 1:], torch.zeros(3, 5, dtype=torch.bfloat16)):
+        fast, generic = as_view(t, "t"), as_view(OnlyDlpack(t), "t")
+        assert (generic.ptr, generic.shape, generic.strides, generic.dtype) == (
+            fast.ptr,
+            fast.shape,
+            fast.strides,
+            fast.dtype,
+        )
+        assert generic.device_kind == "cpu"
+
+
+def test_cpu_tensor_refused_by_require_cuda():
+    torch = pytest.importorskip("torch")
+    view = as_view(torch.zeros(4, 4), "A")
+    with pytest.raises(ValueError, match="A: expected a tensor in CUDA device memory; got one on cpu"):
+        require_cuda(view, "A")
+    gpu_view = TensorView(0x1000, (4, 4), (4, 1), "float32", 1)
+    with pytest.raises(ValueError, match=r"A: expected a tensor on cuda:0 like the others; got cuda:1"):
+        require_cuda(gpu_view, "A", 0)
+
+
+# --- fp8_gemm_nt input checks (no GPU) ------------------------------------------------------------
+
+M, N, K = 256, 512, 1024
+BASE = 0x7F0000000000
+
+
+def _view(shape, dtype, strides=None, ptr=BASE, device=0):
+    if strides is None:
+        strides, acc = [], 1
+        for s in reversed(shape):
+            strides.append(acc)
+            acc *= s
+        strides = tuple(reversed(strides))
+    return TensorView(ptr, tuple(shape), tuple(strides), dtype, device)
+
+
+def _inputs(**over):
+    views = {
+        "A": _view((M, K), "float8_e4m3fn", ptr=BASE),
+        "SFA": _view((M, K // 128), "float32", ptr=BASE + 0x100000),
+        "B": _view((N, K), "float8_e4m3fn", ptr=BASE + 0x200000),
+        "SFB": _view((N // 128, K // 128), "float32", ptr=BASE + 0x300000),
+        "d": _view((M, N), "bfloat16", ptr=BASE + 0x400000),
+    }
+    views.update(over)
+    return (views["A"], views["SFA"]), (views["B"], views["SFB"]), views["d"]
+
+
+class Launched(Exception):
+    pass
+
+
+@pytest.fixture
+def no_launch(monkeypatch):
+    """Anything past the checks (planning, launching) raises Launched: valid inputs reach it, bad ones not."""
+
+    def plan(*args, **kwargs):
+        raise Launched()
+
+    monkeypatch.setattr(gemm, "_plan", plan)
+    monkeypatch.setattr(gemm, "get_num_sms", lambda device=0: 132)
+
+
+def test_valid_inputs_pass_every_check(no_launch):
+    with pytest.raises(Launched):
+        gemm.fp8_gemm_nt(*_inputs())
+    # The TMA-aligned M-major SFA layout is accepted as is.
+    sfa_mn_major = _view((M, K // 128), "float32", strides=(1, M), ptr=BASE + 0x100000)
+    with pytest.raises(Launched):
+        gemm.fp8_gemm_nt(*_inputs(SFA=sfa_mn_major))
+
+
+@pytest.mark.parametrize(
+    "over, error, message",
+    [
+        (dict(A=_view((M, K), "bfloat16")), TypeError, "A: expected dtype float8_e4m3fn; got bfloat16"),
+        (dict(B=_view((N, K), "float32", ptr=BASE + 0x200000)), TypeError, "B: expected dtype float8_e4m3fn"),
+        (dict(SFA=_view((M, K // 128), "bfloat16", ptr=BASE + 0x100000)), TypeError, "SFA: expected dtype float32"),
+        (dict(d=_view((M, N), "float32", ptr=BASE + 0x400000)), TypeError, "d: expected dtype bfloat16"),
+        (dict(A=_view((1, M, K), "float8_e4m3fn")), ValueError, "A: expected a 2-D tensor"),
+        (dict(B=_view((N, K + 128), "float8_e4m3fn", ptr=BASE + 0x200000)), ValueError, f"B: expected K = {K}"),
+        (dict(d=_view((M, N + 8), "bfloat16", ptr=BASE + 0x400000)), ValueError, f"d: expected shape ({M}, {N})"),
+        (dict(SFA=_view((M, K // 64), "float32", ptr=BASE + 0x100000)), ValueError, "SFA: expected shape"),
+        (dict(SFB=_view((N // 128, K // 64), "float32", ptr=BASE + 0x300000)), ValueError, "SFB: expected shape"),
+        (dict(A=_view((M, K), "float8_e4m3fn", strides=(K + 8, 1))), ValueError, "A: TMA needs row strides that are a multiple of 16 bytes"),
+        (dict(A=_view((M, K), "float8_e4m3fn", strides=(1, M))), ValueError, "A: expected contiguous rows"),
+        (dict(A=_view((M, K), "float8_e4m3fn", ptr=BASE + 8)), ValueError, "A: TMA needs a 16-byte aligned base address"),
+        (dict(d=_view((M, N), "bfloat16", ptr=BASE + 0x400004)), ValueError, "d: TMA needs a 16-byte aligned base address"),
+        (dict(SFA=_view((M, K // 128), "float32", ptr=BASE + 0x100002)), ValueError, "SFA: expected an address aligned to 4 bytes"),
+        (dict(SFB=_view((N // 128, K // 128), "float32", strides=(1, N // 128), ptr=BASE + 0x300000)), ValueError, "SFB: expected a contiguous row-major tensor"),
+        (dict(B=_view((N, K), "float8_e4m3fn", ptr=BASE + 0x200000, device=1)), ValueError, "B: expected a tensor on cuda:0 like the others; got cuda:1"),
+    ],
+)
+def test_input_check(no_launch, over, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        gemm.fp8_gemm_nt(*_inputs(**over))
+
+
+def test_n_must_be_a_multiple_of_8(no_launch):
+    n = 500
+    a, _, _ = _inputs()
+    b = (_view((n, K), "float8_e4m3fn", ptr=BASE + 0x200000), _view((4, K // 128), "float32", ptr=BASE + 0x300000))
+    d = _view((M, n), "bfloat16", ptr=BASE + 0x400000)
+    with pytest.raises(ValueError, match=r"N must be a multiple of 8.*got N = 500"):
+        gemm.fp8_gemm_nt(a, b, d)
+
+
+def test_pairs_and_c(no_launch):
+    (A, SFA), b, d = _inputs()
+    with pytest.raises(TypeError, match="a: expected a \\(tensor, scales\\) pair; got TensorView"):
+        gemm.fp8_gemm_nt(A, b, d)
+    with pytest.raises(ValueError, match="c"):
+        gemm.fp8_gemm_nt((A, SFA), b, d, c=d)
+
+
+def test_cpu_tensor_is_refused(no_launch):
+    torch = pytest.importorskip("torch")
+    a_cpu = torch.zeros(M, K, dtype=torch.float32).to(torch.float8_e4m3fn)
+    (_, SFA), b, d = _inputs()
+    with pytest.raises(ValueError, match="A: expected a tensor in CUDA device memory; got one on cpu"):
+        gemm.fp8_gemm_nt((a_cpu, SFA), b, d)
+    (A, _), b, d = _inputs()
+    with pytest.raises(ValueError, match="d: expected a tensor in CUDA device memory; got one on cpu"):
+        gemm.fp8_gemm_nt((A, SFA), b, torch.zeros(M, N, dtype=torch.bfloat16))
+
+
+def test_m_zero_returns_without_touching_the_gpu(monkeypatch):
+    def forbidden(*args, **kwargs):
+        raise AssertionError("M = 0 must not plan, compile or launch anything")
+
+    monkeypatch.setattr(gemm, "_plan", forbidden)
+    monkeypatch.setattr(gemm, "get_num_sms", forbidden)
+    monkeypatch.setattr(jit, "get_kernel", forbidden)
+    a = (_view((0, K), "float8_e4m3fn"), _view((0, K // 128), "float32", ptr=BASE + 0x100000))
+    _, b, _ = _inputs()
+    d = _view((0, N), "bfloat16", ptr=BASE + 0x400000)
+    assert gemm.fp8_gemm_nt(a, b, d) is None
