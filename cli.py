@@ -12,7 +12,6 @@ import json
 import os
 import platform
 import sys
-import time
 
 import click
 
@@ -365,7 +364,7 @@ def _print_report(r: dict) -> None:
 @click.option("--key", help="A cached kernel (a unique prefix of its key, as `dgx cache list` shows).")
 @click.option("--gemm", nargs=3, type=click.IntRange(min=1), metavar="M N K", help="The kernel the heuristics pick.")
 @click.option("--kind", type=click.Choice(INSPECT_KINDS), default="dense", show_default=True)
-@click.option("--num-sms", type=click.IntRange(min=1), default=None, help="SMs to plan for [default: 132].")
+@click.option("--num-sms", type=click.IntRange(min=1), default=None, help="SMs to plan for [default: $DGX_NUM_SMS or 132].")
 @click.option("--arch", default=warmup_mod.DEFAULT_ARCH, show_default=True)
 @click.option("--sass", is_flag=True, help="Print the disassembly.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of per-kernel reports.")

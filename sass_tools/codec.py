@@ -21,21 +21,25 @@ bits       width  field
 How this was pinned down (nvdisasm 13.5 on sm_90a cubins from NVRTC 13.5; the tests repeat it):
 
 - Reuse: setting bit 122 / 123 / 124 alone on ``FFMA R25, R25, R26, R27`` makes nvdisasm print
-  ``R25.reuse`` / ``R26.reuse`` / ``R27.reuse`` (the 1st / 2nd / 3rd source). Over every instruction of
-  the test kernels, the operands nvdisasm prints with ``.reuse`` are exactly the set reuse bits.
+  ``R25.reuse`` / ``R26.reuse`` / ``R27.reuse`` (the 1st / 2nd / 3rd source); bits 125..127 print
+  nothing on FFMA. On every instruction of the test kernels, nvdisasm marks as many operands
+  ``.reuse`` as there are reuse bits, in the same order (exactly source i for bit i on FFMA).
 - Stall and yield: nvdisasm validates bits 105..109 as one 5-bit value (its "opex" table): for FFMA,
   LDG and NOP alike it rejects exactly 0x10 and 0x1c..0x1f, i.e. bit 109 set with a stall of 0 or of
-  12..15. A long stall (12..15) is legal only with bit 109 = 0, which is the yield sense (public
-  reverse engineering: "stall counts above 11 need the yield flag"), so 0 = yield. This agrees with the
+  12..15. A long stall (12..15) is legal only with bit 109 = 0: a warp stalled that long must be
+  allowed to yield, so 0 = yield. This agrees with the
   maxas / CuAssembler notation (yield shown as "Y" when the bit is 0; the padding NOP, high word
-  0x000fc00000000000, decodes to stall 0 with yield) and with DeepGEMM's interleave script, which lets
-  a promotion FFMA yield by XOR-ing 0x0000200000000000 (bit 109) out of a high word that has it set.
-  Flipping bit 105 of a stall-1 FFMA gives the value 0x10 in nvdisasm's error: bit 105 is the stall LSB.
+  0x000fc00000000000, decodes to stall 0 with yield), with DeepGEMM's interleave script, which lets
+  a promotion FFMA yield by XOR-ing 0x0000200000000000 (bit 109) out of a high word that has it set,
+  and with ptxas itself: where it interleaves a promotion run it clears bit 109 on every other FFMA and
+  puts operand reuse only on the FFMA that keep it set. Flipping bit 105 of a stall-1 FFMA gives the
+  value 0x10 in nvdisasm's error: bit 105 is the stall LSB.
 - Barriers and wait mask: nvdisasm ignores bits 110..121 (flipping any of them leaves the text
-  unchanged), so they were checked against what ptxas emits: every variable-latency instruction
-  (LDG, LDS, LDL, LDC, S2R, ...) has a write barrier 0..5 and the first later instruction that reads
-  its destination waits on that scoreboard; fixed-latency math (FFMA, FADD, IMAD, ...) never sets a
-  barrier. tests/test_sass_codec.py checks all of this on the test kernels.
+  unchanged), so they were checked against what ptxas emits: variable-latency loads (LDG, LDS, LDL,
+  LDC, S2R, ...) set a write barrier 0..5 and the first later instruction that reads the loaded
+  register waits on that scoreboard (hundreds of load/use pairs in the test kernels; the exception is the
+  stack-pointer load ``LDC R1`` at entry, with no barrier); fixed-latency math (FFMA, FADD, IMAD, ...)
+  never sets a barrier. tests/test_sass_codec.py checks all of this on the test kernels.
 """
 
 from __future__ import annotations
@@ -102,25 +106,27 @@ class Control:
 
     @classmethod
     def from_high(cls, high: int) -> Control:
-        c = high >> (CONTROL_SHIFT - 64)
+        def get(bit: int, width: int) -> int:
+            return (high >> (bit - 64)) & ((1 << width) - 1)
+
         return cls(
-            stall=c & 0xF,
-            yield_flag=not (c >> 4) & 1,
-            write_barrier=(c >> 5) & 7,
-            read_barrier=(c >> 8) & 7,
-            wait_mask=(c >> 11) & 0x3F,
-            reuse=(c >> 17) & 0xF,
+            stall=get(STALL_BIT, 4),
+            yield_flag=not get(YIELD_BIT, 1),
+            write_barrier=get(WRITE_BARRIER_BIT, 3),
+            read_barrier=get(READ_BARRIER_BIT, 3),
+            wait_mask=get(WAIT_MASK_BIT, 6),
+            reuse=get(REUSE_BIT, 4),
         )
 
     def bits(self) -> int:
         """The 21-bit field value (bit 0 = instruction bit 105)."""
         return (
-            self.stall
-            | (0 if self.yield_flag else 1) << 4
-            | self.write_barrier << 5
-            | self.read_barrier << 8
-            | self.wait_mask << 11
-            | self.reuse << 17
+            self.stall << (STALL_BIT - CONTROL_SHIFT)
+            | (0 if self.yield_flag else 1) << (YIELD_BIT - CONTROL_SHIFT)
+            | self.write_barrier << (WRITE_BARRIER_BIT - CONTROL_SHIFT)
+            | self.read_barrier << (READ_BARRIER_BIT - CONTROL_SHIFT)
+            | self.wait_mask << (WAIT_MASK_BIT - CONTROL_SHIFT)
+            | self.reuse << (REUSE_BIT - CONTROL_SHIFT)
         )
 
     def apply(self, high: int) -> int:

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Mapping
 
 from .errors import CubinError
 

@@ -8,22 +8,28 @@ cache does not survive a warp switch, so an instruction that may yield must not 
 for the next one. Nothing else changes: same instructions, same count, same stall counts and barriers,
 every byte outside the touched instructions' bits 109 and 122..125 identical.
 
-Which instructions: position ``k`` of a run (0-based) is chosen when ``floor((k + 1) * fraction)``
-exceeds ``floor(k * fraction)``, i.e. evenly spread, ``fraction=0.5`` picks every other FFMA starting
-with the second. The choice depends only on opcodes and positions, which the pass does not change, and
-the edit (clear two fields) is idempotent, so applying the pass twice gives the bytes of applying it
-once.
+Which instructions: position ``k`` of a run (0-based) is chosen when ``ceil(k * fraction)`` is less
+than ``ceil((k + 1) * fraction)``: evenly spread, starting with the first FFMA; ``fraction=0.5`` picks
+positions 0, 2, 4, ... That is the pattern ptxas 13.5 produces when it interleaves a promotion run by
+itself (yield on every other FFMA from the first, reuse only on the others; the ``wgmma_fp8_384`` test
+kernel), and the pass reproduces it bit for bit on a run ptxas left alone. The choice depends only on
+opcodes and positions, which the pass does not change, and the edit (clear two fields) is idempotent,
+so applying the pass twice gives the bytes of applying it once.
 
-Runs the compiler already interleaved (at least two FFMA with the yield flag, evenly spaced, see
-``looks_interleaved``) are reported and, with ``skip_interleaved`` (the default), left alone.
-CUDA 12.9 and later ptxas is said to do this itself (DeepGEMM turns its own pass off from 12.9).
+Runs that already interleave (at least two FFMA with the yield flag, evenly spaced, see
+``looks_interleaved``) are reported and, with ``skip_interleaved`` (the default), left alone. Whether
+ptxas interleaves is not a matter of compiler version alone (DeepGEMM turns its own pass off from CUDA
+12.9): NVRTC 13.5 interleaves the promotion run of a 384-thread kernel and leaves the same code in a
+128- or 256-thread kernel with no yield at all, so it is checked per run.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from fractions import Fraction
+from math import ceil
 
-from .codec import FFMA, HIGH_REUSE_MASK, HIGH_YIELD_MASK, INSTRUCTION_BYTES, Instruction, decode
+from .codec import FFMA, INSTRUCTION_BYTES, Instruction, decode
 from .elf import Cubin
 from .errors import CubinError
 
@@ -83,8 +89,10 @@ def ffma_runs(instructions: list[Instruction], min_run: int = 1) -> list[FfmaRun
 
 
 def selected_positions(length: int, fraction: float) -> list[int]:
-    """Positions within a run of ``length`` that the pass edits (evenly spread ``fraction``)."""
-    return [k for k in range(length) if int((k + 1) * fraction) > int(k * fraction)]
+    """Positions within a run of ``length`` that the pass edits: ``ceil(length * fraction)`` of them,
+    evenly spread, the first one included (exact arithmetic on the decimal value of ``fraction``)."""
+    f = Fraction(str(fraction))
+    return [k for k in range(length) if ceil(k * f) < ceil((k + 1) * f)]
 
 
 @dataclass(frozen=True)
@@ -154,9 +162,7 @@ def interleave_ffma(
         raise ValueError(f"fraction must be in [0, 1], got {fraction!r}")
     parsed = Cubin(cubin)
     if parsed.arch not in SUPPORTED_ARCHS:
-        raise CubinError(
-            f"the FFMA pass knows sm_90 opcodes only; this cubin is for sm_{parsed.arch}"
-        )
+        raise CubinError(f"the FFMA pass knows sm_90 opcodes only; this cubin is for sm_{parsed.arch}")
     names = list(parsed.kernels) if kernels is None else list(kernels)
     changes: dict[str, dict[int, bytes]] = {}
     reports = []
@@ -169,9 +175,9 @@ def interleave_ffma(
             if not skip:
                 for k in selected_positions(run.length, fraction):
                     ins = instrs[run.start + k]
-                    high = ins.high & ~(HIGH_YIELD_MASK | HIGH_REUSE_MASK)
-                    if high != ins.high:
-                        changes.setdefault(name, {})[ins.index] = Instruction(ins.index, ins.low, high).to_bytes()
+                    new = ins.with_control(replace(ins.control, yield_flag=True, reuse=0))
+                    if new != ins:
+                        changes.setdefault(name, {})[ins.index] = new.to_bytes()
                         changed += 1
             run_reports.append(
                 RunReport(run.start, run.offset, run.length, run.yield_set, run.interleaved, skip, changed)

@@ -75,8 +75,9 @@ extern "C" __global__ void smem_static(float* __restrict__ out) {
 # setmaxnreg, ldmatrix/stmatrix, cluster barriers, calls to slow-path subroutines), to check the codec
 # and the opcode table against nvdisasm on more than FFMA. It only has to compile.
 ZOO_SRC = r"""
-extern "C" __global__ void __launch_bounds__(256, 1) zoo(float* out, const float* in, double* dd, int* ii, unsigned* uu,
-   const __grid_constant__ unsigned long long tmap, int n) {
+extern "C" __global__ void __launch_bounds__(256, 1)
+zoo(float* out, const float* in, double* dd, int* ii, unsigned* uu, const __grid_constant__ unsigned long long tmap,
+    int n) {
   __shared__ __align__(128) float sm[4096];
   __shared__ __align__(8) unsigned long long bar;
   int t = threadIdx.x;
@@ -93,7 +94,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) zoo(float* out, const float
   atomicAdd(out + (t & 7), x);
   atomicMax(ii + (t & 7), a);
   atomicCAS(ii + 9, a, b);
-  sm[t] = x; 
+  sm[t] = x;
   __syncthreads();
   x = sm[(t * 17) & 4095];
   unsigned hh; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(hh) : "f"(x), "f"(y));
@@ -113,17 +114,23 @@ extern "C" __global__ void __launch_bounds__(256, 1) zoo(float* out, const float
   if (t == 0) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], 4096;" :: "r"(smaddr));
     unsigned dst = (unsigned)__cvta_generic_to_shared(sm);
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-       :: "r"(dst), "l"(&tmap), "r"(q), "r"(a), "r"(smaddr) : "memory");
+    asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+      :: "r"(dst), "l"(&tmap), "r"(q), "r"(a), "r"(smaddr) : "memory");
   }
-  asm volatile("{\n.reg .pred p;\nWAIT_%=:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0;\n@!p bra WAIT_%=;\n}\n" :: "r"(smaddr));
+  asm volatile("{\n.reg .pred p;\nWAIT_%=:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0;\n"
+               "@!p bra WAIT_%=;\n}\n" :: "r"(smaddr));
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
   unsigned r0, r1, r2, r3;
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r0),"=r"(r1),"=r"(r2),"=r"(r3) : "r"((unsigned)__cvta_generic_to_shared(sm + t*4)));
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};" :: "r"((unsigned)__cvta_generic_to_shared(sm + t*8)), "r"(r0),"r"(r1),"r"(r2),"r"(r3));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"((unsigned)__cvta_generic_to_shared(sm + t * 4)));
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};"
+               :: "r"((unsigned)__cvta_generic_to_shared(sm + t * 8)), "r"(r0), "r"(r1), "r"(r2), "r"(r3));
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-  if (t == 0) asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];" :: "l"(&tmap), "r"(q), "r"(a), "r"((unsigned)__cvta_generic_to_shared(sm)) : "memory");
+  if (t == 0)
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
+                 :: "l"(&tmap), "r"(q), "r"(a), "r"((unsigned)__cvta_generic_to_shared(sm)) : "memory");
   asm volatile("cp.async.bulk.commit_group;\ncp.async.bulk.wait_group.read 0;" ::: "memory");
   unsigned cid; asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(cid));
   unsigned lane; asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
@@ -138,14 +145,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) zoo(float* out, const float
 """
 
 
-def _regs(n: int, first: int = 0) -> str:
-    return ", ".join(f"%{first + i}" for i in range(n))
-
-
-def _wgmma_kernel(name: str, instr: str, n_acc: int, promote: bool) -> str:
+def _wgmma_kernel(name: str, instr: str, n_acc: int, promote: bool, threads: int = 128, imm: str = "1, 1") -> str:
     """A kernel issuing one wgmma per K step through inline PTX (descriptors come from parameters:
     the kernel only has to compile), optionally promoting the accumulators into FP32 registers with
-    a per-step scale the way DeepGEMM's fine-grained FP8 GEMM does (FFMA runs after each wgmma)."""
+    a per-step scale the way DeepGEMM's fine-grained FP8 GEMM does (FFMA runs after each wgmma).
+    ``imm``: the immediates after scale-d (scale-a, scale-b; f16 also takes two transpose flags)."""
     acc_out = ", ".join(f'"+f"(d[{i}])' for i in range(n_acc))
     body_promote = (
         f"""
@@ -157,7 +161,7 @@ def _wgmma_kernel(name: str, instr: str, n_acc: int, promote: bool) -> str:
     )
     final = "fin" if promote else "d"
     return rf"""
-extern "C" __global__ void __launch_bounds__(128, 1)
+extern "C" __global__ void __launch_bounds__({threads}, 1)
 {name}(float* __restrict__ out, const unsigned long long* __restrict__ descs,
        const float* __restrict__ scales, int ksteps) {{
   float d[{n_acc}];
@@ -170,7 +174,7 @@ extern "C" __global__ void __launch_bounds__(128, 1)
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
     asm volatile(
       "{{\n.reg .pred p;\nsetp.ne.b32 p, %{n_acc + 2}, 0;\n"
-      "{instr} {{{_regs(n_acc)}}}, %{n_acc}, %{n_acc + 1}, p, 1, 1;\n}}\n"
+      "{instr} {{{", ".join(f"%{i}" for i in range(n_acc))}}}, %{n_acc}, %{n_acc + 1}, p, {imm};\n}}\n"
       : {acc_out}
       : "l"(da), "l"(db), "r"(k));
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
@@ -186,11 +190,14 @@ extern "C" __global__ void __launch_bounds__(128, 1)
 WGMMA_FP8_SRC = _wgmma_kernel(
     "wgmma_fp8", "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3", 32, promote=True
 )
-WGMMA_F16_SRC = _wgmma_kernel(
-    "wgmma_f16", "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", 32, promote=False
+# The same promotion with 64 accumulators in a 384-thread block (three warpgroups, as in the GEMM with
+# two math warpgroups): here ptxas 13.5 interleaves the FFMA run itself, yield on every other FFMA.
+WGMMA_FP8_384_SRC = _wgmma_kernel(
+    "wgmma_fp8_384", "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", 64, promote=True, threads=384
 )
-# The f16 form takes two extra transpose immediates.
-WGMMA_F16_SRC = WGMMA_F16_SRC.replace(", p, 1, 1;", ", p, 1, 1, 0, 0;")
+WGMMA_F16_SRC = _wgmma_kernel(
+    "wgmma_f16", "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", 32, promote=False, imm="1, 1, 0, 0"
+)
 
 SOURCES: dict[str, str] = {
     "ffma": FFMA_SRC,
@@ -198,6 +205,7 @@ SOURCES: dict[str, str] = {
     "local": LOCAL_SRC,
     "smem": SMEM_SRC,
     "wgmma_fp8": WGMMA_FP8_SRC,
+    "wgmma_fp8_384": WGMMA_FP8_384_SRC,
     "wgmma_f16": WGMMA_F16_SRC,
     "zoo": ZOO_SRC,
 }
@@ -210,6 +218,7 @@ KERNELS: dict[str, list[str]] = {
     "local": ["local_array"],
     "smem": ["smem_static"],
     "wgmma_fp8": ["wgmma_fp8"],
+    "wgmma_fp8_384": ["wgmma_fp8_384"],
     "wgmma_f16": ["wgmma_f16"],
     "zoo": ["zoo"],
     "multi": ["ffma_chain", "local_array", "smem_static"],
@@ -236,7 +245,7 @@ def _check(result, what: str) -> None:
         raise NvrtcError(f"{what} failed: {result}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def compile_source(source: str, name: str = "kernel.cu") -> Compiled:
     """Compile CUDA C++ to an sm_90a cubin with ``--ptxas-options=-v``; return it with the log."""
     from cuda.bindings import nvrtc

@@ -152,3 +152,24 @@ def test_nobits_sections_have_no_data():
     c = Cubin(cubin("smem"))
     s = c.section(".nv.shared.smem_static")
     assert s.type == SHT_NOBITS and s.size > 0 and s.data(c.data) == b""
+
+
+def test_sass_tools_is_a_leaf():
+    """sass_tools imports only the standard library (numpy would be allowed), never dgx, cache or
+    ptx, and nothing from the test helpers."""
+    import ast
+    import sys
+    from pathlib import Path
+
+    import sass_tools
+
+    allowed = set(sys.stdlib_module_names) | {"numpy"}
+    for path in Path(sass_tools.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                tops = [a.name.split(".")[0] for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                tops = [node.module.split(".")[0]]
+            else:
+                continue
+            assert set(tops) <= allowed, f"{path.name} imports {tops}"

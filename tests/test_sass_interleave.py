@@ -69,7 +69,7 @@ def test_selection_follows_fraction():
     out, report = interleave_ffma(blob, fraction=0.5)
     after = decode(Cubin(out).text("wgmma_fp8"))
     yields = [k for k in range(run.length) if after[run.start + k].control.yield_flag]
-    assert yields == list(range(1, 32, 2))
+    assert yields == list(range(0, 32, 2))
     (kr,) = report.kernels
     (rr,) = kr.runs
     assert (rr.offset, rr.length, rr.changed, rr.interleaved_before, rr.skipped) == (run.offset, 32, 16, False, False)
@@ -119,7 +119,8 @@ def test_runs_the_compiler_interleaved_are_reported_and_skipped():
 
 def test_looks_interleaved():
     assert looks_interleaved([1, 3, 5, 7], 8)
-    assert looks_interleaved([3, 7], 8)
+    assert looks_interleaved([0, 2, 4, 6], 8)
+    assert looks_interleaved([0, 4], 8)
     assert looks_interleaved([0, 1, 2], 3)
     assert looks_interleaved([2, 5, 9, 12], 14)  # gaps 3, 4, 3
     assert not looks_interleaved([5], 8)  # one yield is no pattern
@@ -128,11 +129,33 @@ def test_looks_interleaved():
 
 
 def test_selected_positions():
-    assert selected_positions(8, 0.5) == [1, 3, 5, 7]
-    assert selected_positions(8, 0.25) == [3, 7]
+    assert selected_positions(8, 0.5) == [0, 2, 4, 6]
+    assert selected_positions(9, 0.5) == [0, 2, 4, 6, 8]
+    assert selected_positions(8, 0.25) == [0, 4]
     assert selected_positions(5, 1.0) == [0, 1, 2, 3, 4]
+    assert selected_positions(5, 1) == [0, 1, 2, 3, 4]
     assert selected_positions(5, 0.0) == []
+    assert selected_positions(10, 0.3) == [0, 3, 6]  # not 9: 10 * 0.3 is 3 here, not 3.0000000000000004
     assert len(selected_positions(100, 0.3)) == 30
+
+
+def test_pass_reproduces_ptxas_own_interleaving():
+    """ptxas interleaves the 384-thread promotion run itself: yield on FFMA 0, 2, 4, ... and operand
+    reuse only on the others. The pass applied to the 128-thread kernel, which ptxas left without any
+    yield, gives the same (yield, reuse) sequence."""
+    blob = cubin("wgmma_fp8_384")
+    instrs = decode(Cubin(blob).text("wgmma_fp8_384"))
+    (own,) = ffma_runs(instrs, DEFAULT_MIN_RUN)
+    assert own.interleaved and own.yield_set == own.length // 2
+    own_pattern = [(c.yield_flag, c.reuse) for c in (i.control for i in instrs[own.start : own.start + own.length])]
+    out, report = interleave_ffma(blob)
+    assert out == blob and report.already_interleaved == 1 and report.changed == 0
+
+    ours_blob, _ = interleave_ffma(cubin("wgmma_fp8"))
+    ours = decode(Cubin(ours_blob).text("wgmma_fp8"))
+    (run,) = ffma_runs(ours, DEFAULT_MIN_RUN)
+    pattern = [(c.yield_flag, c.reuse) for c in (i.control for i in ours[run.start : run.start + run.length])]
+    assert pattern[:-1] == own_pattern[: run.length - 1]
 
 
 def test_report_and_version():
