@@ -29,8 +29,8 @@ What is read, and where it comes from:
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from .errors import CubinError

@@ -16,6 +16,7 @@ from .codec import FFMA, HGMMA, LDL, QGMMA, STL, decode
 from .elf import Cubin
 from .errors import CubinError, NvdisasmError, NvdisasmNotFoundError
 from .interleave import DEFAULT_MIN_RUN, FfmaRun, ffma_runs
+from .opcodes import require_supported_arch
 
 NVDISASM_INSTALL_HINT = (
     "nvdisasm was not found. Install it with `pip install nvidia-cuda-nvdisasm` "
@@ -75,8 +76,10 @@ class KernelReport:
 
 def analyze_cubin(cubin: bytes, *, min_run: int = DEFAULT_MIN_RUN) -> list[KernelReport]:
     """One report per kernel (``.text.<name>`` section), in section order. ``min_run`` is the shortest
-    FFMA run listed (by default the FFMA pass's own threshold)."""
+    FFMA run listed (by default the FFMA pass's own threshold). sm_90 cubins only (CubinError else):
+    the opcode table is sm_90's."""
     parsed = Cubin(cubin)
+    require_supported_arch(parsed.arch)
     reports = []
     for kernel in parsed.kernels.values():
         instrs = decode(parsed.text(kernel.name))

@@ -31,14 +31,13 @@ from math import ceil
 
 from .codec import FFMA, INSTRUCTION_BYTES, Instruction, decode
 from .elf import Cubin
-from .errors import CubinError
+from .opcodes import require_supported_arch
 
 # Part of dgx's cache key: bump it whenever the pass can produce different bytes for the same input
 # and parameters.
 PASS_VERSION = "ffma-yield-reuse-1"
 DEFAULT_MIN_RUN = 8
 DEFAULT_FRACTION = 0.5
-SUPPORTED_ARCHS = frozenset({90})
 
 
 @dataclass(frozen=True)
@@ -161,8 +160,7 @@ def interleave_ffma(
     if not 0.0 <= fraction <= 1.0:
         raise ValueError(f"fraction must be in [0, 1], got {fraction!r}")
     parsed = Cubin(cubin)
-    if parsed.arch not in SUPPORTED_ARCHS:
-        raise CubinError(f"the FFMA pass knows sm_90 opcodes only; this cubin is for sm_{parsed.arch}")
+    require_supported_arch(parsed.arch)
     names = list(parsed.kernels) if kernels is None else list(kernels)
     changes: dict[str, dict[int, bytes]] = {}
     reports = []

@@ -17,6 +17,17 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
+from .errors import CubinError
+
+# SM versions whose opcode numbers this table holds (sm_90 and sm_90a share them).
+SUPPORTED_ARCHS = frozenset({90})
+
+
+def require_supported_arch(arch: int) -> None:
+    """Raise CubinError unless the table below names this SM version's opcodes."""
+    if arch not in SUPPORTED_ARCHS:
+        raise CubinError(f"sass_tools knows the opcodes of sm_90 only; this cubin is for sm_{arch}")
+
 _BY_MNEMONIC: dict[str, tuple[int, ...]] = {
     "ACQBULK": (0x82e,),
     "AL2P": (0x920,),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 from sass_fixtures import SOURCES, cubin, disasm_instructions, disasm_raw, needs_nvdisasm, split_operands
@@ -59,7 +60,7 @@ def test_control_fields_are_independent():
         "reuse": range(16),
     }.items():
         for v in values:
-            ctl = Control(**{**base.control.__dict__, field: v})
+            ctl = replace(base.control, **{field: v})
             out = base.with_control(ctl)
             assert out.low == base.low
             assert out.high & ~HIGH_CONTROL_MASK == base.high & ~HIGH_CONTROL_MASK
@@ -168,10 +169,11 @@ def test_stall_and_yield_legality_by_raw_probe(low, high):
     12..15 is illegal; with bit 109 clear (yield) every stall is legal. That is the yield sense:
     long stalls must let the warp yield."""
     ins = Instruction(0, low, high)
-    words = []
-    for stall in range(16):
-        for yield_flag in (False, True):
-            words.append(ins.with_control(Control(**{**ins.control.__dict__, "stall": stall, "yield_flag": yield_flag})))
+    words = [
+        ins.with_control(replace(ins.control, stall=stall, yield_flag=yield_flag))
+        for stall in range(16)
+        for yield_flag in (False, True)
+    ]
     legal = disasm_raw([(w.low, w.high) for w in words])
     illegal = {(w.control.stall, w.control.yield_flag) for w, text in zip(words, legal) if text is None}
     assert illegal == {(s, False) for s in (0, 12, 13, 14, 15)}

@@ -8,7 +8,7 @@ import struct
 import pytest
 from sass_fixtures import cubin, disasm_instructions, needs_nvdisasm
 
-from sass_tools import PASS_VERSION, Cubin, CubinError, decode, ffma_runs, interleave_ffma
+from sass_tools import PASS_VERSION, Cubin, CubinError, analyze_cubin, decode, ffma_runs, interleave_ffma
 from sass_tools.codec import FFMA, HIGH_REUSE_MASK, HIGH_YIELD_MASK
 from sass_tools.interleave import DEFAULT_MIN_RUN, looks_interleaved, selected_positions
 
@@ -171,8 +171,11 @@ def test_refuses_other_architectures():
     blob = bytearray(cubin("ffma"))
     flags = struct.unpack_from("<I", blob, 0x30)[0]
     struct.pack_into("<I", blob, 0x30, (flags & ~0xFF00) | (80 << 8))  # claim sm_80
+    assert Cubin(bytes(blob)).arch == 80
     with pytest.raises(CubinError, match="sm_80"):
         interleave_ffma(bytes(blob))
+    with pytest.raises(CubinError, match="sm_80"):
+        analyze_cubin(bytes(blob))
 
 
 @needs_nvdisasm
