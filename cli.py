@@ -192,17 +192,14 @@ def cache_path() -> None:
 
 
 def _entry_rows(kc) -> list[dict]:
+    """One row per cache entry, from its manifest alone (the kernel name is the manifest's ``name``;
+    entries written before dgx recorded it have none: ``None``, shown as ``?``)."""
     rows = []
     for e in kc.entries():
-        name = e.name
-        if name is None:
-            manifest = kc.manifest(e.key) or {}
-            extra = manifest.get("extra") if isinstance(manifest.get("extra"), dict) else {}
-            name = extra.get("kernel") if isinstance(extra.get("kernel"), str) else None
         rows.append(
             {
                 "key": e.key,
-                "kernel": name,
+                "kernel": e.name,
                 "size": e.size,
                 "created": datetime.datetime.fromtimestamp(e.created, datetime.timezone.utc).isoformat(
                     timespec="seconds"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 from . import jit, runtime
@@ -19,9 +20,10 @@ from .checks import (
 from .device import get_num_sms
 from .heuristics import choose_dense
 from .kernels.fp8_gemm import GemmConfig
+from .layout import SfaTma, get_mn_major_tma_aligned_tensor, sfa_tma_layout
 from .runtime import Swizzle
 from .streams import resolve_stream
-from .tensors import TensorView
+from .tensors import TensorView, as_view
 
 
 @dataclass(frozen=True)
@@ -64,8 +66,9 @@ def _plan(m: int, n: int, k: int, device: int, num_sms: int, config: GemmConfig 
     return plan
 
 
-def _pack(config: GemmConfig, a: TensorView, b: TensorView, sfa: TensorView, sfb: TensorView, d: TensorView, m: int):
-    key = (config, a.ptr, a.strides[0], b.ptr, b.strides[0], d.ptr, d.strides[0], sfa.ptr, sfa.strides, sfb.ptr, m)
+def _pack(config: GemmConfig, a: TensorView, b: TensorView, sfa: SfaTma, sfa_ptr: int, sfb: TensorView, d: TensorView,
+          m: int):
+    key = (config, a.ptr, a.strides[0], b.ptr, b.strides[0], d.ptr, d.strides[0], sfa, sfa_ptr, sfb.ptr, m)
     pack = _params.get(key)
     if pack is None:
         n, k = config.n, config.k
@@ -76,18 +79,8 @@ def _pack(config: GemmConfig, a: TensorView, b: TensorView, sfa: TensorView, sfb
         tmap_d = runtime.encode_tensor_map_2d(
             "bfloat16", d.ptr, n, m, d.strides[0] * 2, span // 2, wg_rows, Swizzle(span if span > 16 else 0)
         )
-        pack = runtime.ParamPack(
-            [
-                tmap_a,
-                tmap_b,
-                tmap_d,
-                ("u64", sfa.ptr),
-                ("u64", sfa.strides[0]),
-                ("u64", sfa.strides[1]),
-                ("u64", sfb.ptr),
-                ("i32", m),
-            ]
-        )
+        tmap_sfa = runtime.encode_tensor_map_2d("float32", sfa_ptr, sfa.m, sfa.kb, sfa.row_stride, config.block_m, 1)
+        pack = runtime.ParamPack([tmap_a, tmap_b, tmap_d, tmap_sfa, ("u64", sfb.ptr), ("i32", m)])
         if len(_params) >= _PARAM_CACHE_LIMIT:
             _params.clear()
         _params[key] = pack
@@ -99,8 +92,10 @@ def fp8_gemm_nt(a, b, d, c=None, *, stream=None, config: GemmConfig | None = Non
 
     Args:
         a: (A, SFA): A float8_e4m3fn [M, K], K-contiguous; SFA float32 [M, ceil(K/128)], one scale per
-           row per 128 of K. Any strides: row-major, or the TMA-aligned M-major layout of
-           get_mn_major_tma_aligned_tensor; both are read as they are, with no conversion.
+           row per 128 of K. The TMA-aligned M-major layout (get_mn_major_tma_aligned_tensor, made by
+           dgx.per_token_cast_to_fp8) is read as it is; a torch SFA in any other layout (e.g. row-major)
+           is first copied into it on the GPU (one extra copy kernel); other tensor types raise
+           ValueError.
         b: (B, SFB): B float8_e4m3fn [N, K], K-contiguous; SFB float32 [ceil(N/128), ceil(K/128)], one
            scale per 128x128 block, contiguous.
         d: bfloat16 [M, N], rows contiguous and 16-byte aligned; written in place.
@@ -145,9 +140,35 @@ def fp8_gemm_nt(a, b, d, c=None, *, stream=None, config: GemmConfig | None = Non
     if m >= 2**31:
         raise ValueError(f"A: M must be below 2**31; got {m}")
     device = av.device
+    sfa_tma = sfa_tma_layout(sfav)
+    keep = launch_stream = None
+    if sfa_tma is None:
+        keep, launch_stream = _converted_sfa(SFA, stream, device)
+        sfav = as_view(keep, "SFA")
+        sfa_tma = sfa_tma_layout(sfav)
     plan = _plan(m, n, k, device, get_num_sms(device), config)
-    pack = _pack(plan.config, av, bv, sfav, sfbv, dv, m)
-    plan.launcher.launch(resolve_stream(stream, device), pack)
+    if launch_stream is None:
+        launch_stream = resolve_stream(stream, device)
+    pack = _pack(plan.config, av, bv, sfa_tma, sfav.ptr, sfbv, dv, m)
+    plan.launcher.launch(launch_stream, pack)
+    del keep  # the copy was made on the launch stream, so the allocator reuses it only after the kernel
+
+
+def _converted_sfa(sfa, stream, device: int):
+    """SFA copied into the TMA-aligned M-major layout on the GPU, on the launch stream; and that stream."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(sfa, torch.Tensor):
+        raise ValueError(
+            "SFA: expected the TMA-aligned M-major layout (strides (1, S) with S >= M and S * 4 a multiple "
+            "of 16 bytes, base address 16-byte aligned; see get_mn_major_tma_aligned_tensor); other layouts "
+            f"are converted only for torch tensors, and this is a {type(sfa).__name__}"
+        )
+    launch_stream = resolve_stream(stream, device)
+    with torch.cuda.stream(torch.cuda.ExternalStream(launch_stream, device=sfa.device)):
+        out = get_mn_major_tma_aligned_tensor(sfa)
+        if out is sfa:  # already M-major but its base address is not 16-byte aligned
+            out = get_mn_major_tma_aligned_tensor(sfa.contiguous())
+    return out, launch_stream
 
 
 def gemm_fp8_fp8_bf16_nt(lhs, rhs, out) -> None:

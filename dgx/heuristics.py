@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from . import env
-from .kernels.fp8_gemm import PAIR_M, PAIR_N, PAIR_NONE, SMEM_LIMIT, GemmConfig, validate_blocks
+from .kernels.fp8_gemm import PAIR_M, PAIR_N, PAIR_NONE, SMEM_LIMIT, GemmConfig, smem_bytes, validate_blocks
 
 ONE_WG_BASE_CLK = 650.0  # per k-block, BLOCK_M 64, BLOCK_N 16 (measured)
 ONE_WG_CLK_PER_COL = 1.8  # per extra output column (measured: 64x128 ~ 850 clk)
@@ -42,7 +42,8 @@ class Choice:
 
 
 def max_stages(block_m: int, block_n: int) -> int:
-    stages = (SMEM_LIMIT - block_m * block_n * 2) // (block_m * 128 + block_n * 128 + 16)
+    per_stage = smem_bytes(block_m, block_n, 1) - block_m * block_n * 2
+    stages = (SMEM_LIMIT - block_m * block_n * 2) // per_stage
     return min(stages, MAX_STAGES)
 
 

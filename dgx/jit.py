@@ -1,8 +1,9 @@
 """Kernel JIT: rendered source -> cache key -> cubin (compiled on a miss, SASS-patched) -> loaded kernel.
 
 The cache key is computed here, from one place: the rendered source, the content of every header, the
-NVRTC version, the options, the arch and the SASS-pass version (and whether the pass is applied). Nothing
-machine-specific enters it, so a cache built on one machine or install path hits on another.
+NVRTC version, the options, the arch and the SASS pass as it applies to the kernel (off, or its version
+and parameters: see :func:`sass_pass_settings`). Nothing machine-specific enters it, so a cache built on
+one machine or install path hits on another.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import ptx
 from cache import CacheMissError, KernelCache, compute_key
@@ -29,9 +31,37 @@ class KernelSource:
     name: str  # the extern "C" entry point
     source: str
     dynamic_smem: int = 0
-    sass_interleave: bool = False
+    sass_interleave: bool = False  # DGX_SASS_INTERLEAVE=auto applies the FFMA pass to this kernel
     summary: tuple[tuple[str, str], ...] = ()  # human description (family, config) for listings
     warmup_hint: str = ""  # the `dgx warmup` arguments that would build it (strict-mode message)
+    sass_min_run: int | None = None  # the pass's min_run for this kernel (None: sass_tools' default)
+    sass_fraction: float | None = None  # the pass's fraction for this kernel (None: sass_tools' default)
+
+
+@dataclass(frozen=True)
+class SassPassSettings:
+    """The FFMA interleave pass as it applies to one kernel: off, or on with these parameters.
+
+    ``fraction`` is kept as given (what the pass is called with); :meth:`key_value` writes it as the
+    exact fraction the pass computes with, so two spellings of one value (0.5, 0.50) share a key.
+    """
+
+    enabled: bool
+    version: str = ""
+    min_run: int = 0
+    fraction: float = 0.0
+    skip_interleaved: bool = True
+
+    def key_value(self) -> object:
+        """What enters the cache key: "off", or every setting that changes the pass's output."""
+        if not self.enabled:
+            return "off"
+        return {
+            "version": self.version,
+            "min_run": self.min_run,
+            "fraction": str(Fraction(str(self.fraction))),
+            "skip_interleaved": self.skip_interleaved,
+        }
 
 
 @dataclass
@@ -82,8 +112,35 @@ def kernel_cache() -> KernelCache:
     return kc
 
 
-def key_inputs(src: KernelSource, arch: str) -> dict[str, object]:
-    """Everything that changes the binary, and nothing that does not (no paths, users or hosts)."""
+def sass_pass_settings(src: KernelSource) -> SassPassSettings:
+    """Whether the FFMA pass applies to `src`, and with which parameters.
+
+    DGX_SASS_INTERLEAVE=on applies it to every kernel, off to none, auto (the default) to the kernels
+    whose source asks for it (``sass_interleave``). The parameters are the kernel's ``sass_min_run``
+    and ``sass_fraction``, else sass_tools' defaults. Raises ValueError for a parameter the pass refuses.
+    """
+    mode = env.sass_interleave()
+    if not (mode == "on" or (mode == "auto" and src.sass_interleave)):
+        return SassPassSettings(False)
+    import sass_tools
+
+    min_run = sass_tools.DEFAULT_MIN_RUN if src.sass_min_run is None else src.sass_min_run
+    fraction = sass_tools.DEFAULT_FRACTION if src.sass_fraction is None else src.sass_fraction
+    if isinstance(min_run, bool) or not isinstance(min_run, int) or min_run < 1:
+        raise ValueError(f"kernel {src.name}: sass_min_run: expected an integer >= 1, got {min_run!r}")
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
+        raise ValueError(f"kernel {src.name}: sass_fraction: expected a number in [0, 1], got {fraction!r}")
+    return SassPassSettings(True, str(sass_tools.PASS_VERSION), min_run, fraction)
+
+
+def key_inputs(src: KernelSource, arch: str, sass: SassPassSettings | None = None) -> dict[str, object]:
+    """Everything that changes the binary, and nothing that does not (no paths, users or hosts).
+
+    ``sass`` is the pass's settings for `src` when the caller has resolved them already (default:
+    :func:`sass_pass_settings`), so that the key and the build see the same settings.
+    """
+    if sass is None:
+        sass = sass_pass_settings(src)
     major, minor = compiler.nvrtc_version()
     return {
         "jit_format": JIT_FORMAT,
@@ -93,31 +150,33 @@ def key_inputs(src: KernelSource, arch: str) -> dict[str, object]:
         "nvrtc": f"{major}.{minor}",
         "options": list(compiler.compile_options(arch)),
         "arch": arch,
-        "sass_pass": _sass_pass_version() if src.sass_interleave else "off",
+        "sass_pass": sass.key_value(),
     }
 
 
-def _sass_pass_version() -> str:
-    import sass_tools
-
-    return str(sass_tools.PASS_VERSION)
-
-
-def kernel_key(src: KernelSource, arch: str) -> str:
-    return compute_key(key_inputs(src, arch))
+def kernel_key(src: KernelSource, arch: str, sass: SassPassSettings | None = None) -> str:
+    """The cache key of `src` compiled for `arch` (see :func:`key_inputs`)."""
+    return compute_key(key_inputs(src, arch, sass))
 
 
-def build_cubin(src: KernelSource, arch: str) -> tuple[bytes, dict[str, object]]:
-    """Compiles (and SASS-patches) one kernel; returns the cubin and manifest metadata."""
+def build_cubin(
+    src: KernelSource, arch: str, sass: SassPassSettings | None = None
+) -> tuple[bytes, dict[str, object]]:
+    """Compiles (and SASS-patches, per ``sass``, default :func:`sass_pass_settings`) one kernel;
+    returns the cubin and manifest metadata."""
+    if sass is None:
+        sass = sass_pass_settings(src)
     if env.jit_debug():
         print(f"dgx: compiling {src.name} for {arch}", file=sys.stderr)
     result = compiler.compile_cubin(src.source, src.name, compiler.compile_options(arch))
     cubin = result.cubin
     pass_report = None
-    if src.sass_interleave:
+    if sass.enabled:
         import sass_tools
 
-        cubin, report = sass_tools.interleave_ffma(cubin)
+        cubin, report = sass_tools.interleave_ffma(
+            cubin, min_run=sass.min_run, fraction=sass.fraction, skip_interleaved=sass.skip_interleaved
+        )
         pass_report = str(report)
     with _lock:
         _stats.compiles += 1
@@ -130,7 +189,7 @@ def build_cubin(src: KernelSource, arch: str) -> tuple[bytes, dict[str, object]]
         (dump / f"{src.name}.cubin").write_bytes(cubin)
     major, minor = compiler.nvrtc_version()
     meta = {
-        "kernel": src.name,
+        "name": src.name,  # the store lifts it into the manifest's top level: `dgx cache list` shows it
         "arch": arch,
         "compiler": f"NVRTC {major}.{minor}",
         "options": list(result.options),
@@ -145,7 +204,8 @@ def build_cubin(src: KernelSource, arch: str) -> tuple[bytes, dict[str, object]]
 
 def get_cubin(src: KernelSource, arch: str) -> bytes:
     """The cubin of `src` for `arch`: from memory, from disk, or compiled (unless DGX_JIT_STRICT=1)."""
-    key = kernel_key(src, arch)
+    sass = sass_pass_settings(src)  # resolved once: the key and a build on a miss use the same settings
+    key = kernel_key(src, arch, sass)
     cubin = _cubins.get(key)
     if cubin is not None:
         _stats.memory_hits += 1
@@ -154,7 +214,7 @@ def get_cubin(src: KernelSource, arch: str) -> bytes:
     strict = env.jit_strict()
     before = _stats.compiles
     try:
-        cubin = kc.get_or_build(key, lambda: build_cubin(src, arch), allow_build=not strict)
+        cubin = kc.get_or_build(key, lambda: build_cubin(src, arch, sass), allow_build=not strict)
     except CacheMissError:
         hint = f" (build it with: dgx warmup {src.warmup_hint})" if src.warmup_hint else ""
         raise JitStrictError(

@@ -1,8 +1,36 @@
-"""Scale-factor layouts. The kernels read SFA through its strides, so both the plain row-major
-[M, ceil(K/128)] form and DeepGEMM's TMA-aligned M-major form work as they are; these helpers make the
-latter for code that expects it. The torch-based helpers import torch lazily."""
+"""Scale-factor layouts. The kernels load the per-row A scales (SFA, [M, ceil(K/128)]) with TMA in the
+TMA-aligned M-major layout of get_mn_major_tma_aligned_tensor (what dgx's per_token_cast_to_fp8 makes),
+used as it is. Other layouts of torch tensors are copied into it on the GPU. The torch-based helpers
+import torch lazily."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .tensors import TensorView
+
+
+@dataclass(frozen=True)
+class SfaTma:
+    """The TMA view of M-major SFA: `kb` rows of `m` floats, rows `row_stride` bytes apart."""
+
+    m: int
+    kb: int
+    row_stride: int
+
+
+def sfa_tma_layout(v: TensorView) -> SfaTma | None:
+    """The TMA view of SFA [M, KB] float32 if it is M-major with 16-byte aligned rows, else None (the
+    caller converts)."""
+    m, kb = v.shape
+    sm, sk = v.strides
+    if v.ptr % 16 or not (m == 1 or sm == 1):
+        return None
+    if kb == 1:
+        return SfaTma(m, kb, get_tma_aligned_size(m, 4) * 4)
+    if (sk * 4) % 16 or sk < m:
+        return None
+    return SfaTma(m, kb, sk * 4)
 
 
 def get_tma_aligned_size(x: int, element_size: int) -> int:

@@ -275,34 +275,65 @@ def max_active_clusters(kernel: LoadedKernel, shape: LaunchShape) -> int:
     return int(check(drv.cuOccupancyMaxActiveClusters(kernel.function, launcher._config), "cuOccupancyMaxActiveClusters"))
 
 
-class Launcher:
-    """A kernel with a fixed launch shape; `launch` takes a stream handle and a ParamPack."""
+#: Launch configs a Launcher keeps, one per stream it has launched on; past this many, it starts over.
+MAX_STREAM_CONFIGS = 64
 
-    __slots__ = ("kernel", "shape", "_config", "_attrs", "_drv")
+
+class Launcher:
+    """A kernel with a fixed launch shape; `launch` takes a stream handle and a ParamPack.
+
+    Safe to share between threads: each stream gets its own CUlaunchConfig, made on the first launch
+    there and never changed afterwards, so a launch never touches a config another thread is reading.
+    """
+
+    __slots__ = ("kernel", "shape", "_config", "_attrs", "_drv", "_configs", "_configs_lock")
 
     def __init__(self, kernel: LoadedKernel, shape: LaunchShape):
         drv = _driver()
         self._drv = drv
         self.kernel = kernel
         self.shape = shape
-        config = drv.CUlaunchConfig()
-        config.gridDimX, config.gridDimY, config.gridDimZ = shape.grid
-        config.blockDimX, config.blockDimY, config.blockDimZ = shape.block
-        config.sharedMemBytes = shape.dynamic_smem
         attrs = []
         if shape.cluster != (1, 1, 1):
             attr = drv.CUlaunchAttribute()
             attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
             attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = shape.cluster
             attrs.append(attr)
-        config.attrs = attrs
-        config.numAttrs = len(attrs)
-        self._attrs = attrs
-        self._config = config
+        self._attrs = attrs  # shared by every config (read only), alive as long as the launcher
+        self._config = self._new_config(0)  # the legacy default stream's; also used for occupancy queries
+        self._configs: dict[int, object] = {0: self._config}
+        self._configs_lock = threading.Lock()
+
+    def _new_config(self, stream: int) -> object:
+        """A CUlaunchConfig of this launcher's shape on `stream`."""
+        config = _driver().CUlaunchConfig()
+        config.gridDimX, config.gridDimY, config.gridDimZ = self.shape.grid
+        config.blockDimX, config.blockDimY, config.blockDimZ = self.shape.block
+        config.sharedMemBytes = self.shape.dynamic_smem
+        config.hStream = stream
+        config.attrs = self._attrs
+        config.numAttrs = len(self._attrs)
+        return config
+
+    def config_for(self, stream: int) -> object:
+        """The launch config for `stream`: made on first use, the same object afterwards, never changed."""
+        config = self._configs.get(stream)
+        if config is not None:
+            return config
+        with self._configs_lock:
+            config = self._configs.get(stream)
+            if config is None:
+                if len(self._configs) >= MAX_STREAM_CONFIGS:
+                    # Threads launching with a dropped config keep a valid one: configs are never mutated.
+                    self._configs = {0: self._config}
+                config = self._new_config(stream)
+                self._configs[stream] = config
+        return config
 
     def launch(self, stream: int, params: ParamPack) -> None:
-        config = self._config
-        config.hStream = stream
+        config = self._configs.get(stream)  # one dict lookup: cheaper than setting hStream on a shared config
+        if config is None:
+            config = self.config_for(stream)
         (err,) = self._drv.cuLaunchKernelEx(config, self.kernel.function, params.address, 0)
         if err != 0:
             check(err, f"cuLaunchKernelEx({self.kernel.name})")

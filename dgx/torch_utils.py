@@ -8,8 +8,11 @@ import torch
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
 
 
-def per_token_cast_to_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """x [M, K] -> (float8_e4m3fn [M, K], float32 scales [M, ceil(K/128)]), one scale per row per 128."""
+def per_token_cast_to_fp8(x: torch.Tensor, mn_major: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [M, K] -> (float8_e4m3fn [M, K], float32 scales [M, ceil(K/128)]), one scale per row per 128.
+
+    The scales come in the TMA-aligned M-major layout the kernels read as they are (strides (1, M
+    rounded up to 4)); `mn_major=False` gives them row-major (contiguous) instead."""
     if x.dim() != 2:
         raise ValueError(f"x: expected a 2-D tensor; got shape {tuple(x.shape)}")
     m, k = x.shape
@@ -17,7 +20,12 @@ def per_token_cast_to_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     xp = torch.nn.functional.pad(x.float(), (0, pad)).view(m, -1, 128)
     amax = xp.abs().amax(dim=2).clamp(min=1e-4)
     q = (xp * (FP8_MAX / amax).unsqueeze(2)).to(torch.float8_e4m3fn)
-    return q.view(m, -1)[:, :k].contiguous(), (amax / FP8_MAX)
+    scales = amax / FP8_MAX
+    if mn_major:
+        from .layout import get_mn_major_tma_aligned_tensor
+
+        scales = get_mn_major_tma_aligned_tensor(scales)
+    return q.view(m, -1)[:, :k].contiguous(), scales
 
 
 def per_block_cast_to_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -82,8 +82,13 @@ def _positive_int(entry: dict, idx: int, name: str, required: bool) -> int | Non
     return value
 
 
-def parse_shapes(data: Any) -> list[ShapeSpec]:
-    """Validates the decoded JSON of a shapes file; raises ShapesFileError naming the entry and field."""
+def parse_shapes(data: Any, *, on_unknown_field: Callable[[str], None] | None = None) -> list[ShapeSpec]:
+    """Validates the decoded JSON of a shapes file; raises ShapesFileError naming the entry and field.
+
+    A field outside :data:`FIELDS` is an error, unless ``on_unknown_field`` is given: then it is
+    called with a message naming the entry and the field, and the field is ignored (``dgx bench``
+    warns about such fields instead of refusing the file).
+    """
     if not isinstance(data, list):
         raise ShapesFileError(f"expected a JSON list of shape entries at the top level, got {type(data).__name__}")
     if not data:
@@ -92,11 +97,15 @@ def parse_shapes(data: Any) -> list[ShapeSpec]:
     for idx, entry in enumerate(data):
         if not isinstance(entry, dict):
             raise ShapesFileError(f"entry {idx}: expected an object, got {type(entry).__name__}")
-        unknown = sorted(set(entry) - set(FIELDS))
+        unknown = sorted(set(entry) - set(FIELDS), key=str)
         if unknown:
-            raise ShapesFileError(
-                f"entry {idx}: field {unknown[0]!r}: expected one of the fields {', '.join(FIELDS)}, got {unknown[0]!r}"
-            )
+            if on_unknown_field is None:
+                raise ShapesFileError(
+                    f"entry {idx}: field {unknown[0]!r}: expected one of the fields {', '.join(FIELDS)}, "
+                    f"got {unknown[0]!r}"
+                )
+            for name in unknown:
+                on_unknown_field(f"entry {idx}: field {name!r}: not one of the fields {', '.join(FIELDS)}; ignored")
         if "kind" not in entry:
             raise ShapesFileError(f"entry {idx}: field 'kind': expected one of {', '.join(KINDS)}, got nothing (missing)")
         kind = entry["kind"]
@@ -126,8 +135,13 @@ def parse_shapes(data: Any) -> list[ShapeSpec]:
     return specs
 
 
-def load_shapes_file(path: str | os.PathLike) -> list[ShapeSpec]:
-    """Reads and validates a shapes file; errors name the file, the entry index and the field."""
+def load_shapes_file(
+    path: str | os.PathLike, *, on_unknown_field: Callable[[str], None] | None = None
+) -> list[ShapeSpec]:
+    """Reads and validates a shapes file; errors name the file, the entry index and the field.
+
+    ``on_unknown_field`` is passed to :func:`parse_shapes`.
+    """
     path = os.fspath(path)
     try:
         with open(path, encoding="utf-8") as f:
@@ -139,7 +153,7 @@ def load_shapes_file(path: str | os.PathLike) -> list[ShapeSpec]:
     except json.JSONDecodeError as exc:
         raise ShapesFileError(f"shapes file {path}: expected JSON, got an error at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     try:
-        return parse_shapes(data)
+        return parse_shapes(data, on_unknown_field=on_unknown_field)
     except ShapesFileError as exc:
         raise ShapesFileError(f"shapes file {path}: {exc}") from None
 

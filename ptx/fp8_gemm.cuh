@@ -44,14 +44,16 @@ struct Fp8GemmTraits {
     static constexpr uint32_t kSmemD = kBlockM * kBlockN * 2;
     static constexpr uint32_t kSmemA = kBlockM * kBlockK;
     static constexpr uint32_t kSmemB = kBlockN * kBlockK;
-    static constexpr uint32_t kSmemBytes = kSmemD + kNumStages * (kSmemA + kSmemB) + kNumStages * 2 * 8;
+    // A scales travel with their stage: TMA loads the k-block's BLOCK_M floats of the M-major scales.
+    static constexpr uint32_t kSmemSfa = kBlockM * 4;
+    static constexpr uint32_t kSmemBytes = kSmemD + kNumStages * (kSmemA + kSmemB + kSmemSfa) + kNumStages * 2 * 8;
     // A tile spans at most two 128-wide B-scale blocks (the heuristic only picks such BLOCK_N).
     static constexpr bool kSingleSfb = 128 % kBlockN == 0;
     // 2 math WGs: 2 x 128 x 232 + 128 x 40 = 64512 of the SM's 65536 registers.
     static constexpr uint32_t kMathRegs = 232;
     static constexpr uint32_t kProducerRegs = 40;
     // 2-CTA clusters share A (pair along N) or B (pair along M): each CTA loads half of the shared tile
-    // and multicasts it to both, which cuts L2 reads - the limit of the compute-bound shapes.
+    // and multicasts it to both, which halves the L2 reads of that operand.
     static constexpr int kCluster = kPair == kPairNone ? 1 : 2;
     static constexpr int kHalfRowsA = kPair == kPairN ? kBlockM / 2 : kBlockM;
     static constexpr int kHalfRowsB = kPair == kPairM ? kBlockN / 2 : kBlockN;
@@ -64,16 +66,21 @@ struct Fp8GemmTraits {
     static constexpr int kGcd128 = (kBlockN & -kBlockN) < 128 ? (kBlockN & -kBlockN) : 128;
     static_assert(kBlockN - kGcd128 <= 128, "a tile must not span more than two 128-column B-scale blocks");
     static_assert((kBlockN * 2) % kDSpan == 0, "the D tile splits into whole swizzle spans");
+    static_assert((kSmemD + kNumStages * (kSmemA + kSmemB)) % 128 == 0, "TMA writes scales to 128-byte aligned smem");
     static_assert(kSmemBytes <= 232448, "Hopper gives a block at most 227 KB of shared memory");
     static_assert(kN % 8 == 0, "TMA needs 16-byte aligned rows of the BF16 output");
+};
+
+// B scales of one k-block for the (at most two) 128-column blocks a tile touches.
+struct SfbPair {
+    float lo, hi;
 };
 
 // Math warpgroups: wgmma per stage, promotion with the scales, BF16 epilogue through TMA stores.
 template <typename T, typename Scheduler, int kBlockM, int kBlockN, int kNumStages, int kDSpan, int kN>
 __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* smem_d, uint8_t* smem_a, uint8_t* smem_b,
-                                              uint64_t* full, uint64_t* empty, const TensorMap& tmap_d,
-                                              const float* __restrict__ sfa, int64_t sfa_stride_m,
-                                              int64_t sfa_stride_k, const float* __restrict__ sfb, int m,
+                                              uint8_t* smem_sfa, uint64_t* full, uint64_t* empty,
+                                              const TensorMap& tmap_d, const float* __restrict__ sfb, int m,
                                               uint32_t warp, uint32_t lane) {
     int m_block = 0, n_block = 0;
     if constexpr (T::kNumMathWG == 2) setmaxnreg_inc<T::kMathRegs>();
@@ -83,6 +90,15 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
     float accum[T::kMmaPerWG][T::kAccum];
     float result[T::kMmaPerWG][T::kAccum];
     uint32_t it = 0;
+
+    // Byte offsets of this thread's A-scale rows inside a stage's scale slot (fixed for the kernel).
+    uint32_t sfa_offset[T::kMmaPerWG][2];
+#pragma unroll
+    for (int mm = 0; mm < T::kMmaPerWG; ++mm)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+            sfa_offset[mm][h] = (wg * T::kWGRows + mm * 64 + row_in_wg + h * 8) * 4;
+    const uint32_t sfa_base = smem_addr(smem_sfa);
 
     while (scheduler.next_tile(m_block, n_block)) {
         const int m_start = m_block * kBlockM;
@@ -95,37 +111,30 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
         const int boundary = (sfb_row0 + 1) * 128 - n_start;
         const float* sfb0 = sfb + sfb_row0 * T::kNumKBlocks;
         const float* sfb1 = sfb + sfb_row1 * T::kNumKBlocks;
-
-        // A scales of this thread's rows; rows past M are clamped (their results are never stored).
-        const float* sfa_rows[T::kMmaPerWG][2];
-#pragma unroll
-        for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int row = min(m_start + static_cast<int>(wg * T::kWGRows + mm * 64 + row_in_wg) + h * 8, m - 1);
-                sfa_rows[mm][h] = sfa + row * sfa_stride_m;
-            }
-        }
+        // B scales come from global memory (L1-resident: one line holds 32 k-blocks), one k-block ahead:
+        // loaded in the same iteration, their latency would sit between the MMAs and the promotion.
+        auto load_sfb = [&](int kb) {
+            const float lo = ld_global_nc(sfb0 + kb);
+            return SfbPair{lo, T::kSingleSfb ? lo : ld_global_nc(sfb1 + kb)};
+        };
 
 #pragma unroll
         for (int mm = 0; mm < T::kMmaPerWG; ++mm)
 #pragma unroll
             for (int i = 0; i < T::kAccum; ++i) result[mm][i] = 0.0f;
 
-#pragma unroll 1
-        for (int kb = 0; kb < T::kNumKBlocks; ++kb, ++it) {
+        // One k-block: wait for its stage, four k32 MMAs, hand the stage back, promote.
+        auto k_block = [&](int kb, const SfbPair& sb, SfbPair& sb_next) {
             const uint32_t s = it % kNumStages;
             const uint32_t phase = (it / kNumStages) & 1;
-            // Scale loads go out before the wait; their latency hides behind the MMAs.
-            const float sb0 = ld_global_nc(sfb0 + kb);
-            const float sb1 = T::kSingleSfb ? sb0 : ld_global_nc(sfb1 + kb);
+            ++it;
+            sb_next = load_sfb(kb + 1 < T::kNumKBlocks ? kb + 1 : kb);
+            mbarrier_wait(&full[s], phase);
             float sa[T::kMmaPerWG][2];
 #pragma unroll
             for (int mm = 0; mm < T::kMmaPerWG; ++mm)
 #pragma unroll
-                for (int h = 0; h < 2; ++h) sa[mm][h] = ld_global_nc(sfa_rows[mm][h] + kb * sfa_stride_k);
-
-            mbarrier_wait(&full[s], phase);
+                for (int h = 0; h < 2; ++h) sa[mm][h] = ld_shared_f32(sfa_base + s * T::kSmemSfa + sfa_offset[mm][h]);
 #pragma unroll
             for (int mm = 0; mm < T::kMmaPerWG; ++mm)
 #pragma unroll
@@ -143,6 +152,16 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
                 }
             }
             wgmma_commit();
+            // The scale products are formed while the MMAs run (this also consumes the stage's scales
+            // before the stage is handed back).
+            float scale[T::kMmaPerWG][4];
+#pragma unroll
+            for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
+                scale[mm][0] = sa[mm][0] * sb.lo;
+                scale[mm][1] = sa[mm][1] * sb.lo;
+                scale[mm][2] = sa[mm][0] * sb.hi;
+                scale[mm][3] = sa[mm][1] * sb.hi;
+            }
 #pragma unroll
             for (int mm = 0; mm < T::kMmaPerWG; ++mm)
 #pragma unroll
@@ -163,20 +182,28 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
             // Promotion: result += accum * scale_a[row] * scale_b[block].
 #pragma unroll
             for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
-                const float s00 = sa[mm][0] * sb0, s10 = sa[mm][1] * sb0;
-                const float s01 = sa[mm][0] * sb1, s11 = sa[mm][1] * sb1;
 #pragma unroll
                 for (int i = 0; i < kBlockN / 8; ++i) {
                     const bool first = T::kSingleSfb || i * 8 < boundary;
-                    const float lo = first ? s00 : s01;
-                    const float hi = first ? s10 : s11;
+                    const float lo = first ? scale[mm][0] : scale[mm][2];
+                    const float hi = first ? scale[mm][1] : scale[mm][3];
                     result[mm][i * 4 + 0] = fmaf(accum[mm][i * 4 + 0], lo, result[mm][i * 4 + 0]);
                     result[mm][i * 4 + 1] = fmaf(accum[mm][i * 4 + 1], lo, result[mm][i * 4 + 1]);
                     result[mm][i * 4 + 2] = fmaf(accum[mm][i * 4 + 2], hi, result[mm][i * 4 + 2]);
                     result[mm][i * 4 + 3] = fmaf(accum[mm][i * 4 + 3], hi, result[mm][i * 4 + 3]);
                 }
             }
+        };
+
+        // Unrolled by two so the prefetched B scales ping-pong between two register pairs without moves
+        // (a move would wait for the load and put its latency back on the chain).
+        SfbPair sb_even = load_sfb(0), sb_odd;
+#pragma unroll 1
+        for (int kb = 0; kb + 1 < T::kNumKBlocks; kb += 2) {
+            k_block(kb, sb_even, sb_odd);
+            k_block(kb + 1, sb_odd, sb_even);
         }
+        if constexpr (T::kNumKBlocks % 2 == 1) k_block(T::kNumKBlocks - 1, sb_even, sb_odd);
 
         // Epilogue: BF16 into this warpgroup's swizzled slice of smem_d, then one TMA store per span.
         uint8_t* region = smem_d + wg * T::kWGRows * kBlockN * 2;
@@ -214,10 +241,11 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
     if (threadIdx.x % 128 == 0) tma_store_wait_all();
 }
 
+// `tmap_sfa` covers the A scales in the M-major layout: a row of M floats per k-block (rows 16-byte
+// aligned), loaded in boxes of BLOCK_M x 1.
 template <int kN, int kK, int kBlockM, int kBlockN, int kNumStages, int kGroupN, int kDSpan, int kPair>
 __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const TensorMap& tmap_b,
-                                                 const TensorMap& tmap_d, const float* __restrict__ sfa,
-                                                 int64_t sfa_stride_m, int64_t sfa_stride_k,
+                                                 const TensorMap& tmap_d, const TensorMap& tmap_sfa,
                                                  const float* __restrict__ sfb, int m) {
     using T = Fp8GemmTraits<kN, kK, kBlockM, kBlockN, kNumStages, kGroupN, kDSpan, kPair>;
     using Scheduler = TileScheduler<kBlockM, kBlockN, T::kNumNBlocks, kGroupN, kPair>;
@@ -226,7 +254,8 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const 
     uint8_t* smem_d = smem;
     uint8_t* smem_a = smem_d + T::kSmemD;
     uint8_t* smem_b = smem_a + kNumStages * T::kSmemA;
-    uint64_t* full = reinterpret_cast<uint64_t*>(smem_b + kNumStages * T::kSmemB);
+    uint8_t* smem_sfa = smem_b + kNumStages * T::kSmemB;
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem_sfa + kNumStages * T::kSmemSfa);
     uint64_t* empty = full + kNumStages;
 
     const uint32_t warp = warp_id();
@@ -237,6 +266,7 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const 
         prefetch_tensor_map(&tmap_a);
         prefetch_tensor_map(&tmap_b);
         prefetch_tensor_map(&tmap_d);
+        prefetch_tensor_map(&tmap_sfa);
         for (int s = 0; s < kNumStages; ++s) {
             mbarrier_init(&full[s], 1);
             // One arrival per math warp of every CTA that reads this stage's multicast data.
@@ -261,7 +291,7 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const 
                     const uint32_t phase = (it / kNumStages) & 1;
                     mbarrier_wait(&empty[s], phase ^ 1);
                     // Out-of-bounds parts of a box are zero-filled and still counted in the bytes.
-                    mbarrier_arrive_expect_tx(&full[s], T::kSmemA + T::kSmemB);
+                    mbarrier_arrive_expect_tx(&full[s], T::kSmemA + T::kSmemB + T::kSmemSfa);
                     const int k0 = kb * T::kBlockK;
                     if constexpr (kPair == kPairN) {
                         const int half = scheduler.rank * T::kHalfRowsA;
@@ -277,13 +307,15 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const 
                     } else {
                         tma_load_2d(&tmap_b, &full[s], smem_b + s * T::kSmemB, k0, n_block * kBlockN);
                     }
+                    // A scales are per row, so each CTA of a pair loads its own (never multicast).
+                    tma_load_2d(&tmap_sfa, &full[s], smem_sfa + s * T::kSmemSfa, m_block * kBlockM, kb);
                 }
             }
         }
         __syncwarp();
     } else {
         fp8_gemm_math<T, Scheduler, kBlockM, kBlockN, kNumStages, kDSpan, kN>(
-            scheduler, smem_d, smem_a, smem_b, full, empty, tmap_d, sfa, sfa_stride_m, sfa_stride_k, sfb, m, warp, lane);
+            scheduler, smem_d, smem_a, smem_b, smem_sfa, full, empty, tmap_d, sfb, m, warp, lane);
     }
     // No CTA may leave while its peer can still multicast into it or arrive on its barriers.
     if constexpr (T::kCluster > 1) cluster_sync();

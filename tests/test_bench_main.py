@@ -25,6 +25,9 @@ class Echo:
 def test_import_needs_no_torch_or_matplotlib(monkeypatch):
     import importlib
 
+    import dgx
+
+    monkeypatch.setattr(dgx, "bench", bench)  # the re-import below rebinds it: put the original back after
     for name in [m for m in sys.modules if m == "dgx.bench" or m.startswith("dgx.bench.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "torch", None)
@@ -77,7 +80,7 @@ def test_bad_shapes_file_exit_2_before_gpu_check(tmp_path, monkeypatch):
     p.write_text(json.dumps([{"kind": "dense", "m": 64, "n": 2112, "k": 7168}, {"kind": "wgrad", "m": 64, "k": 128}]))
     echo = Echo()
     assert bench.main("all", str(p), echo=echo) == EXIT_USAGE
-    assert "entry 1: missing field 'n'" in echo.text
+    assert "entry 1: field 'n'" in echo.text
 
 
 def test_plot_without_matplotlib_exit_2_before_running(monkeypatch, tmp_path):
@@ -94,6 +97,7 @@ def test_main_writes_reports_and_exit_codes(monkeypatch, tmp_path):
     results = make_results()
     monkeypatch.setattr(bench, "gpu_problem", lambda: None)
     monkeypatch.setattr(bench, "run_suite", lambda *a, **k: results)
+    monkeypatch.setattr(bench, "unavailable_reason", lambda suite: None)  # a build with every suite
     echo = Echo()
     paths = [str(tmp_path / n) for n in ("r.json", "r.md", "r.png")]
     pytest.importorskip("matplotlib")
@@ -107,6 +111,86 @@ def test_main_writes_reports_and_exit_codes(monkeypatch, tmp_path):
     echo = Echo()
     assert bench.main("all", None, True, 2, None, None, None, echo=echo) == EXIT_DGX_FAILED
     assert "dgx did not run correctly on 1 case(s)" in echo.text and "boom" in echo.text
+
+
+# ---- suites not available in this build: exit status 3 ------------------------------------------
+
+MASKED_FN = "m_grouped_fp8_gemm_nt_masked"
+
+
+def test_unavailable_reason_names_what_is_missing(monkeypatch):
+    import types
+
+    from dgx import warmup
+
+    assert bench.unavailable_reason("dense") is None  # this build has dense kernels
+    fake = types.ModuleType("dgx")
+    fake.fp8_gemm_nt = fake.m_grouped_fp8_gemm_nt_masked = lambda *a, **k: None
+    monkeypatch.setitem(sys.modules, "dgx", fake)
+    monkeypatch.setattr(warmup, "ENUMERATORS", {"dense": None, "m_grouped_masked": None})
+    assert bench.unavailable_reason("dense") is None
+    assert bench.unavailable_reason("masked") is None
+    assert bench.unavailable_reason("contiguous") == "dgx.m_grouped_fp8_gemm_nt_contiguous does not exist in this build"
+    assert "no kernel for kind wgrad" in bench.unavailable_reason("wgrad")  # function there, kernels not
+    # neither function nor kernels: the missing function is named
+    assert bench.unavailable_reason("k_grouped") == "dgx.k_grouped_fp8_gemm_nt_contiguous does not exist in this build"
+    monkeypatch.setitem(sys.modules, "dgx", None)
+    assert bench.unavailable_reason("dense").startswith("import dgx failed")
+    with pytest.raises(ValueError, match="unknown suite 'sparse'"):
+        bench.unavailable_reason("sparse")
+
+
+def test_cli_bench_only_unavailable_suite_exits_3_without_gpu(monkeypatch):
+    """Nothing requested can run: exit 3 saying why, without needing (or asking for) a GPU."""
+    import cli
+    import dgx
+    from click.testing import CliRunner
+
+    monkeypatch.delattr(dgx, MASKED_FN, raising=False)
+    monkeypatch.setitem(sys.modules, "torch", None)
+    result = CliRunner().invoke(cli.main, ["bench", "--suite", "masked", "--no-peers"])
+    assert result.exit_code == EXIT_DGX_FAILED == 3, result.output
+    assert (
+        f"suite masked is not available in this build: dgx.{MASKED_FN} does not exist in this build; "
+        "skipping its 6 shape(s)" in result.output
+    )
+    assert "nothing to run" in result.output and "needs an NVIDIA GPU" not in result.output
+
+
+def test_cli_bench_runs_what_is_available_then_exits_3(monkeypatch, tmp_path):
+    import cli
+    import dgx
+    from click.testing import CliRunner
+    from test_bench_report import make_results
+
+    monkeypatch.delattr(dgx, MASKED_FN, raising=False)
+    monkeypatch.setattr(bench, "gpu_problem", lambda: None)
+    ran = {}
+
+    def run_suite(suite, shapes=None, **kwargs):
+        ran["shapes"] = list(shapes)
+        return make_results()
+
+    monkeypatch.setattr(bench, "run_suite", run_suite)
+    shapes = tmp_path / "shapes.json"
+    shapes.write_text(
+        json.dumps(
+            [
+                {"kind": "dense", "m": 64, "n": 2112, "k": 7168},
+                {"kind": "m_grouped_masked", "groups": 2, "m": 512, "max_m": 4096, "n": 7168, "k": 2048},
+                {"kind": "dense", "m": 128, "n": 2112, "k": 7168},
+            ]
+        )
+    )
+    report = tmp_path / "r.json"
+    result = CliRunner().invoke(cli.main, ["bench", "--shapes", str(shapes), "--json", str(report)])
+    assert result.exit_code == EXIT_DGX_FAILED, result.output
+    assert [(s.suite, s.m) for s in ran["shapes"]] == [("dense", 64), ("dense", 128)]  # the rest still ran
+    assert "suite masked is not available in this build" in result.output and "skipping its 1 shape(s)" in result.output
+    assert "requested but not available in this build, not run: masked (exit status 3)" in result.output
+    assert "dgx did not run correctly" not in result.output
+    recorded = json.loads(report.read_text())
+    assert recorded["settings"]["not_available"] == {"masked": f"dgx.{MASKED_FN} does not exist in this build"}
 
 
 # ---- CPU-checkable parts of the GPU path (torch CPU) ---------------------------------------------

@@ -94,52 +94,84 @@ def test_shapes_file_valid(tmp_path):
         {"kind": "m_grouped_contiguous", "groups": 4, "m": 8192, "n": 4096, "k": 7168},
         {"kind": "m_grouped_masked", "groups": 2, "m": 512, "max_m": 4096, "n": 7168, "k": 2048},
         {"kind": "wgrad", "m": 7168, "n": 2112, "k": 4096},
-        {"kind": "k_grouped", "groups": 4, "m": 7168, "n": 4096, "k": 4096, "extra": 1},
+        {"kind": "k_grouped", "groups": 4, "m": 7168, "n": 4096, "k": 4096, "extra": 1, "note": "MoE"},
     ]
     shapes, warnings = S.load_shapes_file(_write(tmp_path, data))
     assert [s.suite for s in shapes] == ["dense", "dense", "contiguous", "masked", "wgrad", "k_grouped"]
     assert shapes[1].m == 128  # max_m stands in for m
     assert shapes[2] == S.builtin_suite("contiguous")[0]  # same seeded group sizes
     assert shapes[3].max_m == 4096 and S.anchor_for(shapes[3]) is not None
-    assert any("entry 5" in w and "'extra'" in w for w in warnings)
+    # an unknown field is warned about (naming the entry and the field) and ignored, not refused
+    assert len(warnings) == 1 and "entry 5: field 'extra'" in warnings[0] and "ignored" in warnings[0]
     # --suite filters a shapes file
     assert [s.suite for s in S.select_shapes("wgrad", shapes)] == ["wgrad"]
+
+
+# The warmup format's own checks (top level, kinds, integers, alignment, groups, ...) are dgx.warmup's
+# parse_shapes, tested in tests/test_warmup.py; here: that the bench goes through them, and its own checks.
 
 
 @pytest.mark.parametrize(
     "data, message",
     [
-        ({"kind": "dense"}, "top level must be a JSON list"),
-        ([], "empty"),
-        ([{"kind": "dense", "m": 64, "n": 1, "k": 128}, 3], "entry 1: must be an object"),
-        ([{"n": 1, "k": 128, "m": 1}], "entry 0: missing field 'kind'"),
-        ([{"kind": "sparse", "n": 1, "k": 128, "m": 1}], "entry 0: field 'kind' must be one of"),
-        ([{"kind": "dense", "m": 64, "k": 128}], "entry 0: missing field 'n'"),
-        ([{"kind": "dense", "m": 64, "n": "4096", "k": 128}], "entry 0: field 'n' must be an integer"),
-        ([{"kind": "dense", "m": 64, "n": True, "k": 128}], "entry 0: field 'n' must be an integer"),
-        ([{"kind": "dense", "m": 64, "n": 0, "k": 128}], "entry 0: field 'n' must be >= 1"),
-        ([{"kind": "dense", "n": 64, "k": 128}], "entry 0: needs field 'm'"),
-        ([{"kind": "dense", "m": 256, "max_m": 128, "n": 64, "k": 128}], "entry 0: field 'm' (256) exceeds 'max_m'"),
-        ([{"kind": "dense", "m": 64, "n": 64, "k": 128, "groups": 4}], "entry 0: field 'groups' is only for grouped"),
+        # the warmup parser's errors, through the bench's loader
+        ([{"kind": "dense", "m": 64, "n": 64, "k": 128}, {"kind": "wgrad", "m": 64, "k": 128}], "entry 1: field 'n'"),
+        ([{"kind": "dense", "m": 64, "n": 100, "k": 128}], "entry 0: field 'n': expected a multiple of 8"),
+        ([{"kind": "dense", "m": 64, "n": 64, "k": 128, "groups": 1}], "entry 0: field 'groups': expected no groups"),
+        ([{"kind": "m_grouped_masked", "m": 64, "n": 64, "k": 128}], "entry 0: field 'groups'"),
+        # the bench's own checks
         (
-            [{"kind": "dense", "m": 64, "n": 64, "k": 128}, {"kind": "m_grouped_masked", "m": 64, "n": 64, "k": 128}],
-            "entry 1: missing field 'groups'",
+            [{"kind": "dense", "m": 64, "n": 64, "k": 128}, {"kind": "dense", "n": 64, "k": 128}],
+            "entry 1: field 'm': expected a positive integer, the M to benchmark",
         ),
-        ([{"kind": "k_grouped", "groups": 2, "m": 64, "n": 64, "k": 100}], "entry 0: field 'k' (100) must be a multiple of 128"),
+        ([{"kind": "dense", "m": 256, "max_m": 128, "n": 64, "k": 128}], "entry 0: field 'm': expected at most max_m (128)"),
+        ([{"kind": "wgrad", "m": 256, "max_m": 128, "n": 64, "k": 128}], "entry 0: field 'm': expected at most max_m (128)"),
+        (
+            [{"kind": "k_grouped", "groups": 2, "m": 64, "n": 64, "k": 112}],
+            "entry 0: field 'k': expected a multiple of 128 for k_grouped (K per group), got 112",
+        ),
     ],
 )
 def test_shapes_file_errors_name_entry_and_field(tmp_path, data, message):
     path = _write(tmp_path, data)
     with pytest.raises(S.ShapesFileError) as e:
         S.load_shapes_file(path)
-    assert message in str(e.value)
-    assert path in str(e.value)
+    assert f"shapes file {path}: {message}" in str(e.value)
+    with pytest.raises(S.ShapesFileError) as e:  # the decoded JSON, without a file
+        S.parse_shapes(data)
+    assert str(e.value).startswith(message)
+
+
+def test_shapes_file_is_the_warmup_format():
+    """One parser: the bench's errors are dgx.warmup's, and its cases come from warmup's entries."""
+    from dgx import warmup
+
+    assert S.ShapesFileError is warmup.ShapesFileError and S.KINDS == warmup.KINDS
+    data = [{"kind": "m_grouped_contiguous", "groups": 4, "m": 8192, "n": 4096, "k": 7168, "note": "x"}]
+    shapes, warnings = S.parse_shapes(data)
+    assert shapes == [S.builtin_suite("contiguous")[0]] and warnings == []  # 'note' is a format field
+    bad = [{"kind": "dense", "m": 64, "n": 64, "k": 20}]
+    with pytest.raises(warmup.ShapesFileError) as ours:
+        S.parse_shapes(bad)
+    with pytest.raises(warmup.ShapesFileError) as theirs:
+        warmup.parse_shapes(bad)
+    assert "entry 0: field 'k'" in str(ours.value) and str(ours.value) == str(theirs.value)
+
+
+def test_masked_m_far_above_max_m_is_a_warning():
+    data = [
+        {"kind": "m_grouped_masked", "groups": 2, "m": 512, "max_m": 512, "n": 64, "k": 128},
+        {"kind": "m_grouped_masked", "groups": 2, "m": 700, "max_m": 512, "n": 64, "k": 128},
+    ]
+    shapes, warnings = S.parse_shapes(data)
+    assert warnings == ["entry 1: m=700 is well above max_m=512; masked counts are clamped to max_m"]
+    assert all(g <= 512 for g in shapes[1].group_ms)
 
 
 def test_shapes_file_not_json_or_missing(tmp_path):
-    with pytest.raises(S.ShapesFileError, match="not valid JSON"):
+    with pytest.raises(S.ShapesFileError, match=r"shapes\.json: expected JSON"):
         S.load_shapes_file(_write(tmp_path, "[{"))
-    with pytest.raises(S.ShapesFileError, match="cannot read it"):
+    with pytest.raises(S.ShapesFileError, match=r"absent\.json: expected a readable file"):
         S.load_shapes_file(str(tmp_path / "absent.json"))
 
 

@@ -75,7 +75,7 @@ def _fake_entries(root: Path, n: int = 2) -> list[str]:
     keys = []
     for i in range(n):
         key = f"{i:02x}" * 32
-        kc.store(key, b"\x7fELF" + bytes([i]) * 100, {"kernel": f"dgx_test_kernel_{i}", "compiler": "NVRTC 13.0"})
+        kc.store(key, b"\x7fELF" + bytes([i]) * 100, {"name": f"dgx_test_kernel_{i}", "compiler": "NVRTC 13.0"})
         keys.append(key)
     return keys
 
@@ -125,6 +125,40 @@ def test_cache_commands_round_trip(runner, tmp_cache, tmp_path, fresh_jit):
     assert verified["ok"] == 1 and verified["removed"] == 1 and verified["corrupt"][0]["key"] == keys[1]
     result = runner.invoke(cli.main, ["cache", "verify"])
     assert "1 ok, 0 removed" in result.output
+
+
+def test_cache_list_shows_the_name_jit_records(runner, tmp_cache, monkeypatch, fresh_jit):
+    """jit stores the kernel's name in the manifest; `cache list` shows it from there."""
+    from dgx import compiler
+
+    def fake_compile(source, kernel, options, want_ptx=False):
+        return compiler.CompileResult(b"\x7fELF" + kernel.encode(), None, "", 0.01, tuple(options))
+
+    monkeypatch.setattr(compiler, "compile_cubin", fake_compile)
+    src = jit.KernelSource(name="dgx_named_kernel", source="// never compiled: compile_cubin is faked")
+    jit.get_cubin(src, "sm_90a")
+    key = jit.kernel_key(src, "sm_90a")
+    manifest = KernelCache(tmp_cache).manifest(key)
+    assert manifest["name"] == "dgx_named_kernel" and "kernel" not in manifest["extra"]
+    (entry,) = KernelCache(tmp_cache).entries()
+    assert entry.name == "dgx_named_kernel"
+    listed = json.loads(runner.invoke(cli.main, ["cache", "list", "--json"]).stdout)
+    assert [(e["key"], e["kernel"]) for e in listed] == [(key, "dgx_named_kernel")]
+    result = runner.invoke(cli.main, ["cache", "list"])
+    assert result.exit_code == 0 and re.search(rf"^{key[:16]} .* dgx_named_kernel$", result.output, re.M)
+
+
+def test_cache_list_entry_without_a_name(runner, tmp_cache):
+    """An entry whose manifest has no name (written before dgx recorded one) is still listed."""
+    named = _fake_entries(tmp_cache, 1)[0]
+    old = "ab" * 32
+    KernelCache(tmp_cache).store(old, b"\x7fELF" + b"\x05" * 60, {"compiler": "NVRTC 12.9"})
+    listed = json.loads(runner.invoke(cli.main, ["cache", "list", "--json"]).stdout)
+    assert [(e["key"], e["kernel"]) for e in listed] == [(named, "dgx_test_kernel_0"), (old, None)]
+    assert listed[1]["compiler"] == "NVRTC 12.9" and listed[1]["size"] == 64
+    result = runner.invoke(cli.main, ["cache", "list"])
+    assert result.exit_code == 0, result.output
+    assert re.search(rf"^{old[:16]} .* \?$", result.output, re.M) and "2 kernels" in result.output
 
 
 def test_cache_import_refuses_bad_bundles(runner, tmp_cache, tmp_path):

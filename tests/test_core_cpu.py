@@ -16,6 +16,7 @@ from dgx.errors import CompileError
 from dgx.heuristics import candidates, choose_dense
 from dgx.kernels.fp8_gemm import PAIR_M, PAIR_N, PAIR_NONE, SMEM_LIMIT, GemmConfig, validate_blocks
 from dgx.tensors import TensorView, as_view, require_cuda
+from dgx.layout import SfaTma, sfa_tma_layout
 
 ANCHOR_NK = ((2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048))
 ODD_NK = ((576, 7168), (7168, 576), (256, 256), (24584, 1536), (8, 128))
@@ -272,7 +273,7 @@ def _view(shape, dtype, strides=None, ptr=BASE, device=0):
 def _inputs(**over):
     views = {
         "A": _view((M, K), "float8_e4m3fn", ptr=BASE),
-        "SFA": _view((M, K // 128), "float32", ptr=BASE + 0x100000),
+        "SFA": _view((M, K // 128), "float32", strides=(1, M), ptr=BASE + 0x100000),
         "B": _view((N, K), "float8_e4m3fn", ptr=BASE + 0x200000),
         "SFB": _view((N // 128, K // 128), "float32", ptr=BASE + 0x300000),
         "d": _view((M, N), "bfloat16", ptr=BASE + 0x400000),
@@ -299,8 +300,8 @@ def no_launch(monkeypatch):
 def test_valid_inputs_pass_every_check(no_launch):
     with pytest.raises(Launched):
         gemm.fp8_gemm_nt(*_inputs())
-    # The TMA-aligned M-major SFA layout is accepted as is.
-    sfa_mn_major = _view((M, K // 128), "float32", strides=(1, M), ptr=BASE + 0x100000)
+    # A wider M-major row stride (a slice of a larger buffer) is read as is too.
+    sfa_mn_major = _view((M, K // 128), "float32", strides=(1, M + 4), ptr=BASE + 0x100000)
     with pytest.raises(Launched):
         gemm.fp8_gemm_nt(*_inputs(SFA=sfa_mn_major))
 
@@ -370,3 +371,35 @@ def test_m_zero_returns_without_touching_the_gpu(monkeypatch):
     _, b, _ = _inputs()
     d = _view((0, N), "bfloat16", ptr=BASE + 0x400000)
     assert gemm.fp8_gemm_nt(a, b, d) is None
+
+
+# --- SFA layouts read by TMA -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "shape, strides, ptr, expect",
+    [
+        # TMA-aligned M-major (DeepGEMM's layout): a row of M floats per k-block, rows 16-byte aligned.
+        ((250, 56), (1, 252), BASE, SfaTma(250, 56, 1008)),
+        # One k-block (K <= 128): any [M, 1] with unit M stride; the row stride is never used.
+        ((300, 1), (1, 1), BASE, SfaTma(300, 1, 1200)),
+        # One row, M-major: any 16-byte multiple along K works.
+        ((1, 5), (7, 4), BASE, SfaTma(1, 5, 16)),
+        # Row-major: converted.
+        ((256, 56), (56, 1), BASE, None),
+        # M-major with an unaligned row stride: converted.
+        ((250, 56), (1, 250), BASE, None),
+        # Rows that overlap (stride below M): converted.
+        ((250, 56), (1, 248), BASE, None),
+        # Base address not 16-byte aligned: converted.
+        ((256, 56), (1, 256), BASE + 4, None),
+    ],
+)
+def test_sfa_tma_layout(shape, strides, ptr, expect):
+    assert sfa_tma_layout(TensorView(ptr, shape, strides, "float32", 0)) == expect
+
+
+def test_unreadable_sfa_layout_of_non_torch_tensor_raises_before_planning(no_launch):
+    odd = _view((M, K // 128), "float32", strides=(1, M + 1), ptr=BASE + 0x100000)
+    with pytest.raises(ValueError, match="SFA: expected the TMA-aligned M-major layout"):
+        gemm.fp8_gemm_nt(*_inputs(SFA=odd))

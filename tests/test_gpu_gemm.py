@@ -51,20 +51,6 @@ def test_bitwise_deterministic(m, n, k):
         assert torch.equal(d, first)
 
 
-def test_sfa_layouts_agree():
-    """Row-major SFA and the TMA-aligned M-major SFA are both read as they are, with one result."""
-    import dgx
-
-    a, b, a_fp8, b_fp8, d = make_dense(129, 2112, 7168)
-    dgx.fp8_gemm_nt(a_fp8, b_fp8, d)
-    mn_major = dgx.get_mn_major_tma_aligned_tensor(a_fp8[1])
-    assert mn_major.stride() == (1, dgx.get_tma_aligned_size(129, 4))
-    d2 = torch.full_like(d, float("nan"))
-    dgx.fp8_gemm_nt((a_fp8[0], mn_major), b_fp8, d2)
-    torch.cuda.synchronize()
-    assert torch.equal(d, d2)
-
-
 def test_cuda_graph_replay():
     import dgx
 
@@ -93,3 +79,31 @@ def test_zero_m_is_noop():
     d = torch.empty(0, 256, device="cuda", dtype=torch.bfloat16)
     dgx.fp8_gemm_nt((a, sfa), (b, sfb), d)  # nothing to do, nothing launched
     torch.cuda.synchronize()
+
+
+@pytest.mark.parametrize("layout", ["row_major", "row_k576", "sliced", "unaligned_base"])
+def test_sfa_layouts_converted(layout):
+    """SFA layouts TMA cannot read as they are are copied on the GPU first, with the same result."""
+    import dgx
+
+    k = 576 if layout == "row_k576" else 1024
+    a, b, a_fp8, b_fp8, d = make_dense(200, 576, k)
+    A, sfa = a_fp8
+    assert sfa.stride() == (1, dgx.get_tma_aligned_size(200, 4))  # what per_token_cast_to_fp8 makes
+    ref = torch.full_like(d, float("nan"))
+    dgx.fp8_gemm_nt(a_fp8, b_fp8, ref)
+    if layout in ("row_major", "row_k576"):
+        sfa = sfa.contiguous()
+    elif layout == "sliced":  # every other column of a wider tensor: stride 2 along K
+        wide = torch.zeros(sfa.shape[0], sfa.shape[1] * 2, device="cuda")
+        wide[:, ::2] = sfa
+        sfa = wide[:, ::2]
+    elif layout == "unaligned_base":  # M-major, but starting 4 bytes into its buffer
+        buf = torch.zeros(sfa.shape[1] * 204 + 1, device="cuda")
+        view = buf[1:].as_strided(sfa.shape, (1, 204))
+        view.copy_(sfa)
+        sfa = view
+    dgx.fp8_gemm_nt((A, sfa), b_fp8, d)
+    torch.cuda.synchronize()
+    check_dense(d, a, b, a_fp8, b_fp8)
+    assert torch.equal(d, ref)

@@ -79,6 +79,24 @@ def test_shapes_file_errors_name_the_file(tmp_path):
         warmup.load_shapes_file(tmp_path / "missing.json")
 
 
+def test_unknown_fields_reported_when_asked(tmp_path):
+    """With on_unknown_field (dgx bench), an unknown field is reported, naming entry and field, and ignored."""
+    data = [GOOD, {"kind": "dense", "n": 8, "k": 16, "max-m": 64, "zz": 1}]
+    with pytest.raises(warmup.ShapesFileError, match=re.escape("entry 1: field 'max-m'")):
+        warmup.parse_shapes(data)
+    seen: list[str] = []
+    specs = warmup.parse_shapes(data, on_unknown_field=seen.append)
+    assert specs[1] == warmup.ShapeSpec("dense", 8, 16)
+    assert len(seen) == 2 and "entry 1: field 'max-m'" in seen[0] and "entry 1: field 'zz'" in seen[1]
+    path = tmp_path / "shapes.json"
+    path.write_text(json.dumps(data))
+    seen.clear()
+    assert warmup.load_shapes_file(path, on_unknown_field=seen.append) == specs and len(seen) == 2
+    # the hook does not relax anything else
+    with pytest.raises(warmup.ShapesFileError, match=re.escape("entry 1: field 'k'")):
+        warmup.parse_shapes([GOOD, {"kind": "dense", "n": 8, "k": 20, "zz": 1}], on_unknown_field=seen.append)
+
+
 def test_good_shapes_parse():
     specs = warmup.parse_shapes(
         [

@@ -26,7 +26,8 @@ from .report import (
 )
 from .results import BenchResults, summarize
 from .runner import NO_GPU_PREFIX, NoGpu, dgx_failures, gpu_problem, run_suite
-from .suites import SUITES, ShapesFileError, load_shapes_file, suite_names
+from .subject import unavailable_reason
+from .suites import SUITES, ShapesFileError, load_shapes_file, select_shapes, suite_names
 
 __all__ = [
     "main",
@@ -43,6 +44,7 @@ __all__ = [
     "load_shapes_file",
     "NoGpu",
     "SUITES",
+    "unavailable_reason",
     "EXIT_OK",
     "EXIT_NO_GPU",
     "EXIT_USAGE",
@@ -69,7 +71,9 @@ def main(
 
     0: done, dgx correct on every case. 1: no usable GPU (torch missing or no CUDA device).
     2: bad arguments (suite, repeat, shapes file, matplotlib missing for ``--plot``, unwritable
-    output). 3: done, but dgx failed or was unavailable on some case (the reports say where).
+    output). 3: dgx failed or was unavailable on some case (the reports say where), or a requested
+    suite is not available in this build of dgx (see :func:`unavailable_reason`): the suites that are
+    available still run (and need a GPU); the others are named and skipped.
     """
     try:
         suite_names(suite)
@@ -86,13 +90,29 @@ def main(
         echo(f"dgx bench: {e}")
         return EXIT_USAGE
 
+    selected = select_shapes(suite, shapes)
+    missing: dict[str, str] = {}  # requested suite -> why this build cannot run it
+    for s in dict.fromkeys(shape.suite for shape in selected):
+        why = unavailable_reason(s)
+        if why is not None:
+            missing[s] = why
+            count = sum(shape.suite == s for shape in selected)
+            echo(f"dgx bench: suite {s} is not available in this build: {why}; skipping its {count} shape(s)")
+    runnable = [shape for shape in selected if shape.suite not in missing]
+    if selected and not runnable:
+        echo(
+            f"dgx bench: none of the requested suites ({', '.join(missing)}) is available in this build; "
+            "nothing to run"
+        )
+        return EXIT_DGX_FAILED
+
     why = gpu_problem()
     if why:
         echo(NO_GPU_PREFIX + why)
         return EXIT_NO_GPU
 
     try:
-        results = run_suite(suite, shapes=shapes, shapes_file=shapes_file, peers=peers, repeat=repeat, echo=echo)
+        results = run_suite(suite, shapes=runnable, shapes_file=shapes_file, peers=peers, repeat=repeat, echo=echo)
     except NoGpu as e:
         echo(str(e))
         return EXIT_NO_GPU
@@ -100,6 +120,9 @@ def main(
         echo(f"dgx bench: {e}")
         return EXIT_USAGE
 
+    if missing:
+        results.settings["not_available"] = dict(missing)
+        results.notes += [f"Suite {s} not run: not available in this build ({why})." for s, why in missing.items()]
     summary = summarize(results)
     echo("")
     echo(render_table(results, summary))
@@ -121,5 +144,6 @@ def main(
         echo(f"dgx did not run correctly on {len(bad)} case(s):")
         for b in bad[:20]:
             echo(f"  {b}")
-        return EXIT_DGX_FAILED
-    return EXIT_OK
+    if missing:
+        echo(f"dgx bench: requested but not available in this build, not run: {', '.join(missing)} (exit status 3)")
+    return EXIT_DGX_FAILED if bad or missing else EXIT_OK

@@ -8,6 +8,16 @@ from __future__ import annotations
 
 from .peers import Prepared, Unavailable
 from .problems import Problem
+from .suites import SUITE_TO_KIND
+
+DGX_ENTRY_POINTS: dict[str, str] = {
+    "dense": "fp8_gemm_nt",
+    "wgrad": "fp8_gemm_nt",
+    "contiguous": "m_grouped_fp8_gemm_nt_contiguous",
+    "masked": "m_grouped_fp8_gemm_nt_masked",
+    "k_grouped": "k_grouped_fp8_gemm_nt_contiguous",
+}
+"""Suite -> the dgx function the benchmark calls for it."""
 
 
 def call_k_grouped(dgx, a, b, d, ks, ks_tensor):
@@ -35,6 +45,33 @@ def _need(dgx, name: str):
     return fn
 
 
+def unavailable_reason(suite: str) -> str | None:
+    """Why this build of dgx cannot run ``suite``, or None if it can (no GPU needed).
+
+    A suite needs its function in dgx (:data:`DGX_ENTRY_POINTS`) and kernels for its kind: the kinds
+    with kernels are those ``dgx warmup`` can build (:data:`dgx.warmup.ENUMERATORS`); the others it
+    reports as "no kernel yet" too. (``wgrad`` goes through ``fp8_gemm_nt``, which exists before
+    its FP32-accumulating kernel does.)
+    """
+    if suite not in DGX_ENTRY_POINTS:
+        raise ValueError(f"unknown suite {suite!r}; expected one of {', '.join(DGX_ENTRY_POINTS)}")
+    try:
+        dgx = _import_dgx()
+    except Unavailable as e:
+        return str(e)
+    name = DGX_ENTRY_POINTS[suite]
+    if getattr(dgx, name, None) is None:
+        return f"dgx.{name} does not exist in this build"
+    kind = SUITE_TO_KIND[suite]
+    try:
+        from dgx.warmup import ENUMERATORS
+    except Exception as e:  # noqa: BLE001 - a dgx without its warmup module has no kernel list
+        return f"import dgx.warmup failed: {type(e).__name__}: {e}"
+    if kind not in ENUMERATORS:
+        return f"this build has no kernel for kind {kind} yet (dgx warmup skips it too)"
+    return None
+
+
 def prepare_dgx(problem: Problem) -> Prepared:
     """dgx on ``problem``, in the layout dgx takes (see :func:`~dgx.bench.problems.build_problem`)."""
     dgx = _import_dgx()
@@ -49,11 +86,11 @@ def prepare_dgx(problem: Problem) -> Prepared:
         d.fill_(float("nan"))
 
     if s.suite == "dense":
-        f = _need(dgx, "fp8_gemm_nt")
+        f = _need(dgx, DGX_ENTRY_POINTS["dense"])
         return Prepared(lambda: f(a, b, d), lambda: problem.valid_rows(d), reset=poison)
 
     if s.suite == "wgrad":
-        f = _need(dgx, "fp8_gemm_nt")
+        f = _need(dgx, DGX_ENTRY_POINTS["wgrad"])
 
         def reset():
             d.copy_(problem.c)
@@ -61,7 +98,7 @@ def prepare_dgx(problem: Problem) -> Prepared:
         return Prepared(lambda: f(a, b, d, c=d), lambda: problem.valid_rows(d), reset=reset, includes_c=True)
 
     if s.suite == "contiguous":
-        f = _need(dgx, "m_grouped_fp8_gemm_nt_contiguous")
+        f = _need(dgx, DGX_ENTRY_POINTS["contiguous"])
         align_fn = getattr(dgx, "get_mk_alignment_for_contiguous_layout", None)
         if align_fn is not None and int(align_fn()) != 128:
             raise Unavailable(
@@ -71,13 +108,13 @@ def prepare_dgx(problem: Problem) -> Prepared:
         return Prepared(lambda: f(a, b, d, mi), lambda: problem.valid_rows(d), reset=poison)
 
     if s.suite == "masked":
-        f = _need(dgx, "m_grouped_fp8_gemm_nt_masked")
+        f = _need(dgx, DGX_ENTRY_POINTS["masked"])
         mm = t["masked_m"]
         expected = s.m
         return Prepared(lambda: f(a, b, d, mm, expected), lambda: problem.valid_rows(d), reset=poison)
 
     if s.suite == "k_grouped":
-        _need(dgx, "k_grouped_fp8_gemm_nt_contiguous")
+        _need(dgx, DGX_ENTRY_POINTS["k_grouped"])
         ks, kst = t["ks"], t["ks_tensor"]
 
         def reset():

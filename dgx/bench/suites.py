@@ -26,18 +26,22 @@ entry may also carry ``m``. Meaning of ``m`` per kind (``max_m`` stands in when 
   rounded up to 128).
 * ``k_grouped``: M of the output (``k`` is the K of each group).
 
-Unknown fields are ignored with a warning (the warmup format may carry fields the benchmark does not
-need).
+The entries are parsed and validated by :func:`dgx.warmup.parse_shapes` (one implementation of the
+format; its errors name the entry and the field), then checked for what only the benchmark needs: an
+``m`` (or ``max_m``), ``m <= max_m`` for dense kinds, and ``k`` a multiple of 128 for ``k_grouped``.
+Unknown fields are ignored with a warning rather than refused.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import random
 import zlib
 from typing import Any, Iterable
+
+from .. import warmup as _warmup
+from ..warmup import ShapesFileError, ShapeSpec
 
 # --------------------------------------------------------------------------------------------------
 # names
@@ -45,7 +49,7 @@ from typing import Any, Iterable
 SUITES = ("dense", "contiguous", "masked", "wgrad", "k_grouped")
 """Suite names, in the order ``--suite all`` runs them."""
 
-KINDS = ("dense", "m_grouped_contiguous", "m_grouped_masked", "wgrad", "k_grouped")
+KINDS = _warmup.KINDS
 """Shape-file kinds (the warmup format's names)."""
 
 KIND_TO_SUITE = {
@@ -57,7 +61,7 @@ KIND_TO_SUITE = {
 }
 SUITE_TO_KIND = {v: k for k, v in KIND_TO_SUITE.items()}
 
-GROUPED_KINDS = ("m_grouped_contiguous", "m_grouped_masked", "k_grouped")
+GROUPED_KINDS = _warmup.GROUPED_KINDS
 
 MK_ALIGNMENT = 128
 """Row alignment of contiguous-layout segments (``dgx.get_mk_alignment_for_contiguous_layout()``)."""
@@ -300,98 +304,62 @@ def select_shapes(suite: str, shapes: Iterable[Shape] | None = None, seed: int =
 # shapes file
 
 
-class ShapesFileError(ValueError):
-    """A shapes file that cannot be used; the message names the entry index and the field."""
+def _bench_shape(spec: ShapeSpec, idx: int, seed: int, warnings: list[str]) -> Shape:
+    """The benchmark case of one validated shapes-file entry (``idx`` is its index, for messages).
+
+    The warmup format's checks are done by :func:`dgx.warmup.parse_shapes`; these are the ones only
+    the benchmark needs: an M to run, M within ``max_m`` for dense kinds, whole 128-column K blocks
+    per group for k_grouped.
+    """
+    kind = spec.kind
+    m = spec.m if spec.m is not None else spec.max_m
+    if m is None:
+        raise ShapesFileError(
+            f"entry {idx}: field 'm': expected a positive integer, the M to benchmark ('max_m' stands in "
+            f"when it is absent), got nothing (missing)"
+        )
+    max_m = spec.max_m
+    if kind in ("dense", "wgrad") and max_m is not None and m > max_m:
+        raise ShapesFileError(f"entry {idx}: field 'm': expected at most max_m ({max_m}), got {m}")
+    if kind == "k_grouped" and spec.k % MK_ALIGNMENT:
+        raise ShapesFileError(
+            f"entry {idx}: field 'k': expected a multiple of {MK_ALIGNMENT} for k_grouped (K per group), got {spec.k}"
+        )
+    if kind == "m_grouped_masked" and max_m is not None and m > max_m * RANDOM_HIGH:
+        warnings.append(f"entry {idx}: m={m} is well above max_m={max_m}; masked counts are clamped to max_m")
+    return make_shape(
+        KIND_TO_SUITE[kind],
+        m,
+        spec.n,
+        spec.k,
+        spec.groups or 1,
+        max_m=max_m if kind == "m_grouped_masked" else None,
+        seed=seed,
+    )
 
 
-_KNOWN_FIELDS = {"kind", "m", "n", "k", "groups", "max_m"}
-
-
-def _int_field(entry: dict, idx: int, name: str, *, required: bool, minimum: int = 1) -> int | None:
-    if name not in entry:
-        if required:
-            raise ShapesFileError(f"entry {idx}: missing field {name!r}")
-        return None
-    v = entry[name]
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise ShapesFileError(f"entry {idx}: field {name!r} must be an integer, got {v!r}")
-    if v < minimum:
-        raise ShapesFileError(f"entry {idx}: field {name!r} must be >= {minimum}, got {v}")
-    return v
+def _bench_shapes(specs: list[ShapeSpec], seed: int, warnings: list[str]) -> list[Shape]:
+    return [_bench_shape(spec, idx, seed, warnings) for idx, spec in enumerate(specs)]
 
 
 def parse_shapes(data: Any, seed: int = DEFAULT_SEED) -> tuple[list[Shape], list[str]]:
     """Validate the decoded JSON of a shapes file; return ``(shapes, warnings)``.
 
-    Raises :class:`ShapesFileError` naming the entry index and field of the first problem.
+    The entries are validated by :func:`dgx.warmup.parse_shapes` (unknown fields are warned about
+    and ignored), then by the benchmark's own checks. Raises :class:`ShapesFileError` naming the
+    entry index and field of the first problem.
     """
-    if not isinstance(data, list):
-        raise ShapesFileError(f"top level must be a JSON list of shape entries, got {type(data).__name__}")
-    if not data:
-        raise ShapesFileError("the list of shapes is empty")
-    shapes: list[Shape] = []
     warnings: list[str] = []
-    for idx, entry in enumerate(data):
-        if not isinstance(entry, dict):
-            raise ShapesFileError(f"entry {idx}: must be an object, got {type(entry).__name__}")
-        if "kind" not in entry:
-            raise ShapesFileError(f"entry {idx}: missing field 'kind'")
-        kind = entry["kind"]
-        if kind not in KINDS:
-            raise ShapesFileError(f"entry {idx}: field 'kind' must be one of {', '.join(KINDS)}, got {kind!r}")
-        n = _int_field(entry, idx, "n", required=True)
-        k = _int_field(entry, idx, "k", required=True)
-        grouped = kind in GROUPED_KINDS
-        groups = _int_field(entry, idx, "groups", required=grouped)
-        if not grouped and groups not in (None, 1):
-            raise ShapesFileError(f"entry {idx}: field 'groups' is only for grouped kinds; {kind} takes none")
-        m = _int_field(entry, idx, "m", required=False)
-        max_m = _int_field(entry, idx, "max_m", required=False)
-        if m is None and max_m is None:
-            raise ShapesFileError(f"entry {idx}: needs field 'm' (or 'max_m') to benchmark a {kind} shape")
-        if m is None:
-            m = max_m
-        if kind == "m_grouped_masked" and max_m is not None and m > max_m * RANDOM_HIGH:
-            warnings.append(
-                f"entry {idx}: m={m} is well above max_m={max_m}; masked counts are clamped to max_m"
-            )
-        if kind in ("dense", "wgrad") and max_m is not None and m > max_m:
-            raise ShapesFileError(f"entry {idx}: field 'm' ({m}) exceeds 'max_m' ({max_m})")
-        if kind == "k_grouped" and k % MK_ALIGNMENT:
-            raise ShapesFileError(
-                f"entry {idx}: field 'k' ({k}) must be a multiple of {MK_ALIGNMENT} for k_grouped (K per group)"
-            )
-        unknown = sorted(set(entry) - _KNOWN_FIELDS)
-        if unknown:
-            warnings.append(f"entry {idx}: ignoring field(s) {', '.join(map(repr, unknown))}")
-        suite = KIND_TO_SUITE[kind]
-        shapes.append(
-            make_shape(
-                suite,
-                m,
-                n,
-                k,
-                groups or 1,
-                max_m=max_m if kind == "m_grouped_masked" else None,
-                seed=seed,
-            )
-        )
-    return shapes, warnings
+    specs = _warmup.parse_shapes(data, on_unknown_field=warnings.append)
+    return _bench_shapes(specs, seed, warnings), warnings
 
 
 def load_shapes_file(path: str, seed: int = DEFAULT_SEED) -> tuple[list[Shape], list[str]]:
     """Read and validate a shapes file (see :func:`parse_shapes`); errors name the file too."""
+    warnings: list[str] = []
+    specs = _warmup.load_shapes_file(path, on_unknown_field=warnings.append)
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise ShapesFileError(f"shapes file {path}: cannot read it: {e.strerror or e}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ShapesFileError(f"shapes file {path}: not valid JSON: {e}") from None
-    try:
-        return parse_shapes(data, seed)
+        return _bench_shapes(specs, seed, warnings), warnings
     except ShapesFileError as e:
         raise ShapesFileError(f"shapes file {path}: {e}") from None
 

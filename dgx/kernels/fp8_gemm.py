@@ -11,6 +11,7 @@ from .wgmma_render import render_wgmma_e4m3
 PAIR_NONE, PAIR_N, PAIR_M = 0, 1, 2  # ptx/scheduler.cuh PairDim
 SMEM_LIMIT = 232448  # bytes of shared memory one block may use on Hopper (227 KB)
 BARRIER_BYTES = 16  # full + empty mbarrier per stage
+SFA_SLOT_BYTES_PER_ROW = 4  # A scales per stage: BLOCK_M floats
 
 
 @dataclass(frozen=True)
@@ -96,9 +97,9 @@ class GemmConfig:
             + render_wgmma_e4m3(self.block_n)
             + f'extern "C" __global__ void __launch_bounds__({self.threads}, 1) {self.kernel_name}(\n'
             "    const __grid_constant__ dgx::TensorMap tmap_a, const __grid_constant__ dgx::TensorMap tmap_b,\n"
-            "    const __grid_constant__ dgx::TensorMap tmap_d, const float* sfa, long long sfa_stride_m,\n"
-            "    long long sfa_stride_k, const float* sfb, int m) {\n"
-            f"  dgx::fp8_gemm_nt_body<{args}>(tmap_a, tmap_b, tmap_d, sfa, sfa_stride_m, sfa_stride_k, sfb, m);\n"
+            "    const __grid_constant__ dgx::TensorMap tmap_d, const __grid_constant__ dgx::TensorMap tmap_sfa,\n"
+            "    const float* sfb, int m) {\n"
+            f"  dgx::fp8_gemm_nt_body<{args}>(tmap_a, tmap_b, tmap_d, tmap_sfa, sfb, m);\n"
             "}\n"
         )
         return jit.KernelSource(
@@ -119,7 +120,8 @@ def d_span_bytes(block_n: int) -> int:
 
 
 def smem_bytes(block_m: int, block_n: int, stages: int) -> int:
-    return block_m * block_n * 2 + stages * (block_m * 128 + block_n * 128 + BARRIER_BYTES)
+    per_stage = block_m * 128 + block_n * 128 + block_m * SFA_SLOT_BYTES_PER_ROW + BARRIER_BYTES
+    return block_m * block_n * 2 + stages * per_stage
 
 
 def validate_blocks(block_m: int, block_n: int, pair: int = PAIR_NONE) -> str:
