@@ -7,6 +7,13 @@ cached on disk and launched through the CUDA driver API. Inputs are any DLPack-c
 from .device import get_num_sms, set_num_sms
 from .errors import CompileError, CudaError, DgxError, JitStrictError
 from .gemm import fp8_gemm_nt, gemm_fp8_fp8_bf16_nt
+from .grouped import (
+    get_mk_alignment_for_contiguous_layout,
+    m_grouped_fp8_gemm_nt_contiguous,
+    m_grouped_fp8_gemm_nt_masked,
+    m_grouped_gemm_fp8_fp8_bf16_nt_contiguous,
+    m_grouped_gemm_fp8_fp8_bf16_nt_masked,
+)
 from .jit import jit_stats, reset_jit_stats
 from .layout import get_mn_major_tma_aligned_tensor, get_tma_aligned_size, transform_sf_into_required_layout
 
@@ -15,6 +22,11 @@ __version__ = "0.1.0"
 __all__ = [
     "fp8_gemm_nt",
     "gemm_fp8_fp8_bf16_nt",
+    "m_grouped_fp8_gemm_nt_contiguous",
+    "m_grouped_fp8_gemm_nt_masked",
+    "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous",
+    "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
+    "get_mk_alignment_for_contiguous_layout",
     "get_tma_aligned_size",
     "get_mn_major_tma_aligned_tensor",
     "transform_sf_into_required_layout",

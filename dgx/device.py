@@ -5,6 +5,7 @@ from __future__ import annotations
 from . import env, runtime
 
 _num_sms: int | None = None
+generation = 0  # bumped by set_num_sms so that per-call caches keyed on it drop their old plans
 
 
 def set_num_sms(num_sms: int) -> None:
@@ -14,8 +15,9 @@ def set_num_sms(num_sms: int) -> None:
     available = runtime.device_info(0).num_sms if runtime.device_count() else num_sms
     if num_sms > available:
         raise ValueError(f"set_num_sms: the device has {available} SMs; got {num_sms}")
-    global _num_sms
+    global _num_sms, generation
     _num_sms = num_sms
+    generation += 1
 
 
 def get_num_sms(device: int = 0) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from . import jit, runtime
 from .checks import (
@@ -17,9 +18,10 @@ from .checks import (
     unpack_pair,
     views_on_one_device,
 )
+from . import device as device_module
 from .device import get_num_sms
 from .heuristics import choose_dense
-from .kernels.fp8_gemm import GemmConfig
+from .kernels.fp8_gemm import LAYOUT_DENSE, GemmConfig
 from .layout import SfaTma, get_mn_major_tma_aligned_tensor, sfa_tma_layout
 from .runtime import Swizzle
 from .streams import resolve_stream
@@ -39,52 +41,114 @@ _params: dict[tuple, runtime.ParamPack] = {}
 _PARAM_CACHE_LIMIT = 512
 
 
+def launch_plan(config: GemmConfig, units: int, device: int, num_sms: int) -> DensePlan:
+    """Compiles/loads `config`'s kernel and sizes its persistent grid for at most `units` work units."""
+    kernel = jit.get_kernel(config.render(), device)
+    grid = max(min(units, num_sms // config.cluster), 1) * config.cluster
+    shape = runtime.LaunchShape((grid, 1, 1), (config.threads, 1, 1), (config.cluster, 1, 1), config.smem_bytes)
+    if config.cluster > 1:
+        resident = runtime.max_active_clusters(kernel, shape)
+        if resident < 1:
+            raise RuntimeError(f"no cluster of {config.cluster} CTAs of {config.kernel_name} fits on device {device}")
+        if grid // config.cluster > resident:
+            grid = resident * config.cluster
+            shape = runtime.LaunchShape(
+                (grid, 1, 1), (config.threads, 1, 1), (config.cluster, 1, 1), config.smem_bytes
+            )
+    return DensePlan(config, runtime.Launcher(kernel, shape))
+
+
 def _plan(m: int, n: int, k: int, device: int, num_sms: int, config: GemmConfig | None = None) -> DensePlan:
     key = (m, n, k, device, num_sms, config)
     plan = _plans.get(key)
     if plan is None:
         if config is None:
             config = choose_dense(m, n, k, num_sms).config
-        elif (config.n, config.k) != (n, k):
-            raise ValueError(f"config is for N={config.n}, K={config.k}; the inputs have N={n}, K={k}")
-        kernel = jit.get_kernel(config.render(), device)
-        grid = config.grid(m, num_sms)
-        shape = runtime.LaunchShape(
-            (grid, 1, 1), (config.threads, 1, 1), (config.cluster, 1, 1), config.smem_bytes
-        )
-        if config.cluster > 1:
-            resident = runtime.max_active_clusters(kernel, shape)
-            if resident < 1:
-                raise RuntimeError(f"no cluster of {config.cluster} CTAs of {config.kernel_name} fits on device {device}")
-            if grid // config.cluster > resident:
-                grid = resident * config.cluster
-                shape = runtime.LaunchShape(
-                    (grid, 1, 1), (config.threads, 1, 1), (config.cluster, 1, 1), config.smem_bytes
-                )
-        plan = DensePlan(config, runtime.Launcher(kernel, shape))
+        elif (config.n, config.k, config.layout) != (n, k, LAYOUT_DENSE):
+            raise ValueError(f"config is for a {config.layout} GEMM with N={config.n}, K={config.k}; the inputs "
+                             f"are dense with N={n}, K={k}")
+        plan = launch_plan(config, config.units(m), device, num_sms)
         _plans[key] = plan
     return plan
 
 
-def _pack(config: GemmConfig, a: TensorView, b: TensorView, sfa: SfaTma, sfa_ptr: int, sfb: TensorView, d: TensorView,
-          m: int):
-    key = (config, a.ptr, a.strides[0], b.ptr, b.strides[0], d.ptr, d.strides[0], sfa, sfa_ptr, sfb.ptr, m)
+class Operands(NamedTuple):
+    """Addresses and 2-D extents of everything a GEMM kernel reads and writes (the tensor maps' input).
+    A tuple, so that building one and looking it up per call stays cheap.
+
+    A and D are seen as [rows, K] / [rows, N], B as [groups * N, K]; SFA as `sfa.kb` rows of `sfa.m`
+    floats (M-major). Leading dimensions are in elements."""
+
+    a: int
+    a_rows: int
+    lda: int
+    b: int
+    b_rows: int
+    ldb: int
+    d: int
+    d_rows: int
+    ldd: int
+    sfa: int
+    sfa_map: SfaTma
+    sfb: int
+    m: int  # the kernel's m: rows (masked: rows per group)
+    grouped_layout: int = 0
+    groups: int = 1
+
+
+def pack_params(config: GemmConfig, ops: Operands) -> runtime.ParamPack:
+    """The kernel's parameters for `ops`, encoded once per distinct (config, operands) and reused."""
+    key = (config, ops)
     pack = _params.get(key)
     if pack is None:
         n, k = config.n, config.k
-        tmap_a = runtime.encode_tensor_map_2d("uint8", a.ptr, k, m, a.strides[0], 128, config.box_rows_a, Swizzle.B128)
-        tmap_b = runtime.encode_tensor_map_2d("uint8", b.ptr, k, n, b.strides[0], 128, config.box_rows_b, Swizzle.B128)
+        tmap_a = runtime.encode_tensor_map_2d("uint8", ops.a, k, ops.a_rows, ops.lda, 128, config.box_rows_a, Swizzle.B128)
+        tmap_b = runtime.encode_tensor_map_2d("uint8", ops.b, k, ops.b_rows, ops.ldb, 128, config.box_rows_b, Swizzle.B128)
         span = config.d_span
         wg_rows = config.block_m // config.math_warpgroups
         tmap_d = runtime.encode_tensor_map_2d(
-            "bfloat16", d.ptr, n, m, d.strides[0] * 2, span // 2, wg_rows, Swizzle(span if span > 16 else 0)
+            "bfloat16", ops.d, n, ops.d_rows, ops.ldd * 2, span // 2, wg_rows, Swizzle(span if span > 16 else 0)
         )
-        tmap_sfa = runtime.encode_tensor_map_2d("float32", sfa_ptr, sfa.m, sfa.kb, sfa.row_stride, config.block_m, 1)
-        pack = runtime.ParamPack([tmap_a, tmap_b, tmap_d, tmap_sfa, ("u64", sfb.ptr), ("i32", m)])
+        sfa = ops.sfa_map
+        tmap_sfa = runtime.encode_tensor_map_2d("float32", ops.sfa, sfa.m, sfa.kb, sfa.row_stride, config.block_m, 1)
+        pack = runtime.ParamPack(
+            [tmap_a, tmap_b, tmap_d, tmap_sfa, ("u64", ops.sfb), ("i32", ops.m), ("u64", ops.grouped_layout),
+             ("i32", ops.groups), ("u64", ops.d), ("u64", ops.ldd)]
+        )
         if len(_params) >= _PARAM_CACHE_LIMIT:
             _params.clear()
         _params[key] = pack
     return pack
+
+
+def sfa_for_tma(SFA, sfav: TensorView, stream, device: int):
+    """(view, its TMA layout, a converted copy to keep alive or None, the launch stream if resolved)."""
+    sfa_tma = sfa_tma_layout(sfav)
+    if sfa_tma is not None:
+        return sfav, sfa_tma, None, None
+    keep, launch_stream = _converted_sfa(SFA, stream, device)
+    sfav = as_view(keep, "SFA")
+    return sfav, sfa_tma_layout(sfav), keep, launch_stream
+
+
+# Per-call fast path for torch tensors: (data pointer, shape, strides, dtype, device) of the five tensors
+# -> the launcher and packed parameters the full path built for them. Nothing is skipped that could
+# differ: the key holds everything the checks, the plan and the tensor maps depend on.
+_fast: dict[tuple, tuple[runtime.Launcher, runtime.ParamPack, int]] = {}
+_FAST_CACHE_LIMIT = 4096
+
+
+def _torch_key(a, b, d) -> tuple | None:
+    torch = sys.modules.get("torch")
+    if torch is None or type(a) is not tuple or type(b) is not tuple or len(a) != 2 or len(b) != 2:
+        return None
+    tensor = torch.Tensor
+    key = [device_module.generation]
+    for t in (a[0], a[1], b[0], b[1], d):
+        if type(t) is not tensor:
+            return None
+        key += (t.data_ptr(), t.shape, t.stride(), t.dtype, t.get_device())
+    return tuple(key)
 
 
 def fp8_gemm_nt(a, b, d, c=None, *, stream=None, config: GemmConfig | None = None) -> None:
@@ -105,6 +169,13 @@ def fp8_gemm_nt(a, b, d, c=None, *, stream=None, config: GemmConfig | None = Non
 
     Raises TypeError/ValueError naming the violated constraint before anything is launched.
     """
+    fast_key = _torch_key(a, b, d) if c is None and config is None else None
+    if fast_key is not None:
+        hit = _fast.get(fast_key)
+        if hit is not None:
+            launcher, pack, device = hit
+            launcher.launch(resolve_stream(stream, device), pack)
+            return
     if c is not None:
         raise ValueError("fp8_gemm_nt: c (d = c + a.b^T) needs a float32 d; BF16 d takes no c")
     A, SFA = unpack_pair(a, "a")
@@ -140,17 +211,18 @@ def fp8_gemm_nt(a, b, d, c=None, *, stream=None, config: GemmConfig | None = Non
     if m >= 2**31:
         raise ValueError(f"A: M must be below 2**31; got {m}")
     device = av.device
-    sfa_tma = sfa_tma_layout(sfav)
-    keep = launch_stream = None
-    if sfa_tma is None:
-        keep, launch_stream = _converted_sfa(SFA, stream, device)
-        sfav = as_view(keep, "SFA")
-        sfa_tma = sfa_tma_layout(sfav)
+    sfav, sfa_tma, keep, launch_stream = sfa_for_tma(SFA, sfav, stream, device)
     plan = _plan(m, n, k, device, get_num_sms(device), config)
     if launch_stream is None:
         launch_stream = resolve_stream(stream, device)
-    pack = _pack(plan.config, av, bv, sfa_tma, sfav.ptr, sfbv, dv, m)
+    ops = Operands(av.ptr, m, av.strides[0], bv.ptr, n, bv.strides[0], dv.ptr, m, dv.strides[0], sfav.ptr, sfa_tma,
+                   sfbv.ptr, m)
+    pack = pack_params(plan.config, ops)
     plan.launcher.launch(launch_stream, pack)
+    if fast_key is not None and keep is None:
+        if len(_fast) >= _FAST_CACHE_LIMIT:
+            _fast.clear()
+        _fast[fast_key] = (plan.launcher, pack, device)
     del keep  # the copy was made on the launch stream, so the allocator reuses it only after the kernel
 
 

@@ -15,7 +15,17 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from . import env
-from .kernels.fp8_gemm import PAIR_M, PAIR_N, PAIR_NONE, SMEM_LIMIT, GemmConfig, smem_bytes, validate_blocks
+from .kernels.fp8_gemm import (
+    LAYOUT_CONTIGUOUS,
+    LAYOUT_MASKED,
+    PAIR_M,
+    PAIR_N,
+    PAIR_NONE,
+    SMEM_LIMIT,
+    GemmConfig,
+    smem_bytes,
+    validate_blocks,
+)
 
 ONE_WG_BASE_CLK = 650.0  # per k-block, BLOCK_M 64, BLOCK_N 16 (measured)
 ONE_WG_CLK_PER_COL = 1.8  # per extra output column (measured: 64x128 ~ 850 clk)
@@ -116,3 +126,42 @@ def _better(a: Choice, b: Choice) -> bool:
     if area:
         return area > 0
     return a.config.pair < b.config.pair  # no cluster when it buys nothing
+
+
+# Contiguous MoE segments are padded to this many rows, so a block of 64 or 128 rows never spans two
+# groups (the kernel takes a block's group from its first row).
+CONTIGUOUS_ALIGNMENT = 128
+
+
+@lru_cache(maxsize=4096)
+def choose_grouped(layout: int, m: int, n: int, k: int, groups: int, num_sms: int) -> Choice:
+    """The config of a grouped FP8 GEMM (LAYOUT_CONTIGUOUS or LAYOUT_MASKED).
+
+    `m` is the rows of all groups together (contiguous) or the expected rows of one group (masked).
+    Blocks are 64 or 128 rows (they must divide the contiguous alignment); no multicast pairs.
+    """
+    if layout not in (LAYOUT_CONTIGUOUS, LAYOUT_MASKED):
+        raise ValueError(f"choose_grouped: layout must be contiguous ({LAYOUT_CONTIGUOUS}) or masked ({LAYOUT_MASKED}); got {layout}")
+    if m <= 0 or n <= 0 or k <= 0 or groups <= 0 or num_sms <= 0:
+        raise ValueError(f"choose_grouped needs positive m, n, k, groups, num_sms; got {m}, {n}, {k}, {groups}, {num_sms}")
+    best: Choice | None = None
+    for bm, bn, pair in candidates(m, n):
+        if pair != PAIR_NONE or CONTIGUOUS_ALIGNMENT % bm:
+            continue
+        config = GemmConfig(n, k, bm, bn, max_stages(bm, bn), layout=layout)
+        units = config.units(m) * (groups if layout == LAYOUT_MASKED else 1)
+        waves = -(-units // num_sms)
+        cand = Choice(config, units, waves, waves * tile_cycles(bm, bn, k))
+        if best is None or _better(cand, best):
+            best = cand
+    if best is None:  # m <= 64 leaves only 64-row blocks, which candidates() always offers
+        raise ValueError(f"choose_grouped: no config for m={m}, n={n}, k={k}")
+    if env.print_configs():
+        c = best.config
+        print(
+            f"dgx: grouped ({'contiguous' if layout == LAYOUT_CONTIGUOUS else 'masked'}) M={m} N={n} K={k} "
+            f"groups={groups} SMs={num_sms}: block {c.block_m}x{c.block_n}, {c.stages} stages, "
+            f"{best.num_tiles} tiles in {best.waves} waves",
+            file=sys.stderr,
+        )
+    return best

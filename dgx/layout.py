@@ -20,17 +20,25 @@ class SfaTma:
 
 
 def sfa_tma_layout(v: TensorView) -> SfaTma | None:
-    """The TMA view of SFA [M, KB] float32 if it is M-major with 16-byte aligned rows, else None (the
-    caller converts)."""
-    m, kb = v.shape
-    sm, sk = v.strides
-    if v.ptr % 16 or not (m == 1 or sm == 1):
+    """The TMA view of SFA [M, KB] (or [G, M, KB] for masked groups: the groups' k-blocks one after
+    another) float32 if it is M-major with 16-byte aligned rows, else None (the caller converts)."""
+    if v.ndim == 3:
+        g, m, kb = v.shape
+        sg, sm, sk = v.strides
+        if kb == 1:
+            sk = sg if g > 1 else get_tma_aligned_size(m, 4)
+        elif g > 1 and sg != kb * sk:
+            return None  # the groups' rows must follow one another
+        kb_rows = g * kb
+    else:
+        m, kb = v.shape
+        sm, sk = v.strides
+        if kb == 1:
+            sk = get_tma_aligned_size(m, 4)
+        kb_rows = kb
+    if v.ptr % 16 or not (m == 1 or sm == 1) or (sk * 4) % 16 or sk < m:
         return None
-    if kb == 1:
-        return SfaTma(m, kb, get_tma_aligned_size(m, 4) * 4)
-    if (sk * 4) % 16 or sk < m:
-        return None
-    return SfaTma(m, kb, sk * 4)
+    return SfaTma(m, kb_rows, sk * 4)
 
 
 def get_tma_aligned_size(x: int, element_size: int) -> int:

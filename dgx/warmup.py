@@ -217,8 +217,40 @@ def _dense_sources(spec: ShapeSpec, max_m: int, num_sms: int) -> list[KernelSour
     return [c.render() for c in dense_configs(spec.n, spec.k, max_m, num_sms)]
 
 
+def grouped_configs(layout: int, n: int, k: int, groups: int, max_m: int, num_sms: int) -> list:
+    """The distinct GemmConfigs choose_grouped picks: contiguous for every M_sum (a multiple of the
+    alignment) up to max_m, masked for every expected M per group up to max_m."""
+    from .heuristics import CONTIGUOUS_ALIGNMENT, choose_grouped
+    from .kernels.fp8_gemm import LAYOUT_CONTIGUOUS
+
+    if layout == LAYOUT_CONTIGUOUS:
+        ms = range(CONTIGUOUS_ALIGNMENT, max(max_m, CONTIGUOUS_ALIGNMENT) + 1, CONTIGUOUS_ALIGNMENT)
+    else:
+        ms = m_samples(max_m)
+    seen: dict = {}
+    for m in ms:
+        seen.setdefault(choose_grouped(layout, m, n, k, groups, num_sms).config, m)
+    return list(seen)
+
+
+def _contiguous_sources(spec: ShapeSpec, max_m: int, num_sms: int) -> list[KernelSource]:
+    from .kernels.fp8_gemm import LAYOUT_CONTIGUOUS
+
+    return [c.render() for c in grouped_configs(LAYOUT_CONTIGUOUS, spec.n, spec.k, spec.groups or 1, max_m, num_sms)]
+
+
+def _masked_sources(spec: ShapeSpec, max_m: int, num_sms: int) -> list[KernelSource]:
+    from .kernels.fp8_gemm import LAYOUT_MASKED
+
+    return [c.render() for c in grouped_configs(LAYOUT_MASKED, spec.n, spec.k, spec.groups or 1, max_m, num_sms)]
+
+
 # kind -> the kernels the heuristics can choose for one entry. A kind missing here has no kernel yet.
-ENUMERATORS: dict[str, Callable[[ShapeSpec, int, int], list[KernelSource]]] = {"dense": _dense_sources}
+ENUMERATORS: dict[str, Callable[[ShapeSpec, int, int], list[KernelSource]]] = {
+    "dense": _dense_sources,
+    "m_grouped_contiguous": _contiguous_sources,
+    "m_grouped_masked": _masked_sources,
+}
 
 
 @dataclass(frozen=True)

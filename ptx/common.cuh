@@ -59,6 +59,16 @@ DGX_DEVICE float ld_shared_f32(uint32_t addr) {
     return v;
 }
 
+DGX_DEVICE int ld_global_nc_s32(const int* ptr) {
+    int v;
+    asm volatile("ld.global.nc.s32 %0, [%1];" : "=r"(v) : "l"(ptr));
+    return v;
+}
+
+DGX_DEVICE void st_global_u32(void* ptr, uint32_t v) {
+    asm volatile("st.global.u32 [%0], %1;" ::"l"(ptr), "r"(v) : "memory");
+}
+
 DGX_DEVICE float ld_global_nc(const float* ptr) {
     float v;
     asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(ptr));

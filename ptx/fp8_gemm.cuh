@@ -77,12 +77,12 @@ struct SfbPair {
 };
 
 // Math warpgroups: wgmma per stage, promotion with the scales, BF16 epilogue through TMA stores.
-template <typename T, typename Scheduler, int kBlockM, int kBlockN, int kNumStages, int kDSpan, int kN>
+template <typename T, typename Scheduler, int kLayout, int kBlockM, int kBlockN, int kNumStages, int kDSpan, int kN>
 __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* smem_d, uint8_t* smem_a, uint8_t* smem_b,
                                               uint8_t* smem_sfa, uint64_t* full, uint64_t* empty,
-                                              const TensorMap& tmap_d, const float* __restrict__ sfb, int m,
-                                              uint32_t warp, uint32_t lane) {
-    int m_block = 0, n_block = 0;
+                                              const TensorMap& tmap_d, const float* __restrict__ sfb,
+                                              uint16_t* d_ptr, int64_t ld_d, uint32_t warp, uint32_t lane) {
+    Tile tile;
     if constexpr (T::kNumMathWG == 2) setmaxnreg_inc<T::kMathRegs>();
     const uint32_t wg = threadIdx.x / 128;
     const uint32_t row_in_wg = (warp % 4) * 16 + lane / 4;  // accumulator row of this thread (and +8)
@@ -100,17 +100,18 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
             sfa_offset[mm][h] = (wg * T::kWGRows + mm * 64 + row_in_wg + h * 8) * 4;
     const uint32_t sfa_base = smem_addr(smem_sfa);
 
-    while (scheduler.next_tile(m_block, n_block)) {
-        const int m_start = m_block * kBlockM;
-        const int n_start = n_block * kBlockN;
+    while (scheduler.next_tile(tile)) {
+        const int m_start = tile.row;
+        const int n_start = tile.n_block * kBlockN;
 
         // B scales: the tile's columns below `boundary` use block row sfb_row0, the rest sfb_row1.
         // Clamped: a pair's second tile may lie past N (nothing of it is stored).
         const int sfb_row0 = min(n_start / 128, T::kNumSfbRows - 1);
         const int sfb_row1 = min((n_start + kBlockN - 1) / 128, T::kNumSfbRows - 1);
         const int boundary = (sfb_row0 + 1) * 128 - n_start;
-        const float* sfb0 = sfb + sfb_row0 * T::kNumKBlocks;
-        const float* sfb1 = sfb + sfb_row1 * T::kNumKBlocks;
+        const float* sfb_group = sfb + tile.group * (T::kNumSfbRows * T::kNumKBlocks);
+        const float* sfb0 = sfb_group + sfb_row0 * T::kNumKBlocks;
+        const float* sfb1 = sfb_group + sfb_row1 * T::kNumKBlocks;
         // B scales come from global memory (L1-resident: one line holds 32 k-blocks), one k-block ahead:
         // loaded in the same iteration, their latency would sit between the MMAs and the promotion.
         auto load_sfb = [&](int kb) {
@@ -205,7 +206,28 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
         }
         if constexpr (T::kNumKBlocks % 2 == 1) k_block(T::kNumKBlocks - 1, sb_even, sb_odd);
 
-        // Epilogue: BF16 into this warpgroup's swizzled slice of smem_d, then one TMA store per span.
+        // Epilogue. A masked group's last block may end inside this warpgroup's rows, and the rows past
+        // the group's count must stay untouched: such a block is stored row by row from the registers.
+        const int wg_row = m_start + static_cast<int>(wg * T::kWGRows);
+        const bool by_rows = kLayout == kLayoutMasked && wg_row + T::kWGRows > tile.row_end;
+        if (by_rows) {
+#pragma unroll
+            for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = wg_row + mm * 64 + static_cast<int>(row_in_wg) + h * 8;
+                    if (row >= tile.row_end) continue;
+                    uint16_t* out = d_ptr + row * ld_d + n_start + col_in_8;
+#pragma unroll
+                    for (int i = 0; i < kBlockN / 8; ++i) {
+                        if (n_start + i * 8 + static_cast<int>(col_in_8) < kN)
+                            st_global_u32(out + i * 8, pack_bf16x2(result[mm][i * 4 + h * 2], result[mm][i * 4 + h * 2 + 1]));
+                    }
+                }
+            }
+            continue;
+        }
+        // BF16 into this warpgroup's swizzled slice of smem_d, then one TMA store per span.
         uint8_t* region = smem_d + wg * T::kWGRows * kBlockN * 2;
         const uint32_t region_addr = smem_addr(region);
         const bool leader = threadIdx.x % 128 == 0;
@@ -227,13 +249,12 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
         }
         fence_proxy_async_shared();
         named_barrier_sync(1 + wg, 128);
-        if (leader && m_start + static_cast<int>(wg * T::kWGRows) < m && n_start < kN) {
+        if (leader && wg_row < tile.row_end && n_start < kN) {
             constexpr int kSpanCols = kDSpan / 2;
 #pragma unroll
             for (int span = 0; span < kBlockN / kSpanCols; ++span) {
                 if (n_start + span * kSpanCols < kN)
-                    tma_store_2d(&tmap_d, region + span * T::kWGRows * kDSpan, n_start + span * kSpanCols,
-                                 m_start + wg * T::kWGRows);
+                    tma_store_2d(&tmap_d, region + span * T::kWGRows * kDSpan, n_start + span * kSpanCols, wg_row);
             }
             tma_store_commit();
         }
@@ -242,13 +263,16 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
 }
 
 // `tmap_sfa` covers the A scales in the M-major layout: a row of M floats per k-block (rows 16-byte
-// aligned), loaded in boxes of BLOCK_M x 1.
-template <int kN, int kK, int kBlockM, int kBlockN, int kNumStages, int kGroupN, int kDSpan, int kPair>
+// aligned; masked: the groups' k-blocks one after another), loaded in boxes of BLOCK_M x 1. `m` is the
+// number of rows (masked: per group), `grouped_layout` m_indices or masked_m, `d_ptr`/`ld_d` D for the
+// row-by-row stores of masked blocks.
+template <int kLayout, int kN, int kK, int kBlockM, int kBlockN, int kNumStages, int kGroupN, int kDSpan, int kPair>
 __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const TensorMap& tmap_b,
                                                  const TensorMap& tmap_d, const TensorMap& tmap_sfa,
-                                                 const float* __restrict__ sfb, int m) {
+                                                 const float* __restrict__ sfb, int m, const int* grouped_layout,
+                                                 int num_groups, uint16_t* d_ptr, int64_t ld_d) {
     using T = Fp8GemmTraits<kN, kK, kBlockM, kBlockN, kNumStages, kGroupN, kDSpan, kPair>;
-    using Scheduler = TileScheduler<kBlockM, kBlockN, T::kNumNBlocks, kGroupN, kPair>;
+    using Scheduler = TileScheduler<kLayout, kBlockM, kBlockN, T::kNumNBlocks, T::kNumKBlocks, kGroupN, kPair>;
 
     extern __shared__ __align__(1024) uint8_t smem[];
     uint8_t* smem_d = smem;
@@ -277,15 +301,16 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const 
     // The peer's barriers must be initialised before our multicast can signal them.
     if constexpr (T::kCluster > 1) cluster_sync(); else __syncthreads();
 
-    Scheduler scheduler(m);
-    int m_block = 0, n_block = 0;
+    Scheduler scheduler(m, grouped_layout, num_groups);
+    Tile tile;
 
     if (threadIdx.x >= T::kMathThreads) {
         // Producer warpgroup: one elected thread issues every load.
         if constexpr (T::kNumMathWG == 2) setmaxnreg_dec<T::kProducerRegs>();
         if (warp == kProducerWarp && elect_one()) {
             uint32_t it = 0;
-            while (scheduler.next_tile(m_block, n_block)) {
+            while (scheduler.next_tile(tile)) {
+                const int b_row = tile.group * kN + tile.n_block * kBlockN;
                 for (int kb = 0; kb < T::kNumKBlocks; ++kb, ++it) {
                     const uint32_t s = it % kNumStages;
                     const uint32_t phase = (it / kNumStages) & 1;
@@ -296,26 +321,26 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const 
                     if constexpr (kPair == kPairN) {
                         const int half = scheduler.rank * T::kHalfRowsA;
                         tma_load_2d_multicast(&tmap_a, &full[s], smem_a + s * T::kSmemA + half * T::kBlockK, k0,
-                                              m_block * kBlockM + half, 0x3);
+                                              tile.row + half, 0x3);
                     } else {
-                        tma_load_2d(&tmap_a, &full[s], smem_a + s * T::kSmemA, k0, m_block * kBlockM);
+                        tma_load_2d(&tmap_a, &full[s], smem_a + s * T::kSmemA, k0, tile.row);
                     }
                     if constexpr (kPair == kPairM) {
                         const int half = scheduler.rank * T::kHalfRowsB;
                         tma_load_2d_multicast(&tmap_b, &full[s], smem_b + s * T::kSmemB + half * T::kBlockK, k0,
-                                              n_block * kBlockN + half, 0x3);
+                                              b_row + half, 0x3);
                     } else {
-                        tma_load_2d(&tmap_b, &full[s], smem_b + s * T::kSmemB, k0, n_block * kBlockN);
+                        tma_load_2d(&tmap_b, &full[s], smem_b + s * T::kSmemB, k0, b_row);
                     }
                     // A scales are per row, so each CTA of a pair loads its own (never multicast).
-                    tma_load_2d(&tmap_sfa, &full[s], smem_sfa + s * T::kSmemSfa, m_block * kBlockM, kb);
+                    tma_load_2d(&tmap_sfa, &full[s], smem_sfa + s * T::kSmemSfa, tile.sfa_row, tile.sfa_kb0 + kb);
                 }
             }
         }
         __syncwarp();
     } else {
-        fp8_gemm_math<T, Scheduler, kBlockM, kBlockN, kNumStages, kDSpan, kN>(
-            scheduler, smem_d, smem_a, smem_b, smem_sfa, full, empty, tmap_d, sfb, m, warp, lane);
+        fp8_gemm_math<T, Scheduler, kLayout, kBlockM, kBlockN, kNumStages, kDSpan, kN>(
+            scheduler, smem_d, smem_a, smem_b, smem_sfa, full, empty, tmap_d, sfb, d_ptr, ld_d, warp, lane);
     }
     // No CTA may leave while its peer can still multicast into it or arrive on its barriers.
     if constexpr (T::kCluster > 1) cluster_sync();

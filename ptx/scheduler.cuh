@@ -1,52 +1,120 @@
-// Persistent tile scheduler. Work comes in units: a single tile, or - when CTAs run as 2-CTA clusters
-// that share one operand through TMA multicast - a pair of tiles adjacent along the shared dimension,
-// one per CTA of the cluster. Cluster c takes units c, c + clusters, ... in a rasterised order: units
-// are walked in bands of kGroupN along N, so CTAs running at the same time share the A rows of an
-// m-block and a band of B, which keeps both in L2.
+// Persistent tile scheduler, one for every layout. Work comes in units: a single tile, or - when CTAs run
+// as 2-CTA clusters that share one operand through TMA multicast (dense only) - a pair of tiles adjacent
+// along the shared dimension, one per CTA of the cluster. Cluster c takes units c, c + clusters, ... in a
+// rasterised order: units are walked in bands of kGroupN along N, so CTAs running at the same time share
+// the A rows of an m-block and a band of B, which keeps both in L2.
+//
+// Layouts (A and D seen as 2-D [rows, K] / [rows, N]; B as [groups * N, K]):
+// - dense: M rows, one group.
+// - contiguous (MoE, grouped along M): M rows hold every group's rows one segment after another; a
+//   block's group is m_indices[first row of the block]. Blocks whose group is outside [0, groups) -
+//   padding (-1) or a bad index - are skipped: no loads, no math, no stores.
+// - masked (MoE decode): `groups` slices of m_max rows each; group g's first masked_m[g] rows (clamped to
+//   [0, m_max]) are valid. Only blocks holding valid rows are visited.
 #pragma once
 #include "common.cuh"
 
 namespace dgx {
 
 enum PairDim : int { kPairNone = 0, kPairN = 1, kPairM = 2 };
+enum GemmLayout : int { kLayoutDense = 0, kLayoutContiguous = 1, kLayoutMasked = 2 };
 
-template <int kBlockM, int kBlockN, int kNumNBlocks, int kGroupN, int kPair>
+// One tile, as the producer and the math warpgroups both need it.
+struct Tile {
+    int row;        // first row of the tile in the 2-D view of A and D
+    int row_end;    // rows at or past this one are not stored (end of M, or of the group's valid rows)
+    int n_block;
+    int group;
+    int sfa_row;    // M coordinate of the tile in the A-scale tensor map
+    int sfa_kb0;    // k-block offset of the group in the A-scale tensor map (masked: group * k-blocks)
+};
+
+template <int kLayout, int kBlockM, int kBlockN, int kNumNBlocks, int kNumKBlocks, int kGroupN, int kPair>
 struct TileScheduler {
     static_assert(kGroupN >= 1, "a raster band holds at least one unit");
+    static_assert(kLayout == kLayoutDense || kPair == kPairNone, "multicast pairs are for dense GEMMs only");
     static constexpr int kCluster = kPair == kPairNone ? 1 : 2;
     static constexpr int kNumNUnits = kPair == kPairN ? (kNumNBlocks + 1) / 2 : kNumNBlocks;
 
-    int num_m_units;
-    int num_units;
+    const int* __restrict__ layout;  // m_indices (contiguous) or masked_m (masked)
+    int m;                           // dense / contiguous: rows; masked: m_max, rows per group
+    int num_groups;
     int next;
     int stride;
     int rank;
+    // Masked: the group `next` falls in, and the units of the groups before it.
+    int group = 0;
+    int units_before = 0;
+    int group_rows = 0;
 
-    DGX_DEVICE explicit TileScheduler(int m) {
-        const int num_m_blocks = ceil_div(m, kBlockM);
-        num_m_units = kPair == kPairM ? (num_m_blocks + 1) / 2 : num_m_blocks;
-        num_units = num_m_units * kNumNUnits;
+    DGX_DEVICE TileScheduler(int m_, const int* layout_, int num_groups_)
+        : layout(layout_), m(m_), num_groups(num_groups_) {
         // Clusters are laid out along x, so the rank in the cluster is blockIdx.x % kCluster.
         next = blockIdx.x / kCluster;
         stride = gridDim.x / kCluster;
         rank = blockIdx.x % kCluster;
+        if constexpr (kLayout == kLayoutMasked) group_rows = masked_rows(0);
+    }
+
+    DGX_DEVICE int masked_rows(int g) const {
+        return g < num_groups ? min(max(ld_global_nc_s32(layout + g), 0), m) : 0;
+    }
+
+    // Unit `u` of a grid of num_m_units x kNumNUnits, walked in bands of kGroupN units along N.
+    DGX_DEVICE static void raster(int u, int num_m_units, int& mu, int& nu) {
+        const int band_units = num_m_units * kGroupN;
+        const int band = u / band_units;
+        const int in_band = u - band * band_units;
+        const int first_n = band * kGroupN;
+        const int width = min(kGroupN, kNumNUnits - first_n);
+        mu = in_band / width;
+        nu = first_n + in_band - mu * width;
     }
 
     // The next tile of this CTA. With a pair, the tile may lie past the matrix (odd block counts): the
     // CTA still loads its half of the shared operand for its peer, and stores nothing.
-    DGX_DEVICE bool next_tile(int& m_block, int& n_block) {
-        if (next >= num_units) return false;
-        const int band_units = num_m_units * kGroupN;
-        const int band = next / band_units;
-        const int in_band = next - band * band_units;
-        const int first_n = band * kGroupN;
-        const int width = min(kGroupN, kNumNUnits - first_n);
-        const int mu = in_band / width;
-        const int nu = first_n + in_band - mu * width;
-        m_block = kPair == kPairM ? mu * 2 + rank : mu;
-        n_block = kPair == kPairN ? nu * 2 + rank : nu;
-        next += stride;
-        return true;
+    DGX_DEVICE bool next_tile(Tile& t) {
+        if constexpr (kLayout == kLayoutMasked) {
+            for (;;) {
+                if (group >= num_groups) return false;
+                const int units = ceil_div(group_rows, kBlockM) * kNumNUnits;
+                if (next < units_before + units) break;
+                units_before += units;
+                group_rows = masked_rows(++group);
+            }
+            int mu, nu;
+            raster(next - units_before, ceil_div(group_rows, kBlockM), mu, nu);
+            next += stride;
+            t.row = group * m + mu * kBlockM;
+            t.row_end = group * m + group_rows;
+            t.n_block = nu;
+            t.group = group;
+            t.sfa_row = mu * kBlockM;
+            t.sfa_kb0 = group * kNumKBlocks;
+            return true;
+        } else {
+            const int num_m_blocks = ceil_div(m, kBlockM);
+            const int num_m_units = kPair == kPairM ? (num_m_blocks + 1) / 2 : num_m_blocks;
+            const int num_units = num_m_units * kNumNUnits;
+            for (; next < num_units; next += stride) {
+                int mu, nu;
+                raster(next, num_m_units, mu, nu);
+                const int m_block = kPair == kPairM ? mu * 2 + rank : mu;
+                t.n_block = kPair == kPairN ? nu * 2 + rank : nu;
+                t.row = m_block * kBlockM;
+                t.row_end = m;
+                t.sfa_row = t.row;
+                t.sfa_kb0 = 0;
+                t.group = 0;
+                if constexpr (kLayout == kLayoutContiguous) {
+                    t.group = ld_global_nc_s32(layout + t.row);
+                    if (t.group < 0 || t.group >= num_groups) continue;  // padding or a bad index
+                }
+                next += stride;
+                return true;
+            }
+            return false;
+        }
     }
 };
 

@@ -21,3 +21,28 @@ for m, n, k, bm, bn, pair in FAMILIES:
     torch.cuda.synchronize()
     check_dense(d, a, b, a_fp8, b_fp8)
     print("ok", cfg.kernel_name)
+
+# Grouped layouts: contiguous with padding, an empty group and a bad index; masked with a count of 0,
+# one past M_max and a partial last block (stored row by row).
+m_indices = torch.full((384,), -1, dtype=torch.int32, device="cuda")
+m_indices[:100] = 0
+m_indices[128:256] = 5  # a bad index: that block is skipped
+m_indices[256:300] = 2
+a16 = torch.randn(384, 320, device="cuda", dtype=torch.bfloat16)
+a_q = dgx.per_token_cast_to_fp8(a16)
+b_parts = [dgx.per_block_cast_to_fp8(torch.randn(272, 320, device="cuda", dtype=torch.bfloat16)) for _ in range(3)]
+b_q = (torch.stack([q for q, _ in b_parts]), torch.stack([s for _, s in b_parts]))
+d = torch.full((384, 272), float("nan"), device="cuda", dtype=torch.bfloat16)
+dgx.m_grouped_fp8_gemm_nt_contiguous(a_q, b_q, d, m_indices)
+torch.cuda.synchronize()
+print("ok contiguous")
+
+a16 = torch.randn(3, 72, 320, device="cuda", dtype=torch.bfloat16)
+parts = [dgx.per_token_cast_to_fp8(a16[g], mn_major=False) for g in range(3)]
+a_q = (torch.stack([q for q, _ in parts]), dgx.get_mn_major_tma_aligned_tensor(torch.stack([s for _, s in parts])))
+d = torch.full((3, 72, 272), float("nan"), device="cuda", dtype=torch.bfloat16)
+masked_m = torch.tensor([0, 73, 41], dtype=torch.int32, device="cuda")
+dgx.m_grouped_fp8_gemm_nt_masked(a_q, b_q, d, masked_m, 40)
+torch.cuda.synchronize()
+assert torch.isnan(d[2, 41:]).all() and not torch.isnan(d[1]).any()
+print("ok masked")

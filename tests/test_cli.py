@@ -232,25 +232,31 @@ def test_warmup_tiny_shapes_twice(runner, tmp_cache, tmp_path, fresh_jit):
         json.dumps(
             [
                 {"kind": "dense", "n": 256, "k": 256, "max_m": 1024},
-                {"kind": "m_grouped_contiguous", "n": 256, "k": 256, "groups": 4},
+                {"kind": "m_grouped_contiguous", "n": 256, "k": 256, "groups": 4, "max_m": 512},
+                {"kind": "wgrad", "n": 256, "k": 256},
             ]
         )
     )
+    from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS
+    from dgx.warmup import dense_configs, grouped_configs
+
+    expected = len(dense_configs(256, 256, 1024, 132)) + len(grouped_configs(LAYOUT_CONTIGUOUS, 256, 256, 4, 512, 132))
+    assert expected >= 3  # both kinds contribute
     result = runner.invoke(cli.main, ["warmup", "--shapes", str(shapes), "--json", "-j", "2"])
     assert result.exit_code == 0, result.output
     first = json.loads(result.stdout)
     assert set(first) == {"kernels", "compiled", "cached", "failed", "seconds"}
-    assert (first["kernels"], first["compiled"], first["cached"], first["failed"]) == (2, 2, 0, 0)
-    assert "kind m_grouped_contiguous: no kernel yet" in result.stderr
+    assert (first["kernels"], first["compiled"], first["cached"], first["failed"]) == (expected, expected, 0, 0)
+    assert "kind wgrad: no kernel yet" in result.stderr
 
     result = runner.invoke(cli.main, ["warmup", "--shapes", str(shapes), "--json"])
     assert result.exit_code == 0, result.output
     second = json.loads(result.stdout)
-    assert (second["kernels"], second["compiled"], second["cached"], second["failed"]) == (2, 0, 2, 0)
+    assert (second["kernels"], second["compiled"], second["cached"], second["failed"]) == (expected, 0, expected, 0)
 
     result = runner.invoke(cli.main, ["warmup", "--shapes", str(shapes)])
-    assert result.exit_code == 0 and "2 kernels: 0 compiled, 2 cached, 0 failed" in result.stdout
-    assert len(KernelCache(tmp_cache).entries()) == 2
+    assert result.exit_code == 0 and f"{expected} kernels: 0 compiled, {expected} cached, 0 failed" in result.stdout
+    assert len(KernelCache(tmp_cache).entries()) == expected
 
 
 def test_warmup_malformed_shapes_file(runner, tmp_cache, tmp_path):

@@ -14,7 +14,16 @@ import ptx
 from dgx import compiler, gemm, jit
 from dgx.errors import CompileError
 from dgx.heuristics import candidates, choose_dense
-from dgx.kernels.fp8_gemm import PAIR_M, PAIR_N, PAIR_NONE, SMEM_LIMIT, GemmConfig, validate_blocks
+from dgx.kernels.fp8_gemm import (
+    LAYOUT_CONTIGUOUS,
+    LAYOUT_MASKED,
+    PAIR_M,
+    PAIR_N,
+    PAIR_NONE,
+    SMEM_LIMIT,
+    GemmConfig,
+    validate_blocks,
+)
 from dgx.tensors import TensorView, as_view, require_cuda
 from dgx.layout import SfaTma, sfa_tma_layout
 
@@ -99,6 +108,8 @@ REPRESENTATIVE = [
     GemmConfig(n=2112, k=7168, block_m=64, block_n=112, stages=8),  # one math warpgroup, unaligned N tile
     GemmConfig(n=7168, k=2112, block_m=128, block_n=144, stages=5, pair=PAIR_N),  # K % 128 != 0, shares A
     GemmConfig(n=4096, k=7168, block_m=256, block_n=80, stages=4, pair=PAIR_M),  # BLOCK_M 256, shares B
+    GemmConfig(n=4096, k=7168, block_m=128, block_n=128, stages=5, layout=LAYOUT_CONTIGUOUS),  # MoE contiguous
+    GemmConfig(n=7168, k=2048, block_m=64, block_n=160, stages=7, layout=LAYOUT_MASKED),  # MoE masked
 ]
 
 
@@ -403,3 +414,170 @@ def test_unreadable_sfa_layout_of_non_torch_tensor_raises_before_planning(no_lau
     odd = _view((M, K // 128), "float32", strides=(1, M + 1), ptr=BASE + 0x100000)
     with pytest.raises(ValueError, match="SFA: expected the TMA-aligned M-major layout"):
         gemm.fp8_gemm_nt(*_inputs(SFA=odd))
+
+
+# --- per-call fast path for torch tensors ---------------------------------------------------------
+
+
+def test_torch_fast_path_reuses_only_identical_calls(monkeypatch):
+    """A repeated call with the same tensors (pointer, shape, strides, dtype, device) skips checks and
+    planning; any difference goes through the full path again."""
+    torch = pytest.importorskip("torch")
+    from dgx import checks, device, runtime, tensors
+
+    monkeypatch.setattr(checks, "require_cuda", lambda *a, **k: None)
+    monkeypatch.setattr(tensors, "require_cuda", lambda *a, **k: None)
+    launches, plans = [], []
+
+    class FakeLauncher:
+        def launch(self, stream, pack):
+            launches.append(pack)
+
+    class FakePlan:
+        def __init__(self, config):
+            self.config, self.launcher = config, FakeLauncher()
+
+    def fake_plan(m, n, k, dev, sms, config=None):
+        plans.append((m, n, k))
+        return FakePlan(choose_dense(m, n, k, 132).config)
+
+    monkeypatch.setattr(gemm, "_plan", fake_plan)
+    monkeypatch.setattr(gemm, "get_num_sms", lambda d=0: 132)
+    monkeypatch.setattr(gemm, "resolve_stream", lambda s, d: 0)
+    monkeypatch.setattr(runtime, "encode_tensor_map_2d", lambda *a, **k: object())
+    monkeypatch.setattr(runtime, "ParamPack", lambda items: object())
+    monkeypatch.setattr(gemm, "_fast", {})
+    monkeypatch.setattr(gemm, "_params", {})
+
+    m, n, k = 64, 256, 512
+    A = torch.empty(m, k, dtype=torch.float8_e4m3fn)
+    sfa = torch.empty(k // 128, m).t()
+    B = torch.empty(n, k, dtype=torch.float8_e4m3fn)
+    sfb = torch.empty(n // 128, k // 128)
+    d = torch.empty(m, n, dtype=torch.bfloat16)
+    gemm.fp8_gemm_nt((A, sfa), (B, sfb), d)
+    gemm.fp8_gemm_nt((A, sfa), (B, sfb), d)
+    assert len(plans) == 1 and len(launches) == 2 and launches[0] is launches[1]
+    # Another output buffer: full path, new parameters.
+    d2 = torch.empty(m, n, dtype=torch.bfloat16)
+    gemm.fp8_gemm_nt((A, sfa), (B, sfb), d2)
+    assert len(plans) == 2 and launches[2] is not launches[0]
+    # Same storage, another dtype: the checks run again and reject it.
+    with pytest.raises(TypeError, match="d: expected .*bfloat16.*got torch.float16"):
+        gemm.fp8_gemm_nt((A, sfa), (B, sfb), d.view(torch.float16))
+    # Same pointer, another shape (a narrower view of A's rows): checked again, and rejected.
+    with pytest.raises(ValueError, match="B: expected K"):
+        gemm.fp8_gemm_nt((A[:, :256], sfa[:, :2]), (B, sfb), d)
+    # A new SM count drops the cached launches.
+    monkeypatch.setattr(device, "generation", device.generation + 1)
+    gemm.fp8_gemm_nt((A, sfa), (B, sfb), d)
+    assert len(plans) == 3
+
+
+# --- grouped GEMMs: heuristics and input checks (no GPU) -------------------------------------------
+
+
+def test_choose_grouped_respects_alignment_and_layout():
+    from dgx.heuristics import CONTIGUOUS_ALIGNMENT, choose_grouped
+
+    for layout in (LAYOUT_CONTIGUOUS, LAYOUT_MASKED):
+        for m in (1, 64, 200, 4096, 32768):
+            c = choose_grouped(layout, m, 4096, 7168, 8, 132).config
+            assert c.layout == layout and c.pair == PAIR_NONE and CONTIGUOUS_ALIGNMENT % c.block_m == 0
+    # Masked decode with few rows per group takes 64-row blocks; many tiles fill the SMs with 128.
+    assert choose_grouped(LAYOUT_MASKED, 16, 4096, 7168, 4, 132).config.block_m == 64
+    with pytest.raises(ValueError, match="layout must be contiguous"):
+        choose_grouped(0, 64, 256, 256, 1, 132)
+    with pytest.raises(ValueError, match="positive"):
+        choose_grouped(LAYOUT_MASKED, 64, 256, 256, 0, 132)
+
+
+def test_grouped_config_rejects_pairs():
+    with pytest.raises(ValueError, match="multicast pairs are for dense GEMMs only"):
+        GemmConfig(n=512, k=512, block_m=128, block_n=128, stages=4, pair=PAIR_N, layout=LAYOUT_MASKED)
+
+
+G, GN = 4, 256
+
+
+def _grouped_inputs(kind, **over):
+    if kind == "contiguous":
+        views = {
+            "A": _view((M, K), "float8_e4m3fn", ptr=BASE),
+            "SFA": _view((M, K // 128), "float32", strides=(1, M), ptr=BASE + 0x100000),
+            "B": _view((G, GN, K), "float8_e4m3fn", ptr=BASE + 0x200000),
+            "SFB": _view((G, GN // 128, K // 128), "float32", ptr=BASE + 0x300000),
+            "d": _view((M, GN), "bfloat16", ptr=BASE + 0x400000),
+            "idx": _view((M,), "int32", ptr=BASE + 0x500000),
+        }
+    else:
+        views = {
+            "A": _view((G, M, K), "float8_e4m3fn", ptr=BASE),
+            "SFA": _view((G, M, K // 128), "float32", strides=(M * K // 128, 1, M), ptr=BASE + 0x100000),
+            "B": _view((G, GN, K), "float8_e4m3fn", ptr=BASE + 0x200000),
+            "SFB": _view((G, GN // 128, K // 128), "float32", ptr=BASE + 0x300000),
+            "d": _view((G, M, GN), "bfloat16", ptr=BASE + 0x400000),
+            "idx": _view((G,), "int32", ptr=BASE + 0x500000),
+        }
+    views.update(over)
+    return (views["A"], views["SFA"]), (views["B"], views["SFB"]), views["d"], views["idx"]
+
+
+@pytest.fixture
+def no_grouped_launch(monkeypatch):
+    from dgx import grouped
+
+    def plan(*args, **kwargs):
+        raise Launched()
+
+    monkeypatch.setattr(grouped, "_grouped_plan", plan)
+
+
+def _call(kind, args):
+    from dgx import grouped
+
+    if kind == "contiguous":
+        grouped.m_grouped_fp8_gemm_nt_contiguous(*args)
+    else:
+        grouped.m_grouped_fp8_gemm_nt_masked(*args, 64)
+
+
+@pytest.mark.parametrize("kind", ["contiguous", "masked"])
+def test_grouped_valid_inputs_pass_every_check(no_grouped_launch, kind):
+    with pytest.raises(Launched):
+        _call(kind, _grouped_inputs(kind))
+
+
+@pytest.mark.parametrize(
+    "kind, over, error, message",
+    [
+        ("contiguous", dict(idx=_view((M,), "float32", ptr=BASE + 0x500000)), TypeError, "m_indices: expected dtype int32"),
+        ("contiguous", dict(idx=_view((M - 1,), "int32", ptr=BASE + 0x500000)), ValueError, "m_indices: expected shape"),
+        ("contiguous", dict(B=_view((GN, K), "float8_e4m3fn", ptr=BASE + 0x200000)), ValueError, "B: expected a 3-D tensor"),
+        ("contiguous", dict(B=_view((0, GN, K), "float8_e4m3fn", ptr=BASE + 0x200000)), ValueError, "B: expected at least one group"),
+        ("contiguous", dict(SFB=_view((G, GN // 128, K // 64), "float32", ptr=BASE + 0x300000)), ValueError, "SFB: expected shape"),
+        ("contiguous", dict(B=_view((G, GN, K), "float8_e4m3fn", strides=(GN * K * 2, K, 1), ptr=BASE + 0x200000)),
+         ValueError, "B: expected the groups stored one after another"),
+        ("contiguous", dict(A=_view((M - 64, K), "float8_e4m3fn"), SFA=_view((M - 64, K // 128), "float32", strides=(1, M), ptr=BASE + 0x100000),
+                            d=_view((M - 64, GN), "bfloat16", ptr=BASE + 0x400000), idx=_view((M - 64,), "int32", ptr=BASE + 0x500000)),
+         ValueError, "M_sum must be a multiple of the contiguous-layout alignment 128"),
+        ("contiguous", dict(d=_view((M, GN + 8), "bfloat16", ptr=BASE + 0x400000)), ValueError, "d: expected shape"),
+        ("masked", dict(idx=_view((G + 1,), "int32", ptr=BASE + 0x500000)), ValueError, "masked_m: expected shape"),
+        ("masked", dict(A=_view((G + 1, M, K), "float8_e4m3fn")), ValueError, "A: expected 4 groups like B"),
+        ("masked", dict(d=_view((G, M, GN), "bfloat16", strides=(M * GN + 8, GN, 1), ptr=BASE + 0x400000)),
+         ValueError, "d: expected the groups stored one after another"),
+        ("masked", dict(A=_view((M, K), "float8_e4m3fn")), ValueError, "A: expected a 3-D tensor"),
+        ("masked", dict(idx=_view((G,), "int32", ptr=BASE + 0x500000, device=1)), ValueError, "masked_m: expected a tensor on cuda:0"),
+    ],
+)
+def test_grouped_input_check(no_grouped_launch, kind, over, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        _call(kind, _grouped_inputs(kind, **over))
+
+
+def test_masked_expected_m_must_be_positive(no_grouped_launch):
+    from dgx import grouped
+
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="expected_m: expected a positive int"):
+            grouped.m_grouped_fp8_gemm_nt_masked(*_grouped_inputs("masked"), bad)

@@ -77,7 +77,9 @@ def prepare_dgx(problem: Problem) -> Prepared:
     dgx = _import_dgx()
     t = problem.tensors
     s = problem.shape
-    a = (t["A"], t["SFA"])
+    # SFA in the TMA-aligned M-major layout the kernels read as they are (converted once, untimed).
+    to_mn_major = getattr(dgx, "get_mn_major_tma_aligned_tensor", lambda sf: sf)
+    a = (t["A"], to_mn_major(t["SFA"]))
     b = (t["B"], t["SFB"])
     d = t["D"]
 

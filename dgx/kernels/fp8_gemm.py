@@ -9,6 +9,9 @@ from .. import jit
 from .wgmma_render import render_wgmma_e4m3
 
 PAIR_NONE, PAIR_N, PAIR_M = 0, 1, 2  # ptx/scheduler.cuh PairDim
+LAYOUT_DENSE, LAYOUT_CONTIGUOUS, LAYOUT_MASKED = 0, 1, 2  # ptx/scheduler.cuh GemmLayout
+LAYOUT_NAMES = {LAYOUT_DENSE: "dense", LAYOUT_CONTIGUOUS: "contiguous", LAYOUT_MASKED: "masked"}
+WARMUP_KINDS = {LAYOUT_DENSE: "dense", LAYOUT_CONTIGUOUS: "m_grouped_contiguous", LAYOUT_MASKED: "m_grouped_masked"}
 SMEM_LIMIT = 232448  # bytes of shared memory one block may use on Hopper (227 KB)
 BARRIER_BYTES = 16  # full + empty mbarrier per stage
 SFA_SLOT_BYTES_PER_ROW = 4  # A scales per stage: BLOCK_M floats
@@ -25,9 +28,14 @@ class GemmConfig:
     stages: int
     group_n: int = 16
     pair: int = PAIR_NONE  # 2-CTA clusters sharing A (PAIR_N) or B (PAIR_M) through TMA multicast
+    layout: int = LAYOUT_DENSE  # dense, or MoE groups along M: contiguous segments or masked slices
 
     def __post_init__(self) -> None:
         problems = validate_blocks(self.block_m, self.block_n, self.pair)
+        if self.layout not in LAYOUT_NAMES:
+            problems = problems or f"layout must be one of {sorted(LAYOUT_NAMES)}; got {self.layout}"
+        elif self.layout != LAYOUT_DENSE and self.pair != PAIR_NONE:
+            problems = problems or "multicast pairs are for dense GEMMs only"
         if problems:
             raise ValueError(f"invalid GEMM config {self}: {problems}")
         if self.smem_bytes > SMEM_LIMIT:
@@ -79,17 +87,15 @@ class GemmConfig:
 
     @property
     def kernel_name(self) -> str:
-        return (
-            f"dgx_fp8_gemm_nt_n{self.n}_k{self.k}_bm{self.block_m}_bn{self.block_n}"
-            f"_s{self.stages}_g{self.group_n}_p{self.pair}"
-        )
+        prefix = "dgx_fp8_gemm_nt" if self.layout == LAYOUT_DENSE else f"dgx_fp8_gemm_nt_{LAYOUT_NAMES[self.layout]}"
+        return f"{prefix}_n{self.n}_k{self.k}_bm{self.block_m}_bn{self.block_n}_s{self.stages}_g{self.group_n}_p{self.pair}"
 
     def describe(self) -> tuple[tuple[str, str], ...]:
         return (("family", "fp8_gemm_nt"),) + tuple((f.name, str(getattr(self, f.name))) for f in fields(self))
 
     def render(self) -> jit.KernelSource:
         args = (
-            f"{self.n}, {self.k}, {self.block_m}, {self.block_n}, {self.stages}, {self.group_n}, {self.d_span}, "
+            f"{self.layout}, {self.n}, {self.k}, {self.block_m}, {self.block_n}, {self.stages}, {self.group_n}, {self.d_span}, "
             f"{self.pair}"
         )
         source = (
@@ -98,8 +104,10 @@ class GemmConfig:
             + f'extern "C" __global__ void __launch_bounds__({self.threads}, 1) {self.kernel_name}(\n'
             "    const __grid_constant__ dgx::TensorMap tmap_a, const __grid_constant__ dgx::TensorMap tmap_b,\n"
             "    const __grid_constant__ dgx::TensorMap tmap_d, const __grid_constant__ dgx::TensorMap tmap_sfa,\n"
-            "    const float* sfb, int m) {\n"
-            f"  dgx::fp8_gemm_nt_body<{args}>(tmap_a, tmap_b, tmap_d, tmap_sfa, sfb, m);\n"
+            "    const float* sfb, int m, const int* grouped_layout, int num_groups, unsigned short* d_ptr,\n"
+            "    long long ld_d) {\n"
+            f"  dgx::fp8_gemm_nt_body<{args}>(tmap_a, tmap_b, tmap_d, tmap_sfa, sfb, m, grouped_layout, num_groups,\n"
+            "                              d_ptr, ld_d);\n"
             "}\n"
         )
         return jit.KernelSource(
@@ -107,7 +115,7 @@ class GemmConfig:
             source=source,
             dynamic_smem=self.smem_bytes,
             summary=self.describe(),
-            warmup_hint=f"--shapes FILE with {{\"kind\": \"dense\", \"n\": {self.n}, \"k\": {self.k}}}",
+            warmup_hint=f"--shapes FILE with {{\"kind\": \"{WARMUP_KINDS[self.layout]}\", \"n\": {self.n}, \"k\": {self.k}}}",
         )
 
 

@@ -1,0 +1,209 @@
+"""MoE GEMMs grouped along M: contiguous segments (prefill, training forward) and masked slices (decode
+under CUDA graphs). Same kernel, scheduler and heuristics as fp8_gemm_nt; groups share N and K."""
+
+from __future__ import annotations
+
+from .checks import (
+    ceil_div,
+    expect_contiguous,
+    expect_dtype,
+    expect_ndim,
+    expect_nonnegative_strides,
+    expect_shape,
+    expect_tma_rows,
+    unpack_pair,
+    views_on_one_device,
+)
+from .device import get_num_sms
+from .gemm import DensePlan, Operands, launch_plan, pack_params, sfa_for_tma
+from .heuristics import CONTIGUOUS_ALIGNMENT, choose_grouped
+from .kernels.fp8_gemm import LAYOUT_CONTIGUOUS, LAYOUT_MASKED, GemmConfig
+from .streams import resolve_stream
+from .tensors import TensorView
+
+_plans: dict[tuple, DensePlan] = {}
+
+
+def get_mk_alignment_for_contiguous_layout() -> int:
+    """Rows each group's segment of A must be padded to in the contiguous layout."""
+    return CONTIGUOUS_ALIGNMENT
+
+
+def _grouped_plan(layout: int, m: int, units_m: int, n: int, k: int, groups: int, device: int,
+                  config: GemmConfig | None) -> DensePlan:
+    num_sms = get_num_sms(device)
+    key = (layout, m, units_m, n, k, groups, device, num_sms, config)
+    plan = _plans.get(key)
+    if plan is None:
+        if config is None:
+            config = choose_grouped(layout, m, n, k, groups, num_sms).config
+        elif (config.n, config.k, config.layout) != (n, k, layout) or CONTIGUOUS_ALIGNMENT % config.block_m:
+            raise ValueError(f"config {config} does not fit a layout-{layout} GEMM with N={n}, K={k}")
+        # Upper bound of the tiles: every block of every group (masked) or of all rows (contiguous).
+        units = ceil_div(units_m, config.block_m) * ceil_div(n, config.block_n) * (groups if layout == LAYOUT_MASKED else 1)
+        plan = launch_plan(config, units, device, num_sms)
+        _plans[key] = plan
+    return plan
+
+
+def _expect_stacked(v: TensorView, name: str, rows: int) -> None:
+    """A 3-D [G, rows, cols] tensor whose groups follow one another (so it reads as [G * rows, cols])."""
+    if v.shape[0] > 1 and rows > 0 and v.strides[0] != rows * v.strides[1]:
+        raise ValueError(
+            f"{name}: expected the groups stored one after another (stride along dim 0 = {rows} x the row "
+            f"stride {v.strides[1]}); got strides {v.strides}"
+        )
+
+
+def _check_b(bv: TensorView, sfbv: TensorView, k: int) -> tuple[int, int]:
+    expect_ndim(bv, "B", 3)
+    expect_ndim(sfbv, "SFB", 3)
+    expect_dtype(bv, "B", "float8_e4m3fn")
+    expect_dtype(sfbv, "SFB", "float32")
+    groups, n, kb = bv.shape
+    if kb != k:
+        raise ValueError(f"B: expected K = {k} columns like A; got shape {bv.shape}")
+    if groups <= 0:
+        raise ValueError(f"B: expected at least one group; got shape {bv.shape}")
+    expect_shape(sfbv, "SFB", (groups, ceil_div(n, 128), ceil_div(k, 128)))
+    if n % 8:
+        raise ValueError(f"d: N must be a multiple of 8 (16-byte rows of BF16 for TMA); got N = {n}")
+    expect_tma_rows(bv, "B")
+    _expect_stacked(bv, "B", n)
+    expect_contiguous(sfbv, "SFB")
+    if groups * n >= 2**31:
+        raise ValueError(f"B: groups x N must be below 2**31; got {groups} x {n}")
+    return groups, n
+
+
+def m_grouped_fp8_gemm_nt_contiguous(a, b, d, m_indices, *, stream=None, config: GemmConfig | None = None) -> None:
+    """d[r] = A[r] . B[g(r)]^T for every row r of A, where g(r) = m_indices[r] (MoE prefill / forward).
+
+    Args:
+        a: (A, SFA): A float8_e4m3fn [M_sum, K] holding each group's rows one segment after another, every
+           segment padded to get_mk_alignment_for_contiguous_layout() rows; SFA float32 [M_sum,
+           ceil(K/128)] (layouts as in fp8_gemm_nt).
+        b: (B, SFB): B float8_e4m3fn [G, N, K]; SFB float32 [G, ceil(N/128), ceil(K/128)], contiguous.
+        d: bfloat16 [M_sum, N], written in place.
+        m_indices: int32 [M_sum] on the GPU: each row's group, -1 for a padding row.
+
+    Rows are processed in blocks of 64 or 128 (which divide the alignment), each block with the group of
+    its first row. A block whose first index is -1, or outside [0, G) (a bad index), is skipped: nothing
+    is loaded or computed for it and its rows of d are left as they were - so a bad index never reads or
+    writes out of bounds. A padding row inside a block that starts with a valid row gets the product of
+    its (padding) A row with that block's group: unspecified values, as padding rows carry no data.
+    M_sum must be a multiple of the alignment; the segments' alignment itself is the caller's contract
+    (it cannot be checked without reading m_indices back from the GPU).
+    """
+    A, SFA = unpack_pair(a, "a")
+    B, SFB = unpack_pair(b, "b")
+    av, sfav, bv, sfbv, dv, iv = views_on_one_device(
+        ((A, "A"), (SFA, "SFA"), (B, "B"), (SFB, "SFB"), (d, "d"), (m_indices, "m_indices"))
+    )
+    expect_ndim(av, "A", 2)
+    expect_ndim(dv, "d", 2)
+    expect_ndim(sfav, "SFA", 2)
+    expect_ndim(iv, "m_indices", 1)
+    expect_dtype(av, "A", "float8_e4m3fn")
+    expect_dtype(sfav, "SFA", "float32")
+    expect_dtype(dv, "d", "bfloat16")
+    expect_dtype(iv, "m_indices", "int32")
+    m, k = av.shape
+    if k == 0:
+        raise ValueError("A: K must be positive; got K = 0")
+    groups, n = _check_b(bv, sfbv, k)
+    expect_shape(dv, "d", (m, n))
+    expect_shape(sfav, "SFA", (m, ceil_div(k, 128)))
+    expect_shape(iv, "m_indices", (m,))
+    if m % CONTIGUOUS_ALIGNMENT:
+        raise ValueError(
+            f"A: M_sum must be a multiple of the contiguous-layout alignment {CONTIGUOUS_ALIGNMENT} (every "
+            f"group's segment padded to it); got M_sum = {m}"
+        )
+    expect_tma_rows(av, "A")
+    expect_tma_rows(dv, "d")
+    expect_nonnegative_strides(sfav, "SFA")
+    expect_contiguous(iv, "m_indices")
+    if n == 0 or m == 0:
+        return
+    if m >= 2**31:
+        raise ValueError(f"A: M_sum must be below 2**31; got {m}")
+    device = av.device
+    sfav, sfa_tma, keep, launch_stream = sfa_for_tma(SFA, sfav, stream, device)
+    plan = _grouped_plan(LAYOUT_CONTIGUOUS, m, m, n, k, groups, device, config)
+    if launch_stream is None:
+        launch_stream = resolve_stream(stream, device)
+    ops = Operands(av.ptr, m, av.strides[0], bv.ptr, groups * n, bv.strides[1], dv.ptr, m, dv.strides[0], sfav.ptr,
+                   sfa_tma, sfbv.ptr, m, iv.ptr, groups)
+    plan.launcher.launch(launch_stream, pack_params(plan.config, ops))
+    del keep  # made on the launch stream: the allocator reuses it only after the kernel
+
+
+def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m: int, *, stream=None,
+                                 config: GemmConfig | None = None) -> None:
+    """d[g, :masked_m[g]] = A[g, :masked_m[g]] . B[g]^T for every group g (MoE decode, CUDA-graph friendly).
+
+    Args:
+        a: (A, SFA): A float8_e4m3fn [G, M_max, K]; SFA float32 [G, M_max, ceil(K/128)], M-major per group
+           as get_mn_major_tma_aligned_tensor makes it (other layouts of torch tensors are converted).
+        b: (B, SFB): B float8_e4m3fn [G, N, K]; SFB float32 [G, ceil(N/128), ceil(K/128)], contiguous.
+        d: bfloat16 [G, M_max, N], written in place.
+        masked_m: int32 [G] on the GPU, read by the kernel at run time (so a captured graph follows new
+           counts): the valid rows of each group. Values above M_max count as M_max, negative ones as 0.
+        expected_m: a host int, the typical rows per group: it only guides the choice of config.
+
+    Rows at or past masked_m[g] are neither used as results nor written: d keeps what it held there.
+    """
+    A, SFA = unpack_pair(a, "a")
+    B, SFB = unpack_pair(b, "b")
+    av, sfav, bv, sfbv, dv, mv = views_on_one_device(
+        ((A, "A"), (SFA, "SFA"), (B, "B"), (SFB, "SFB"), (d, "d"), (masked_m, "masked_m"))
+    )
+    if isinstance(expected_m, bool) or not isinstance(expected_m, int) or expected_m <= 0:
+        raise ValueError(f"expected_m: expected a positive int; got {expected_m!r}")
+    for v, name in ((av, "A"), (dv, "d"), (sfav, "SFA")):
+        expect_ndim(v, name, 3)
+    expect_ndim(mv, "masked_m", 1)
+    expect_dtype(av, "A", "float8_e4m3fn")
+    expect_dtype(sfav, "SFA", "float32")
+    expect_dtype(dv, "d", "bfloat16")
+    expect_dtype(mv, "masked_m", "int32")
+    groups_a, m_max, k = av.shape
+    if k == 0:
+        raise ValueError("A: K must be positive; got K = 0")
+    groups, n = _check_b(bv, sfbv, k)
+    if groups_a != groups:
+        raise ValueError(f"A: expected {groups} groups like B; got shape {av.shape}")
+    expect_shape(dv, "d", (groups, m_max, n))
+    expect_shape(sfav, "SFA", (groups, m_max, ceil_div(k, 128)))
+    expect_shape(mv, "masked_m", (groups,))
+    expect_tma_rows(av, "A")
+    expect_tma_rows(dv, "d")
+    _expect_stacked(av, "A", m_max)
+    _expect_stacked(dv, "d", m_max)
+    expect_nonnegative_strides(sfav, "SFA")
+    expect_contiguous(mv, "masked_m")
+    if n == 0 or m_max == 0:
+        return
+    if groups * m_max >= 2**31:
+        raise ValueError(f"A: groups x M_max must be below 2**31; got {groups} x {m_max}")
+    device = av.device
+    sfav, sfa_tma, keep, launch_stream = sfa_for_tma(SFA, sfav, stream, device)
+    plan = _grouped_plan(LAYOUT_MASKED, min(expected_m, m_max), m_max, n, k, groups, device, config)
+    if launch_stream is None:
+        launch_stream = resolve_stream(stream, device)
+    rows = groups * m_max
+    ops = Operands(av.ptr, rows, av.strides[1], bv.ptr, groups * n, bv.strides[1], dv.ptr, rows, dv.strides[1],
+                   sfav.ptr, sfa_tma, sfbv.ptr, m_max, mv.ptr, groups)
+    plan.launcher.launch(launch_stream, pack_params(plan.config, ops))
+    del keep
+
+
+def m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(lhs, rhs, out, m_indices) -> None:
+    """Legacy name of m_grouped_fp8_gemm_nt_contiguous(lhs, rhs, out, m_indices)."""
+    m_grouped_fp8_gemm_nt_contiguous(lhs, rhs, out, m_indices)
+
+
+def m_grouped_gemm_fp8_fp8_bf16_nt_masked(lhs, rhs, out, masked_m, expected_m: int) -> None:
+    """Legacy name of m_grouped_fp8_gemm_nt_masked(lhs, rhs, out, masked_m, expected_m)."""
+    m_grouped_fp8_gemm_nt_masked(lhs, rhs, out, masked_m, expected_m)

@@ -1,0 +1,183 @@
+"""MoE grouped GEMMs on the GPU: contiguous and masked layouts, edge cases, padding, graph replay."""
+
+import random
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.gpu
+
+from dgx.torch_utils import dequantize, per_block_cast_to_fp8, per_token_cast_to_fp8  # noqa: E402
+
+MAX_REL = 2e-3
+
+
+def _weights(groups, n, k):
+    b16 = torch.randn(groups, n, k, device="cuda", dtype=torch.bfloat16)
+    q = [per_block_cast_to_fp8(b16[g]) for g in range(groups)]
+    return torch.stack([x for x, _ in q]), torch.stack([s for _, s in q])
+
+
+def _ref(a_q, a_s, b_q, b_s):
+    return dequantize(a_q, a_s, 1).double() @ dequantize(b_q, b_s, 128).double().T
+
+
+def _rel(out, ref):
+    return float((out.double() - ref).norm() / ref.norm().clamp(min=1e-30))
+
+
+def _contiguous_inputs(group_rows, n, k, bad=None):
+    """A with each group's rows padded to the alignment; m_indices -1 on padding (or `bad` there)."""
+    import dgx
+
+    align = dgx.get_mk_alignment_for_contiguous_layout()
+    groups = len(group_rows)
+    segments = [(-(-r // align) * align) for r in group_rows]
+    m_sum = max(sum(segments), align)
+    a16 = torch.randn(m_sum, k, device="cuda", dtype=torch.bfloat16)
+    m_indices = torch.full((m_sum,), -1 if bad is None else bad, device="cuda", dtype=torch.int32)
+    start = 0
+    for g, (rows, seg) in enumerate(zip(group_rows, segments)):
+        m_indices[start : start + rows] = g
+        start += seg
+    a_q, a_s = per_token_cast_to_fp8(a16)
+    b_q, b_s = _weights(groups, n, k)
+    d = torch.full((m_sum, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    return (a_q, a_s), (b_q, b_s), d, m_indices, segments
+
+
+def _check_contiguous(a, b, d, m_indices, group_rows, segments, block_m):
+    start = 0
+    for g, (rows, seg) in enumerate(zip(group_rows, segments)):
+        if rows:
+            out = d[start : start + rows]
+            assert not torch.isnan(out).any(), f"group {g}: rows not written"
+            rel = _rel(out, _ref(a[0][start : start + rows], a[1][start : start + rows], b[0][g], b[1][g]))
+            assert rel <= MAX_REL, f"group {g}: relative error {rel}"
+        start += seg
+    # Blocks whose first row is padding or a bad index are skipped: their rows keep the poison.
+    first = m_indices[::block_m].tolist()
+    groups = b[0].shape[0]
+    for blk, idx in enumerate(first):
+        if not 0 <= idx < groups:
+            assert torch.isnan(d[blk * block_m : (blk + 1) * block_m]).all(), f"skipped block {blk} was written"
+
+
+@pytest.mark.parametrize(
+    "group_rows, n, k",
+    [
+        ([256] * 32, 576, 1024),  # 32 groups of 256 rows
+        ([1000], 2112, 7168),  # one group, not a multiple of the alignment
+        ([0, 300, 0, 17, 128, 129, 0], 4096, 512),  # empty groups, odd sizes
+        ([random.Random(7).randint(0, 700) for _ in range(9)], 7168, 2048),
+    ],
+)
+def test_contiguous(group_rows, n, k):
+    import dgx
+    from dgx import grouped
+
+    a, b, d, m_indices, segments = _contiguous_inputs(group_rows, n, k)
+    dgx.m_grouped_fp8_gemm_nt_contiguous(a, b, d, m_indices)
+    torch.cuda.synchronize()
+    plan = next(p for key, p in grouped._plans.items() if key[0] == 1 and key[1] == d.shape[0] and key[3] == n)
+    _check_contiguous(a, b, d, m_indices, group_rows, segments, plan.config.block_m)
+
+
+@pytest.mark.parametrize("bad", [7, 1 << 30, -2, -(1 << 31)])
+def test_contiguous_bad_indices_are_skipped(bad):
+    """An index >= G or < -1 marks its block as skipped: no out-of-bounds access, rows left as they were."""
+    import dgx
+    from dgx import grouped
+
+    group_rows = [100, 0, 250]
+    a, b, d, m_indices, segments = _contiguous_inputs(group_rows, 512, 768, bad=bad)
+    dgx.m_grouped_fp8_gemm_nt_contiguous(a, b, d, m_indices)
+    torch.cuda.synchronize()
+    plan = next(p for key, p in grouped._plans.items() if key[0] == 1 and key[1] == d.shape[0] and key[3] == 512)
+    _check_contiguous(a, b, d, m_indices, group_rows, segments, plan.config.block_m)
+    # A whole bad segment: every row of an aligned chunk carries the bad index.
+    m_indices[128:256] = bad
+    d.fill_(float("nan"))
+    dgx.m_grouped_fp8_gemm_nt_contiguous(a, b, d, m_indices)
+    torch.cuda.synchronize()
+    assert torch.isnan(d[128:256]).all()
+
+
+def _masked_inputs(groups, m_max, n, k):
+    a16 = torch.randn(groups, m_max, k, device="cuda", dtype=torch.bfloat16)
+    q = [per_token_cast_to_fp8(a16[g]) for g in range(groups)]
+    a_q = torch.stack([x for x, _ in q])
+    import dgx
+
+    a_s = dgx.get_mn_major_tma_aligned_tensor(torch.stack([s.contiguous() for _, s in q]))
+    b_q, b_s = _weights(groups, n, k)
+    d = torch.full((groups, m_max, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    return (a_q, a_s), (b_q, b_s), d
+
+
+def _check_masked(a, b, d, counts, m_max):
+    for g, c in enumerate(counts):
+        rows = min(max(c, 0), m_max)
+        if rows:
+            out = d[g, :rows]
+            assert not torch.isnan(out).any(), f"group {g}: rows not written"
+            rel = _rel(out, _ref(a[0][g, :rows], a[1][g, :rows], b[0][g], b[1][g]))
+            assert rel <= MAX_REL, f"group {g}: relative error {rel}"
+        assert torch.isnan(d[g, rows:]).all(), f"group {g}: rows past masked_m were written"
+
+
+@pytest.mark.parametrize(
+    "counts, m_max, n, k",
+    [
+        ([0, 4096 // 8, 77, 4096], 4096 // 8 * 2, 4096, 7168),  # 0, M_max, above M_max, odd
+        ([1, 64, 65, 130], 256, 7168, 2048),
+        ([-5, 200], 200, 576, 512),  # negative counts as 0; exactly M_max
+        ([37], 40, 2112, 7168),
+    ],
+)
+def test_masked(counts, m_max, n, k):
+    import dgx
+
+    groups = len(counts)
+    a, b, d = _masked_inputs(groups, m_max, n, k)
+    masked_m = torch.tensor(counts, device="cuda", dtype=torch.int32)
+    dgx.m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m=max(1, sum(max(c, 0) for c in counts) // groups))
+    torch.cuda.synchronize()
+    _check_masked(a, b, d, counts, m_max)
+
+
+def test_masked_graph_replay_follows_new_counts():
+    import dgx
+
+    groups, m_max, n, k = 4, 256, 2048, 1024
+    a, b, d = _masked_inputs(groups, m_max, n, k)
+    masked_m = torch.tensor([10, 256, 0, 100], device="cuda", dtype=torch.int32)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        dgx.m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, 96)  # compile and plan outside the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            dgx.m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, 96)
+    for counts in ([10, 256, 0, 100], [0, 1, 255, 300], [128, 0, 0, 64]):
+        masked_m.copy_(torch.tensor(counts, dtype=torch.int32))
+        d.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        _check_masked(a, b, d, counts, m_max)
+
+
+def test_grouped_input_checks_on_gpu_tensors():
+    import dgx
+
+    a, b, d, m_indices, _ = _contiguous_inputs([100, 200], 256, 512)
+    with pytest.raises(ValueError, match="m_indices: expected shape"):
+        dgx.m_grouped_fp8_gemm_nt_contiguous(a, b, d, m_indices[:-1])
+    with pytest.raises(TypeError, match="m_indices: expected dtype int32"):
+        dgx.m_grouped_fp8_gemm_nt_contiguous(a, b, d, m_indices.long())
+    with pytest.raises(ValueError, match="M_sum must be a multiple"):
+        dgx.m_grouped_fp8_gemm_nt_contiguous((a[0][:-1], a[1][:-1]), b, d[:-1], m_indices[:-1])
+    am, bm, dm = _masked_inputs(2, 64, 256, 512)
+    with pytest.raises(ValueError, match="expected_m"):
+        dgx.m_grouped_fp8_gemm_nt_masked(am, bm, dm, torch.zeros(2, dtype=torch.int32, device="cuda"), 0)
+    with pytest.raises(ValueError, match="masked_m: expected shape"):
+        dgx.m_grouped_fp8_gemm_nt_masked(am, bm, dm, torch.zeros(3, dtype=torch.int32, device="cuda"), 8)
