@@ -53,6 +53,11 @@ VARIANTS: dict[str, tuple[dict[str, bytes], bool]] = {
         ("const float lo = ld_global_nc(sfb0 + kb);\n            return SfbPair{lo, T::kSingleSfb ? lo : ld_global_nc(sfb1 + kb)};",
          "return SfbPair{1.0f, 1.0f};"),
     ]}), True),
+    # No FFMA promotion: the accumulators of the last k-block are the result (wrong on purpose).
+    "nopromo": (patched({"fp8_gemm.cuh": [
+        (f"result[mm][i * 4 + {j}] = fmaf(accum[mm][i * 4 + {j}], {v}, result[mm][i * 4 + {j}]);",
+         f"result[mm][i * 4 + {j}] = accum[mm][i * 4 + {j}];") for j, v in ((0, "lo"), (1, "lo"), (2, "hi"), (3, "hi"))
+    ]}), True),
 }
 for name in sys.argv[2:]:  # extra variants: header copies saved as ../.dev/fp8_gemm_<name>.cuh
     VARIANTS[name] = ({**BASE, "fp8_gemm.cuh": from_git(name, "fp8_gemm.cuh")}, False)
