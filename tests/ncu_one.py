@@ -1,4 +1,4 @@
-"""Runs one dense GEMM a few times, for a profiler: python ncu_one.py M N K [BLOCK_M BLOCK_N]."""
+"""Runs one dense GEMM a few times, for a profiler: python ncu_one.py M N K [BLOCK_M BLOCK_N [PAIR]]."""
 
 import sys
 
@@ -13,7 +13,8 @@ m, n, k = (int(x) for x in sys.argv[1:4])
 config = None
 if len(sys.argv) > 5:
     bm, bn = int(sys.argv[4]), int(sys.argv[5])
-    config = GemmConfig(n, k, bm, bn, max_stages(bm, bn))
+    pair = int(sys.argv[6]) if len(sys.argv) > 6 else 0
+    config = GemmConfig(n, k, bm, bn, max_stages(bm, bn), pair=pair)
 a, b, a_fp8, b_fp8, d = make_dense(m, n, k)
 for _ in range(4):
     dgx.fp8_gemm_nt(a_fp8, b_fp8, d, config=config)
