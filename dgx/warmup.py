@@ -217,14 +217,21 @@ def _dense_sources(spec: ShapeSpec, max_m: int, num_sms: int) -> list[KernelSour
     return [c.render() for c in dense_configs(spec.n, spec.k, max_m, num_sms)]
 
 
+CONTIGUOUS_WARM_LIMIT = 65536  # largest M_sum (rows of all groups) warmed for the contiguous layout
+
+
 def grouped_configs(layout: int, n: int, k: int, groups: int, max_m: int, num_sms: int) -> list:
     """The distinct GemmConfigs choose_grouped picks: contiguous for every M_sum (a multiple of the
-    alignment) up to max_m, masked for every expected M per group up to max_m."""
+    alignment) up to groups x max_m (max_m rows per group, at most CONTIGUOUS_WARM_LIMIT in all),
+    masked for every expected M per group up to max_m."""
     from .heuristics import CONTIGUOUS_ALIGNMENT, choose_grouped
     from .kernels.fp8_gemm import LAYOUT_CONTIGUOUS
 
     if layout == LAYOUT_CONTIGUOUS:
-        ms = range(CONTIGUOUS_ALIGNMENT, max(max_m, CONTIGUOUS_ALIGNMENT) + 1, CONTIGUOUS_ALIGNMENT)
+        # max_m is per group here: M_sum runs up to groups x max_m (capped: the choice settles on large
+        # tiles long before that).
+        top = min(groups * max_m, CONTIGUOUS_WARM_LIMIT)
+        ms = range(CONTIGUOUS_ALIGNMENT, max(top, CONTIGUOUS_ALIGNMENT) + 1, CONTIGUOUS_ALIGNMENT)
     else:
         ms = m_samples(max_m)
     seen: dict = {}
