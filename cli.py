@@ -361,11 +361,13 @@ def _print_report(r: dict) -> None:
 @click.option("--key", help="A cached kernel (a unique prefix of its key, as `dgx cache list` shows).")
 @click.option("--gemm", nargs=3, type=click.IntRange(min=1), metavar="M N K", help="The kernel the heuristics pick.")
 @click.option("--kind", type=click.Choice(INSPECT_KINDS), default="dense", show_default=True)
+@click.option("--groups", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Groups of a grouped kind (with --gemm, M is M_sum for contiguous, rows per group for masked).")
 @click.option("--num-sms", type=click.IntRange(min=1), default=None, help="SMs to plan for [default: $DGX_NUM_SMS or 132].")
 @click.option("--arch", default=warmup_mod.DEFAULT_ARCH, show_default=True)
 @click.option("--sass", is_flag=True, help="Print the disassembly.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of per-kernel reports.")
-def inspect(cubin_path, key, gemm, kind, num_sms, arch, sass, as_json) -> None:
+def inspect(cubin_path, key, gemm, kind, groups, num_sms, arch, sass, as_json) -> None:
     """Registers, shared/local memory, spills, QGMMA and FFMA interleaving of a kernel (no GPU needed)."""
     given = [name for name, v in (("--cubin", cubin_path), ("--key", key), ("--gemm", gemm)) if v]
     if len(given) != 1:
@@ -384,7 +386,7 @@ def inspect(cubin_path, key, gemm, kind, num_sms, arch, sass, as_json) -> None:
             raise click.ClickException(f"--key: the entry {full} failed verification and was removed")
         header = f"cache entry {full}"
     else:
-        cubin, header = _gemm_cubin(gemm, kind, num_sms or _default_num_sms(), arch)
+        cubin, header = _gemm_cubin(gemm, kind, groups, num_sms or _default_num_sms(), arch)
     if sass:
         tools = _sass_tools("disassemble")
         try:
@@ -411,23 +413,29 @@ def inspect(cubin_path, key, gemm, kind, num_sms, arch, sass, as_json) -> None:
         _print_report(r)
 
 
-def _gemm_cubin(gemm, kind: str, num_sms: int, arch: str) -> tuple[bytes, str]:
+def _gemm_cubin(gemm, kind: str, groups: int, num_sms: int, arch: str) -> tuple[bytes, str]:
     from dgx import jit
     from dgx.errors import DgxError
-    from dgx.heuristics import choose_dense
+    from dgx.heuristics import choose_dense, choose_grouped
+    from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, LAYOUT_MASKED
 
-    if kind != "dense":
-        raise click.ClickException(f"--kind {kind}: not available yet (only dense kernels exist so far)")
+    layouts = {"contiguous": LAYOUT_CONTIGUOUS, "masked": LAYOUT_MASKED}
+    if kind not in ("dense", *layouts):
+        raise click.ClickException(f"--kind {kind}: not available yet (dense, contiguous and masked kernels exist)")
     m, n, k = gemm
     try:
-        choice = choose_dense(m, n, k, num_sms)
+        if kind == "dense":
+            choice = choose_dense(m, n, k, num_sms)
+        else:
+            choice = choose_grouped(layouts[kind], m, n, k, groups, num_sms)
         src = choice.config.render()
         cubin = jit.get_cubin(src, arch)
     except (ValueError, DgxError) as exc:
         raise click.ClickException(str(exc)) from None
     c = choice.config
+    what = "fp8_gemm_nt" if kind == "dense" else f"{kind} grouped ({groups} groups)"
     header = (
-        f"fp8_gemm_nt M={m} N={n} K={k} on {num_sms} SMs ({arch}): block {c.block_m}x{c.block_n}, "
+        f"{what} M={m} N={n} K={k} on {num_sms} SMs ({arch}): block {c.block_m}x{c.block_n}, "
         f"{c.stages} stages, pair {c.pair}, {src.dynamic_smem} bytes of dynamic shared memory; "
         f"{choice.num_tiles} units in {choice.waves} wave(s); "
         f"key {jit.kernel_key(src, arch)[:16]}"

@@ -188,12 +188,21 @@ def test_cache_import_refuses_bad_bundles(runner, tmp_cache, tmp_path):
 # --- inspect --------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("kind, groups", [("contiguous", 4), ("masked", 8)])
+def test_inspect_grouped_kinds(runner, tmp_cache, kind, groups):
+    result = runner.invoke(cli.main, ["inspect", "--gemm", "256", "512", "256", "--kind", kind, "--groups", str(groups), "--json"])
+    assert result.exit_code == 0, result.output
+    (report,) = json.loads(result.stdout)
+    assert report["kernel"].startswith(f"dgx_fp8_gemm_nt_{kind}_n512_k256") and report["qgmma"] > 0
+    assert report["spill_instructions"] == 0
+
+
 def test_inspect_usage_errors(runner, tmp_cache):
     result = runner.invoke(cli.main, ["inspect"])
     assert result.exit_code == 2 and "exactly one of --cubin, --key, --gemm" in result.output
     result = runner.invoke(cli.main, ["inspect", "--gemm", "64", "2112", "7168", "--key", "abcdef12"])
     assert result.exit_code == 2
-    result = runner.invoke(cli.main, ["inspect", "--gemm", "64", "4096", "7168", "--kind", "masked"])
+    result = runner.invoke(cli.main, ["inspect", "--gemm", "64", "4096", "7168", "--kind", "k_grouped"])
     assert result.exit_code == 1 and "not available yet" in result.output
     result = runner.invoke(cli.main, ["inspect", "--key", "0123456789abcdef"])
     assert result.exit_code == 1 and "no kernel" in result.output
