@@ -416,16 +416,18 @@ def inspect(cubin_path, key, gemm, kind, groups, num_sms, arch, sass, as_json) -
 def _gemm_cubin(gemm, kind: str, groups: int, num_sms: int, arch: str) -> tuple[bytes, str]:
     from dgx import jit
     from dgx.errors import DgxError
-    from dgx.heuristics import choose_dense, choose_grouped
-    from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, LAYOUT_MASKED
+    from dgx.heuristics import choose_dense, choose_grouped, choose_wgrad
+    from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, LAYOUT_K_GROUPED, LAYOUT_MASKED
 
     layouts = {"contiguous": LAYOUT_CONTIGUOUS, "masked": LAYOUT_MASKED}
-    if kind not in ("dense", *layouts):
-        raise click.ClickException(f"--kind {kind}: not available yet (dense, contiguous and masked kernels exist)")
     m, n, k = gemm
     try:
         if kind == "dense":
             choice = choose_dense(m, n, k, num_sms)
+        elif kind == "wgrad":
+            choice = choose_wgrad(m, n, k, num_sms)
+        elif kind == "k_grouped":  # K is one group's
+            choice = choose_wgrad(m, n, k, num_sms, LAYOUT_K_GROUPED, groups)
         else:
             choice = choose_grouped(layouts[kind], m, n, k, groups, num_sms)
         src = choice.config.render()
@@ -433,7 +435,7 @@ def _gemm_cubin(gemm, kind: str, groups: int, num_sms: int, arch: str) -> tuple[
     except (ValueError, DgxError) as exc:
         raise click.ClickException(str(exc)) from None
     c = choice.config
-    what = "fp8_gemm_nt" if kind == "dense" else f"{kind} grouped ({groups} groups)"
+    what = {"dense": "fp8_gemm_nt", "wgrad": "weight gradient"}.get(kind, f"{kind} ({groups} groups)")
     header = (
         f"{what} M={m} N={n} K={k} on {num_sms} SMs ({arch}): block {c.block_m}x{c.block_n}, "
         f"{c.stages} stages, pair {c.pair}, {src.dynamic_smem} bytes of dynamic shared memory; "

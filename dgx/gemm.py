@@ -91,9 +91,14 @@ class Operands(NamedTuple):
     sfa: int
     sfa_map: SfaTma
     sfb: int
-    m: int  # the kernel's m: rows (masked: rows per group)
+    m: int  # the kernel's m: rows (masked, K-grouped: rows per group)
     grouped_layout: int = 0
     groups: int = 1
+    sfb_map: SfaTma | None = None  # weight gradient: the per-row B scales (N-major), like SFA
+    k: int = 0  # K extent of the A and B maps when it is not the config's
+    group_maps: int = 0  # K-grouped: device address of the groups' maps of A and B
+    c: int = 0  # weight gradient: C (may be D)
+    ldc: int = 0
 
 
 def pack_params(config: GemmConfig, ops: Operands) -> runtime.ParamPack:
@@ -101,19 +106,26 @@ def pack_params(config: GemmConfig, ops: Operands) -> runtime.ParamPack:
     key = (config, ops)
     pack = _params.get(key)
     if pack is None:
-        n, k = config.n, config.k
+        n, k = config.n, ops.k or config.k
         tmap_a = runtime.encode_tensor_map_2d("uint8", ops.a, k, ops.a_rows, ops.lda, 128, config.box_rows_a, Swizzle.B128)
         tmap_b = runtime.encode_tensor_map_2d("uint8", ops.b, k, ops.b_rows, ops.ldb, 128, config.box_rows_b, Swizzle.B128)
         span = config.d_span
         wg_rows = config.block_m // config.math_warpgroups
-        tmap_d = runtime.encode_tensor_map_2d(
-            "bfloat16", ops.d, n, ops.d_rows, ops.ldd * 2, span // 2, wg_rows, Swizzle(span if span > 16 else 0)
-        )
         sfa = ops.sfa_map
         tmap_sfa = runtime.encode_tensor_map_2d("float32", ops.sfa, sfa.m, sfa.kb, sfa.row_stride, config.block_m, 1)
+        if config.wgrad:  # FP32 D is written from the registers; B's scales get a map like A's
+            sfb = ops.sfb_map
+            tmap_sfb = runtime.encode_tensor_map_2d("float32", ops.sfb, sfb.m, sfb.kb, sfb.row_stride, config.block_n, 1)
+            tmap_d = tmap_sfa
+        else:
+            tmap_d = runtime.encode_tensor_map_2d(
+                "bfloat16", ops.d, n, ops.d_rows, ops.ldd * 2, span // 2, wg_rows, Swizzle(span if span > 16 else 0)
+            )
+            tmap_sfb = tmap_sfa  # unused
         pack = runtime.ParamPack(
-            [tmap_a, tmap_b, tmap_d, tmap_sfa, ("u64", ops.sfb), ("i32", ops.m), ("u64", ops.grouped_layout),
-             ("i32", ops.groups), ("u64", ops.d), ("u64", ops.ldd)]
+            [tmap_a, tmap_b, tmap_d, tmap_sfa, tmap_sfb, ("u64", ops.sfb), ("i32", ops.m), ("u64", ops.grouped_layout),
+             ("i32", ops.groups), ("u64", ops.d), ("u64", ops.ldd), ("u64", ops.c), ("u64", ops.ldc),
+             ("u64", ops.group_maps)]
         )
         if len(_params) >= _PARAM_CACHE_LIMIT:
             _params.clear()
@@ -121,13 +133,14 @@ def pack_params(config: GemmConfig, ops: Operands) -> runtime.ParamPack:
     return pack
 
 
-def sfa_for_tma(SFA, sfav: TensorView, stream, device: int):
-    """(view, its TMA layout, a converted copy to keep alive or None, the launch stream if resolved)."""
+def sfa_for_tma(SFA, sfav: TensorView, stream, device: int, name: str = "SFA"):
+    """(view, its TMA layout, a converted copy to keep alive or None, the launch stream if resolved) of
+    per-row scales (SFA, or the weight gradient's SFB)."""
     sfa_tma = sfa_tma_layout(sfav)
     if sfa_tma is not None:
         return sfav, sfa_tma, None, None
-    keep, launch_stream = _converted_sfa(SFA, stream, device)
-    sfav = as_view(keep, "SFA")
+    keep, launch_stream = _converted_sfa(SFA, stream, device, name)
+    sfav = as_view(keep, name)
     return sfav, sfa_tma_layout(sfav), keep, launch_stream
 
 
@@ -152,7 +165,8 @@ def _torch_key(a, b, d) -> tuple | None:
 
 
 def fp8_gemm_nt(a, b, d, c=None, *, stream=None, config: GemmConfig | None = None) -> None:
-    """D = A . B^T for FP8 A [M, K] and B [N, K] with DeepSeek-V3 fine-grained scales; BF16 D [M, N].
+    """D = A . B^T for FP8 A [M, K] and B [N, K] with DeepSeek-V3 fine-grained scales; BF16 D [M, N]
+    (or, for a float32 D, the weight gradient D = C + A . B^T with both operands scaled per row).
 
     Args:
         a: (A, SFA): A float8_e4m3fn [M, K], K-contiguous; SFA float32 [M, ceil(K/128)], one scale per
@@ -163,7 +177,8 @@ def fp8_gemm_nt(a, b, d, c=None, *, stream=None, config: GemmConfig | None = Non
         b: (B, SFB): B float8_e4m3fn [N, K], K-contiguous; SFB float32 [ceil(N/128), ceil(K/128)], one
            scale per 128x128 block, contiguous.
         d: bfloat16 [M, N], rows contiguous and 16-byte aligned; written in place.
-        c: not supported with a BF16 d (accumulation into FP32 is the weight-gradient variant).
+        c: with a float32 d only: d = c + a.b^T (c may be d itself, to accumulate). A float32 d selects
+           the weight-gradient variant (dgx.wgrad): B scaled per row too, SFB float32 [N, ceil(K/128)].
         stream: the stream to launch on (default: torch's current stream).
         config: a GemmConfig to use instead of the heuristic's choice (tuning and tests).
 
@@ -176,11 +191,16 @@ def fp8_gemm_nt(a, b, d, c=None, *, stream=None, config: GemmConfig | None = Non
             launcher, pack, device = hit
             launcher.launch(resolve_stream(stream, device), pack)
             return
-    if c is not None:
-        raise ValueError("fp8_gemm_nt: c (d = c + a.b^T) needs a float32 d; BF16 d takes no c")
     A, SFA = unpack_pair(a, "a")
     B, SFB = unpack_pair(b, "b")
     av, sfav, bv, sfbv, dv = views_on_one_device(((A, "A"), (SFA, "SFA"), (B, "B"), (SFB, "SFB"), (d, "d")))
+    if dv.dtype == "float32":
+        from . import wgrad
+
+        return wgrad.dense_fp32(SFA, SFB, c, (av, sfav, bv, sfbv, dv), stream=stream, config=config)
+    if c is not None:
+        raise ValueError("fp8_gemm_nt: c (d = c + a.b^T) needs a float32 d (the weight-gradient variant); got a "
+                         f"{dv.dtype} d")
     for v, name in ((av, "A"), (bv, "B"), (dv, "d"), (sfav, "SFA"), (sfbv, "SFB")):
         expect_ndim(v, name, 2)
     expect_dtype(av, "A", "float8_e4m3fn")
@@ -226,14 +246,14 @@ def fp8_gemm_nt(a, b, d, c=None, *, stream=None, config: GemmConfig | None = Non
     del keep  # the copy was made on the launch stream, so the allocator reuses it only after the kernel
 
 
-def _converted_sfa(sfa, stream, device: int):
+def _converted_sfa(sfa, stream, device: int, name: str = "SFA"):
     """SFA copied into the TMA-aligned M-major layout on the GPU, on the launch stream; and that stream."""
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(sfa, torch.Tensor):
         raise ValueError(
-            "SFA: expected the TMA-aligned M-major layout (strides (1, S) with S >= M and S * 4 a multiple "
-            "of 16 bytes, base address 16-byte aligned; see get_mn_major_tma_aligned_tensor); other layouts "
-            f"are converted only for torch tensors, and this is a {type(sfa).__name__}"
+            f"{name}: expected the TMA-aligned MN-major layout (strides (1, S) with S >= rows and S * 4 a "
+            "multiple of 16 bytes, base address 16-byte aligned; see get_mn_major_tma_aligned_tensor); other "
+            f"layouts are converted only for torch tensors, and this is a {type(sfa).__name__}"
         )
     launch_stream = resolve_stream(stream, device)
     with torch.cuda.stream(torch.cuda.ExternalStream(launch_stream, device=sfa.device)):

@@ -17,6 +17,8 @@ from functools import lru_cache
 from . import env
 from .kernels.fp8_gemm import (
     LAYOUT_CONTIGUOUS,
+    LAYOUT_DENSE,
+    LAYOUT_K_GROUPED,
     LAYOUT_MASKED,
     PAIR_M,
     PAIR_N,
@@ -162,6 +164,41 @@ def choose_grouped(layout: int, m: int, n: int, k: int, groups: int, num_sms: in
             f"dgx: grouped ({'contiguous' if layout == LAYOUT_CONTIGUOUS else 'masked'}) M={m} N={n} K={k} "
             f"groups={groups} SMs={num_sms}: block {c.block_m}x{c.block_n}, {c.stages} stages, "
             f"{best.num_tiles} tiles in {best.waves} waves",
+            file=sys.stderr,
+        )
+    return best
+
+
+def max_stages_wgrad(block_m: int, block_n: int) -> int:
+    return min(SMEM_LIMIT // smem_bytes(block_m, block_n, 1, wgrad=True), MAX_STAGES)
+
+
+@lru_cache(maxsize=4096)
+def choose_wgrad(m: int, n: int, k: int, num_sms: int, layout: int = LAYOUT_DENSE, groups: int = 1) -> Choice:
+    """The config of a weight-gradient GEMM (FP32 D = C + A.B^T, both operands scaled per row): dense, or
+    LAYOUT_K_GROUPED with `groups` outputs of M x N and `k` the typical K of a group. No multicast."""
+    if layout not in (LAYOUT_DENSE, LAYOUT_K_GROUPED):
+        raise ValueError(f"choose_wgrad: layout must be dense ({LAYOUT_DENSE}) or K-grouped ({LAYOUT_K_GROUPED}); got {layout}")
+    if m <= 0 or n <= 0 or k <= 0 or groups <= 0 or num_sms <= 0:
+        raise ValueError(f"choose_wgrad needs positive m, n, k, groups, num_sms; got {m}, {n}, {k}, {groups}, {num_sms}")
+    best: Choice | None = None
+    for bm, bn, pair in candidates(m, n):
+        if pair != PAIR_NONE or max_stages_wgrad(bm, bn) < 3:
+            continue
+        config = GemmConfig(n, 0 if layout == LAYOUT_K_GROUPED else k, bm, bn, max_stages_wgrad(bm, bn), layout=layout,
+                            wgrad=True)
+        units = config.units(m) * groups
+        waves = -(-units // num_sms)
+        cand = Choice(config, units, waves, waves * tile_cycles(bm, bn, k))
+        if best is None or _better(cand, best):
+            best = cand
+    if best is None:
+        raise ValueError(f"choose_wgrad: no config for m={m}, n={n}, k={k}")
+    if env.print_configs():
+        c = best.config
+        print(
+            f"dgx: wgrad{' (K-grouped)' if layout == LAYOUT_K_GROUPED else ''} M={m} N={n} K={k} groups={groups} "
+            f"SMs={num_sms}: block {c.block_m}x{c.block_n}, {c.stages} stages, {best.num_tiles} tiles in {best.waves} waves",
             file=sys.stderr,
         )
     return best

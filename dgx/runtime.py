@@ -337,3 +337,39 @@ class Launcher:
         (err,) = self._drv.cuLaunchKernelEx(config, self.kernel.function, params.address, 0)
         if err != 0:
             check(err, f"cuLaunchKernelEx({self.kernel.name})")
+
+
+_captured_host_buffers: list = []  # host sources of copies recorded into CUDA graphs: they must outlive them
+
+
+class DeviceTensorMaps:
+    """Tensor maps in device memory, for kernels that pick one per work item at run time (the K-grouped
+    GEMM: one map of A and one of B per group, whose row strides differ). Allocated and written on the
+    launch stream (stream-ordered, so it works under CUDA-graph capture too); `release` after the launch
+    frees it on that stream once the kernel is done."""
+
+    __slots__ = ("address", "count", "_stream", "_host")
+
+    def __init__(self, maps: list, stream: int):
+        drv = _driver()
+        self.count = len(maps)
+        size = 128 * max(self.count, 1)
+        self._host = ctypes.create_string_buffer(size)
+        for i, m in enumerate(maps):
+            if m is not None:  # a slot the kernel never reads stays zero
+                ctypes.memmove(ctypes.addressof(self._host) + 128 * i, m.getPtr(), 128)
+        handle = drv.CUstream(stream)
+        ptr = check(drv.cuMemAllocAsync(size, handle), "cuMemAllocAsync")
+        self.address = int(ptr)
+        self._stream = stream
+        check(drv.cuMemcpyHtoDAsync(self.address, ctypes.addressof(self._host), size, handle), "cuMemcpyHtoDAsync")
+        status = check(drv.cuStreamIsCapturing(handle), "cuStreamIsCapturing")
+        if int(status) != int(drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE):
+            _captured_host_buffers.append(self._host)  # a replay copies from it again
+
+    def release(self) -> None:
+        """Frees the device copy after the work already queued on its stream (stream-ordered)."""
+        if self.address:
+            drv = _driver()
+            check(drv.cuMemFreeAsync(self.address, drv.CUstream(self._stream)), "cuMemFreeAsync")
+            self.address = 0

@@ -252,11 +252,34 @@ def _masked_sources(spec: ShapeSpec, max_m: int, num_sms: int) -> list[KernelSou
     return [c.render() for c in grouped_configs(LAYOUT_MASKED, spec.n, spec.k, spec.groups or 1, max_m, num_sms)]
 
 
+def wgrad_configs(n: int, k: int, groups: int, max_m: int, num_sms: int, k_grouped: bool) -> list:
+    """The distinct GemmConfigs choose_wgrad picks for M in 1..max_m (dense, or K-grouped with `groups`
+    outputs and `k` the K of a group)."""
+    from .heuristics import choose_wgrad
+    from .kernels.fp8_gemm import LAYOUT_DENSE, LAYOUT_K_GROUPED
+
+    layout = LAYOUT_K_GROUPED if k_grouped else LAYOUT_DENSE
+    seen: dict = {}
+    for m in m_samples(max_m):
+        seen.setdefault(choose_wgrad(m, n, k, num_sms, layout, groups if k_grouped else 1).config, m)
+    return list(seen)
+
+
+def _wgrad_sources(spec: ShapeSpec, max_m: int, num_sms: int) -> list[KernelSource]:
+    return [c.render() for c in wgrad_configs(spec.n, spec.k, 1, max_m, num_sms, False)]
+
+
+def _k_grouped_sources(spec: ShapeSpec, max_m: int, num_sms: int) -> list[KernelSource]:
+    return [c.render() for c in wgrad_configs(spec.n, spec.k, spec.groups or 1, max_m, num_sms, True)]
+
+
 # kind -> the kernels the heuristics can choose for one entry. A kind missing here has no kernel yet.
 ENUMERATORS: dict[str, Callable[[ShapeSpec, int, int], list[KernelSource]]] = {
     "dense": _dense_sources,
     "m_grouped_contiguous": _contiguous_sources,
     "m_grouped_masked": _masked_sources,
+    "wgrad": _wgrad_sources,
+    "k_grouped": _k_grouped_sources,
 }
 
 

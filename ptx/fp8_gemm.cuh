@@ -5,6 +5,10 @@
 // of FP32 registers scaled by scale_a[row] * scale_b[block] (the promotion keeps FP8 tensor-core
 // accumulation error from building up over long K). The epilogue packs BF16 into swizzled shared memory
 // and stores it with TMA while the producer already loads the next tile.
+//
+// The weight-gradient variant (kWgrad) scales B per row too (one scale per column of D per 128 of K,
+// loaded with TMA into each stage like A's) and writes FP32: D = C + A . B^T, read and written straight
+// from the registers. Its K-grouped layout runs each group over its own range of K.
 #pragma once
 #include "cluster.cuh"
 #include "common.cuh"
@@ -29,24 +33,30 @@ DGX_DEVICE uint32_t swizzle_offset(uint32_t offset) {
     }
 }
 
-template <int kN, int kK, int kBlockM, int kBlockN, int kNumStages, int kGroupN, int kDSpan, int kPair>
+template <int kN, int kK, int kBlockM, int kBlockN, int kNumStages, int kGroupN, int kDSpan, int kPair, bool kWgrad>
 struct Fp8GemmTraits {
     static constexpr int kBlockK = 128;  // one promotion (one scale) per 128 of K
     static constexpr int kNumMathWG = kBlockM == 64 ? 1 : 2;
     static constexpr int kWGRows = kBlockM / kNumMathWG;
     static constexpr int kMmaPerWG = kWGRows / 64;
-    static constexpr int kNumKBlocks = (kK + kBlockK - 1) / kBlockK;
+    static constexpr int kNumKBlocks = (kK + kBlockK - 1) / kBlockK;  // K of the kernel (per group: run time)
     static constexpr int kNumNBlocks = (kN + kBlockN - 1) / kBlockN;
     static constexpr int kNumSfbRows = (kN + 127) / 128;
     static constexpr int kAccum = kBlockN / 2;  // FP32 accumulators per thread per m64 MMA
     static constexpr int kMathThreads = kNumMathWG * 128;
     static constexpr int kThreads = kMathThreads + 128;
-    static constexpr uint32_t kSmemD = kBlockM * kBlockN * 2;
+    // The weight gradient stores FP32 from the registers and needs no staging tile.
+    static constexpr uint32_t kSmemD = kWgrad ? 0 : kBlockM * kBlockN * 2;
     static constexpr uint32_t kSmemA = kBlockM * kBlockK;
     static constexpr uint32_t kSmemB = kBlockN * kBlockK;
-    // A scales travel with their stage: TMA loads the k-block's BLOCK_M floats of the M-major scales.
+    // Scales travel with their stage: TMA loads the k-block's BLOCK_M floats of the M-major A scales
+    // (and for the weight gradient BLOCK_N floats of the N-major B scales).
     static constexpr uint32_t kSmemSfa = kBlockM * 4;
-    static constexpr uint32_t kSmemBytes = kSmemD + kNumStages * (kSmemA + kSmemB + kSmemSfa) + kNumStages * 2 * 8;
+    static constexpr uint32_t kSmemSfb = kWgrad ? kBlockN * 4 : 0;
+    static constexpr uint32_t kSmemSfbSlot = (kSmemSfb + 127) / 128 * 128;  // TMA destinations: 128-byte aligned
+    static constexpr uint32_t kStageBytes = kSmemA + kSmemB + kSmemSfa + kSmemSfb;  // what TMA lands per stage
+    static constexpr uint32_t kSmemBytes =
+        kSmemD + kNumStages * (kSmemA + kSmemB + kSmemSfa + kSmemSfbSlot) + kNumStages * 2 * 8;
     // A tile spans at most two 128-wide B-scale blocks (the heuristic only picks such BLOCK_N).
     static constexpr bool kSingleSfb = 128 % kBlockN == 0;
     // 2 math WGs: 2 x 128 x 232 + 128 x 40 = 64512 of the SM's 65536 registers.
@@ -64,11 +74,12 @@ struct Fp8GemmTraits {
     static_assert(kBlockN % 8 == 0 && kBlockN >= 8 && kBlockN <= 256, "wgmma e4m3 takes N = 8..256 by 8");
     // Tiles start at multiples of BLOCK_N, so the worst offset inside a 128 block is 128 - gcd(BLOCK_N, 128).
     static constexpr int kGcd128 = (kBlockN & -kBlockN) < 128 ? (kBlockN & -kBlockN) : 128;
-    static_assert(kBlockN - kGcd128 <= 128, "a tile must not span more than two 128-column B-scale blocks");
+    static_assert(kWgrad || kBlockN - kGcd128 <= 128, "a tile must not span more than two 128-column B-scale blocks");
     static_assert((kBlockN * 2) % kDSpan == 0, "the D tile splits into whole swizzle spans");
     static_assert((kSmemD + kNumStages * (kSmemA + kSmemB)) % 128 == 0, "TMA writes scales to 128-byte aligned smem");
     static_assert(kSmemBytes <= 232448, "Hopper gives a block at most 227 KB of shared memory");
     static_assert(kN % 8 == 0, "TMA needs 16-byte aligned rows of the BF16 output");
+    static_assert(!kWgrad || kPair == kPairNone, "the weight gradient runs without multicast");
 };
 
 // B scales of one k-block for the (at most two) 128-column blocks a tile touches.
@@ -76,12 +87,15 @@ struct SfbPair {
     float lo, hi;
 };
 
-// Math warpgroups: wgmma per stage, promotion with the scales, BF16 epilogue through TMA stores.
-template <typename T, typename Scheduler, int kLayout, int kBlockM, int kBlockN, int kNumStages, int kDSpan, int kN>
+// Math warpgroups: wgmma per stage, promotion with the scales, then the epilogue: BF16 through swizzled
+// shared memory and TMA stores, or (weight gradient) FP32 D = C + result straight from the registers.
+template <typename T, typename Scheduler, int kLayout, int kBlockM, int kBlockN, int kNumStages, int kDSpan, int kN,
+          bool kWgrad>
 __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* smem_d, uint8_t* smem_a, uint8_t* smem_b,
-                                              uint8_t* smem_sfa, uint64_t* full, uint64_t* empty,
-                                              const TensorMap& tmap_d, const float* __restrict__ sfb,
-                                              uint16_t* d_ptr, int64_t ld_d, uint32_t warp, uint32_t lane) {
+                                              uint8_t* smem_sfa, uint8_t* smem_sfb, uint64_t* full, uint64_t* empty,
+                                              const TensorMap& tmap_d, const float* __restrict__ sfb, void* d_ptr,
+                                              int64_t ld_d, const float* c_ptr, int64_t ld_c, uint32_t warp,
+                                              uint32_t lane) {
     Tile tile;
     if constexpr (T::kNumMathWG == 2) setmaxnreg_inc<T::kMathRegs>();
     const uint32_t wg = threadIdx.x / 128;
@@ -99,24 +113,29 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
         for (int h = 0; h < 2; ++h)
             sfa_offset[mm][h] = (wg * T::kWGRows + mm * 64 + row_in_wg + h * 8) * 4;
     const uint32_t sfa_base = smem_addr(smem_sfa);
+    const uint32_t sfb_base = smem_addr(smem_sfb) + col_in_8 * 4;
 
     while (scheduler.next_tile(tile)) {
-        const int m_start = tile.row;
         const int n_start = tile.n_block * kBlockN;
+        const int num_kb = kLayout == kLayoutKGrouped ? tile.num_kb : T::kNumKBlocks;
 
-        // B scales: the tile's columns below `boundary` use block row sfb_row0, the rest sfb_row1.
-        // Clamped: a pair's second tile may lie past N (nothing of it is stored).
+        // Block-scaled B (not the weight gradient): the tile's columns below `boundary` use scale row
+        // sfb_row0, the rest sfb_row1. Clamped: a pair's second tile may lie past N (nothing of it is stored).
         const int sfb_row0 = min(n_start / 128, T::kNumSfbRows - 1);
         const int sfb_row1 = min((n_start + kBlockN - 1) / 128, T::kNumSfbRows - 1);
         const int boundary = (sfb_row0 + 1) * 128 - n_start;
         const float* sfb_group = sfb + tile.group * (T::kNumSfbRows * T::kNumKBlocks);
         const float* sfb0 = sfb_group + sfb_row0 * T::kNumKBlocks;
         const float* sfb1 = sfb_group + sfb_row1 * T::kNumKBlocks;
-        // B scales come from global memory (L1-resident: one line holds 32 k-blocks), one k-block ahead:
+        // Those scales come from global memory (L1-resident: one line holds 32 k-blocks), one k-block ahead:
         // loaded in the same iteration, their latency would sit between the MMAs and the promotion.
         auto load_sfb = [&](int kb) {
-            const float lo = ld_global_nc(sfb0 + kb);
-            return SfbPair{lo, T::kSingleSfb ? lo : ld_global_nc(sfb1 + kb)};
+            if constexpr (kWgrad) {
+                return SfbPair{1.0f, 1.0f};  // per-column scales come from the stage instead
+            } else {
+                const float lo = ld_global_nc(sfb0 + kb);
+                return SfbPair{lo, T::kSingleSfb ? lo : ld_global_nc(sfb1 + kb)};
+            }
         };
 
 #pragma unroll
@@ -124,12 +143,20 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
 #pragma unroll
             for (int i = 0; i < T::kAccum; ++i) result[mm][i] = 0.0f;
 
+        auto release = [&](uint32_t s) {
+            if constexpr (T::kCluster == 1) {
+                if (lane == 0) mbarrier_arrive(&empty[s]);
+            } else {
+                if (lane < T::kCluster) mbarrier_arrive_cluster(&empty[s], lane);
+            }
+        };
+
         // One k-block: wait for its stage, four k32 MMAs, hand the stage back, promote.
         auto k_block = [&](int kb, const SfbPair& sb, SfbPair& sb_next) {
             const uint32_t s = it % kNumStages;
             const uint32_t phase = (it / kNumStages) & 1;
             ++it;
-            sb_next = load_sfb(kb + 1 < T::kNumKBlocks ? kb + 1 : kb);
+            sb_next = load_sfb(kb + 1 < num_kb ? kb + 1 : kb);
             mbarrier_wait(&full[s], phase);
             float sa[T::kMmaPerWG][2];
 #pragma unroll
@@ -173,25 +200,38 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
 #pragma unroll
                 for (int i = 0; i < T::kAccum; ++i) fence_operand(accum[mm][i]);
 
-            // The MMAs have read the stage: hand it back to the producer.
-            if constexpr (T::kCluster == 1) {
-                if (lane == 0) mbarrier_arrive(&empty[s]);
-            } else {
-                if (lane < T::kCluster) mbarrier_arrive_cluster(&empty[s], lane);
-            }
-
-            // Promotion: result += accum * scale_a[row] * scale_b[block].
-#pragma unroll
-            for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
+            if constexpr (kWgrad) {
+                // result += accum * scale_a[row] * scale_b[col], the column scales read from the stage
+                // (two adjacent columns per load), so the stage is handed back only afterwards.
+                const uint32_t sfb_stage = sfb_base + s * T::kSmemSfbSlot;
 #pragma unroll
                 for (int i = 0; i < kBlockN / 8; ++i) {
-                    const bool first = T::kSingleSfb || i * 8 < boundary;
-                    const float lo = first ? scale[mm][0] : scale[mm][2];
-                    const float hi = first ? scale[mm][1] : scale[mm][3];
-                    result[mm][i * 4 + 0] = fmaf(accum[mm][i * 4 + 0], lo, result[mm][i * 4 + 0]);
-                    result[mm][i * 4 + 1] = fmaf(accum[mm][i * 4 + 1], lo, result[mm][i * 4 + 1]);
-                    result[mm][i * 4 + 2] = fmaf(accum[mm][i * 4 + 2], hi, result[mm][i * 4 + 2]);
-                    result[mm][i * 4 + 3] = fmaf(accum[mm][i * 4 + 3], hi, result[mm][i * 4 + 3]);
+                    const F32x2 col = ld_shared_f32x2(sfb_stage + i * 32);
+#pragma unroll
+                    for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
+                        result[mm][i * 4 + 0] = fmaf(accum[mm][i * 4 + 0], scale[mm][0] * col.x, result[mm][i * 4 + 0]);
+                        result[mm][i * 4 + 1] = fmaf(accum[mm][i * 4 + 1], scale[mm][0] * col.y, result[mm][i * 4 + 1]);
+                        result[mm][i * 4 + 2] = fmaf(accum[mm][i * 4 + 2], scale[mm][1] * col.x, result[mm][i * 4 + 2]);
+                        result[mm][i * 4 + 3] = fmaf(accum[mm][i * 4 + 3], scale[mm][1] * col.y, result[mm][i * 4 + 3]);
+                    }
+                }
+                release(s);
+            } else {
+                // The MMAs have read the stage: hand it back to the producer, then promote:
+                // result += accum * scale_a[row] * scale_b[block].
+                release(s);
+#pragma unroll
+                for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
+#pragma unroll
+                    for (int i = 0; i < kBlockN / 8; ++i) {
+                        const bool first = T::kSingleSfb || i * 8 < boundary;
+                        const float lo = first ? scale[mm][0] : scale[mm][2];
+                        const float hi = first ? scale[mm][1] : scale[mm][3];
+                        result[mm][i * 4 + 0] = fmaf(accum[mm][i * 4 + 0], lo, result[mm][i * 4 + 0]);
+                        result[mm][i * 4 + 1] = fmaf(accum[mm][i * 4 + 1], lo, result[mm][i * 4 + 1]);
+                        result[mm][i * 4 + 2] = fmaf(accum[mm][i * 4 + 2], hi, result[mm][i * 4 + 2]);
+                        result[mm][i * 4 + 3] = fmaf(accum[mm][i * 4 + 3], hi, result[mm][i * 4 + 3]);
+                    }
                 }
             }
         };
@@ -200,24 +240,48 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
         // (a move would wait for the load and put its latency back on the chain).
         SfbPair sb_even = load_sfb(0), sb_odd;
 #pragma unroll 1
-        for (int kb = 0; kb + 1 < T::kNumKBlocks; kb += 2) {
+        for (int kb = 0; kb + 1 < num_kb; kb += 2) {
             k_block(kb, sb_even, sb_odd);
             k_block(kb + 1, sb_odd, sb_even);
         }
-        if constexpr (T::kNumKBlocks % 2 == 1) k_block(T::kNumKBlocks - 1, sb_even, sb_odd);
+        if (num_kb % 2 == 1) k_block(num_kb - 1, sb_even, sb_odd);
 
-        // Epilogue. A masked group's last block may end inside this warpgroup's rows, and the rows past
-        // the group's count must stay untouched: such a block is stored row by row from the registers.
-        const int wg_row = m_start + static_cast<int>(wg * T::kWGRows);
-        const bool by_rows = kLayout == kLayoutMasked && wg_row + T::kWGRows > tile.row_end;
-        if (by_rows) {
+        const int wg_row = tile.d_row + static_cast<int>(wg * T::kWGRows);
+        if constexpr (kWgrad) {
+            // FP32 D = C + result (C absent: D = result), each thread its own elements (C may be D: each
+            // element is read before the same thread writes it).
+            float* d = static_cast<float*>(d_ptr);
 #pragma unroll
             for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const int row = wg_row + mm * 64 + static_cast<int>(row_in_wg) + h * 8;
-                    if (row >= tile.row_end) continue;
-                    uint16_t* out = d_ptr + row * ld_d + n_start + col_in_8;
+                    if (row >= tile.d_row_end) continue;
+#pragma unroll
+                    for (int i = 0; i < kBlockN / 8; ++i) {
+                        const int col = n_start + i * 8 + static_cast<int>(col_in_8);
+                        if (col < kN) {
+                            const F32x2 c = c_ptr != nullptr ? ld_global_f32x2(c_ptr + row * ld_c + col) : F32x2{0.0f, 0.0f};
+                            st_global_f32x2(d + row * ld_d + col, c.x + result[mm][i * 4 + h * 2],
+                                            c.y + result[mm][i * 4 + h * 2 + 1]);
+                        }
+                    }
+                }
+            }
+            continue;
+        }
+        // A masked group's last block may end inside this warpgroup's rows, and the rows past the group's
+        // count must stay untouched: such a block is stored row by row from the registers.
+        const bool by_rows = kLayout == kLayoutMasked && wg_row + T::kWGRows > tile.d_row_end;
+        if (by_rows) {
+            uint16_t* d = static_cast<uint16_t*>(d_ptr);
+#pragma unroll
+            for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = wg_row + mm * 64 + static_cast<int>(row_in_wg) + h * 8;
+                    if (row >= tile.d_row_end) continue;
+                    uint16_t* out = d + row * ld_d + n_start + col_in_8;
 #pragma unroll
                     for (int i = 0; i < kBlockN / 8; ++i) {
                         if (n_start + i * 8 + static_cast<int>(col_in_8) < kN)
@@ -249,7 +313,7 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
         }
         fence_proxy_async_shared();
         named_barrier_sync(1 + wg, 128);
-        if (leader && wg_row < tile.row_end && n_start < kN) {
+        if (leader && wg_row < tile.d_row_end && n_start < kN) {
             constexpr int kSpanCols = kDSpan / 2;
 #pragma unroll
             for (int span = 0; span < kBlockN / kSpanCols; ++span) {
@@ -263,23 +327,29 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
 }
 
 // `tmap_sfa` covers the A scales in the M-major layout: a row of M floats per k-block (rows 16-byte
-// aligned; masked: the groups' k-blocks one after another), loaded in boxes of BLOCK_M x 1. `m` is the
-// number of rows (masked: per group), `grouped_layout` m_indices or masked_m, `d_ptr`/`ld_d` D for the
-// row-by-row stores of masked blocks.
-template <int kLayout, int kN, int kK, int kBlockM, int kBlockN, int kNumStages, int kGroupN, int kDSpan, int kPair>
+// aligned; masked: the groups' k-blocks one after another), loaded in boxes of BLOCK_M x 1; `tmap_sfb`
+// the weight gradient's B scales likewise (N-major). `m` is the number of rows (masked, K-grouped: per
+// group), `grouped_layout` m_indices, masked_m or the K-grouped groups' K, `d_ptr`/`ld_d` D for the stores
+// done from the registers, `c_ptr`/`ld_c` the weight gradient's C, `group_maps` (K-grouped) the groups'
+// maps of A and B, two per group, in global memory.
+template <int kLayout, int kN, int kK, int kBlockM, int kBlockN, int kNumStages, int kGroupN, int kDSpan, int kPair,
+          bool kWgrad>
 __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const TensorMap& tmap_b,
                                                  const TensorMap& tmap_d, const TensorMap& tmap_sfa,
-                                                 const float* __restrict__ sfb, int m, const int* grouped_layout,
-                                                 int num_groups, uint16_t* d_ptr, int64_t ld_d) {
-    using T = Fp8GemmTraits<kN, kK, kBlockM, kBlockN, kNumStages, kGroupN, kDSpan, kPair>;
-    using Scheduler = TileScheduler<kLayout, kBlockM, kBlockN, T::kNumNBlocks, T::kNumKBlocks, kGroupN, kPair>;
+                                                 const TensorMap& tmap_sfb, const float* __restrict__ sfb, int m,
+                                                 const int* grouped_layout, int num_groups, void* d_ptr, int64_t ld_d,
+                                                 const float* c_ptr, int64_t ld_c, const TensorMap* group_maps) {
+    using T = Fp8GemmTraits<kN, kK, kBlockM, kBlockN, kNumStages, kGroupN, kDSpan, kPair, kWgrad>;
+    using Scheduler = TileScheduler<kLayout, kBlockM, kBlockN, T::kNumNBlocks, T::kNumKBlocks, kGroupN, kPair, kN>;
+    static_assert(kLayout != kLayoutKGrouped || kWgrad, "the K-grouped layout is a weight gradient");
 
     extern __shared__ __align__(1024) uint8_t smem[];
     uint8_t* smem_d = smem;
     uint8_t* smem_a = smem_d + T::kSmemD;
     uint8_t* smem_b = smem_a + kNumStages * T::kSmemA;
     uint8_t* smem_sfa = smem_b + kNumStages * T::kSmemB;
-    uint64_t* full = reinterpret_cast<uint64_t*>(smem_sfa + kNumStages * T::kSmemSfa);
+    uint8_t* smem_sfb = smem_sfa + kNumStages * T::kSmemSfa;
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem_sfb + kNumStages * T::kSmemSfbSlot);
     uint64_t* empty = full + kNumStages;
 
     const uint32_t warp = warp_id();
@@ -289,8 +359,8 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const 
     if (warp == kProducerWarp && lane == 0) {
         prefetch_tensor_map(&tmap_a);
         prefetch_tensor_map(&tmap_b);
-        prefetch_tensor_map(&tmap_d);
         prefetch_tensor_map(&tmap_sfa);
+        if constexpr (kWgrad) prefetch_tensor_map(&tmap_sfb); else prefetch_tensor_map(&tmap_d);
         for (int s = 0; s < kNumStages; ++s) {
             mbarrier_init(&full[s], 1);
             // One arrival per math warp of every CTA that reads this stage's multicast data.
@@ -310,37 +380,47 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const 
         if (warp == kProducerWarp && elect_one()) {
             uint32_t it = 0;
             while (scheduler.next_tile(tile)) {
-                const int b_row = tile.group * kN + tile.n_block * kBlockN;
-                for (int kb = 0; kb < T::kNumKBlocks; ++kb, ++it) {
+                const int num_kb = kLayout == kLayoutKGrouped ? tile.num_kb : T::kNumKBlocks;
+                // K-grouped: each group's A_g [M, k_g] and B_g [N, k_g] has its own map (its own row
+                // stride), made on the host and read from global memory; K restarts at 0 in each.
+                const TensorMap* map_a = kLayout == kLayoutKGrouped ? group_maps + 2 * tile.group : &tmap_a;
+                const TensorMap* map_b = kLayout == kLayoutKGrouped ? group_maps + 2 * tile.group + 1 : &tmap_b;
+                const int k_first = kLayout == kLayoutKGrouped ? 0 : tile.kb0;
+                for (int kb = 0; kb < num_kb; ++kb, ++it) {
                     const uint32_t s = it % kNumStages;
                     const uint32_t phase = (it / kNumStages) & 1;
                     mbarrier_wait(&empty[s], phase ^ 1);
                     // Out-of-bounds parts of a box are zero-filled and still counted in the bytes.
-                    mbarrier_arrive_expect_tx(&full[s], T::kSmemA + T::kSmemB + T::kSmemSfa);
-                    const int k0 = kb * T::kBlockK;
+                    mbarrier_arrive_expect_tx(&full[s], T::kStageBytes);
+                    const int k0 = (k_first + kb) * T::kBlockK;
                     if constexpr (kPair == kPairN) {
                         const int half = scheduler.rank * T::kHalfRowsA;
-                        tma_load_2d_multicast(&tmap_a, &full[s], smem_a + s * T::kSmemA + half * T::kBlockK, k0,
-                                              tile.row + half, 0x3);
+                        tma_load_2d_multicast(map_a, &full[s], smem_a + s * T::kSmemA + half * T::kBlockK, k0,
+                                              tile.a_row + half, 0x3);
                     } else {
-                        tma_load_2d(&tmap_a, &full[s], smem_a + s * T::kSmemA, k0, tile.row);
+                        tma_load_2d(map_a, &full[s], smem_a + s * T::kSmemA, k0, tile.a_row);
                     }
                     if constexpr (kPair == kPairM) {
                         const int half = scheduler.rank * T::kHalfRowsB;
-                        tma_load_2d_multicast(&tmap_b, &full[s], smem_b + s * T::kSmemB + half * T::kBlockK, k0,
-                                              b_row + half, 0x3);
+                        tma_load_2d_multicast(map_b, &full[s], smem_b + s * T::kSmemB + half * T::kBlockK, k0,
+                                              tile.b_row + half, 0x3);
                     } else {
-                        tma_load_2d(&tmap_b, &full[s], smem_b + s * T::kSmemB, k0, b_row);
+                        tma_load_2d(map_b, &full[s], smem_b + s * T::kSmemB, k0, tile.b_row);
                     }
                     // A scales are per row, so each CTA of a pair loads its own (never multicast).
-                    tma_load_2d(&tmap_sfa, &full[s], smem_sfa + s * T::kSmemSfa, tile.sfa_row, tile.sfa_kb0 + kb);
+                    tma_load_2d(&tmap_sfa, &full[s], smem_sfa + s * T::kSmemSfa, tile.sfa_row,
+                                tile.sfa_kb0 + tile.kb0 + kb);
+                    if constexpr (kWgrad)
+                        tma_load_2d(&tmap_sfb, &full[s], smem_sfb + s * T::kSmemSfbSlot, tile.n_block * kBlockN,
+                                    tile.kb0 + kb);
                 }
             }
         }
         __syncwarp();
     } else {
-        fp8_gemm_math<T, Scheduler, kLayout, kBlockM, kBlockN, kNumStages, kDSpan, kN>(
-            scheduler, smem_d, smem_a, smem_b, smem_sfa, full, empty, tmap_d, sfb, d_ptr, ld_d, warp, lane);
+        fp8_gemm_math<T, Scheduler, kLayout, kBlockM, kBlockN, kNumStages, kDSpan, kN, kWgrad>(
+            scheduler, smem_d, smem_a, smem_b, smem_sfa, smem_sfb, full, empty, tmap_d, sfb, d_ptr, ld_d, c_ptr, ld_c,
+            warp, lane);
     }
     // No CTA may leave while its peer can still multicast into it or arrive on its barriers.
     if constexpr (T::kCluster > 1) cluster_sync();

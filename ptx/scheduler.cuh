@@ -11,38 +11,46 @@
 //   padding (-1) or a bad index - are skipped: no loads, no math, no stores.
 // - masked (MoE decode): `groups` slices of m_max rows each; group g's first masked_m[g] rows (clamped to
 //   [0, m_max]) are valid. Only blocks holding valid rows are visited.
+// - K-grouped (MoE weight gradient): every group is a full M x N output (D[g] stacked along rows) over
+//   its own range of K: group g's K is ks[g] (a multiple of 128), the groups' ranges follow one another
+//   in A and B. Groups with no K are skipped.
 #pragma once
 #include "common.cuh"
 
 namespace dgx {
 
 enum PairDim : int { kPairNone = 0, kPairN = 1, kPairM = 2 };
-enum GemmLayout : int { kLayoutDense = 0, kLayoutContiguous = 1, kLayoutMasked = 2 };
+enum GemmLayout : int { kLayoutDense = 0, kLayoutContiguous = 1, kLayoutMasked = 2, kLayoutKGrouped = 3 };
 
 // One tile, as the producer and the math warpgroups both need it.
 struct Tile {
-    int row;        // first row of the tile in the 2-D view of A and D
-    int row_end;    // rows at or past this one are not stored (end of M, or of the group's valid rows)
+    int a_row;      // first row of the tile in the 2-D view of A
+    int b_row;      // first row of the tile in the 2-D view of B (groups stacked along N)
+    int d_row;      // first row of the tile in the 2-D view of D
+    int d_row_end;  // rows of D at or past this one are not stored (end of M, or of the group's rows)
     int n_block;
     int group;
     int sfa_row;    // M coordinate of the tile in the A-scale tensor map
-    int sfa_kb0;    // k-block offset of the group in the A-scale tensor map (masked: group * k-blocks)
+    int sfa_kb0;    // extra k-block offset in the A-scale tensor map (masked: group * k-blocks)
+    int kb0;        // first k-block of the tile's K range (K-grouped: the group's)
+    int num_kb;     // k-blocks of that range (the kernel's K unless K-grouped)
 };
 
-template <int kLayout, int kBlockM, int kBlockN, int kNumNBlocks, int kNumKBlocks, int kGroupN, int kPair>
+template <int kLayout, int kBlockM, int kBlockN, int kNumNBlocks, int kNumKBlocks, int kGroupN, int kPair, int kN>
 struct TileScheduler {
     static_assert(kGroupN >= 1, "a raster band holds at least one unit");
     static_assert(kLayout == kLayoutDense || kPair == kPairNone, "multicast pairs are for dense GEMMs only");
     static constexpr int kCluster = kPair == kPairNone ? 1 : 2;
     static constexpr int kNumNUnits = kPair == kPairN ? (kNumNBlocks + 1) / 2 : kNumNBlocks;
 
-    const int* __restrict__ layout;  // m_indices (contiguous) or masked_m (masked)
-    int m;                           // dense / contiguous: rows; masked: m_max, rows per group
+    const int* __restrict__ layout;  // m_indices (contiguous), masked_m (masked) or ks (K-grouped)
+    int m;                           // dense / contiguous: rows; masked: m_max, rows per group; K-grouped: M
     int num_groups;
     int next;
     int stride;
     int rank;
-    // Masked: the group `next` falls in, and the units of the groups before it.
+    // Masked: the group `next` falls in, and the units of the groups before it. K-grouped: the group
+    // whose K offset is known, and that offset in k-blocks.
     int group = 0;
     int units_before = 0;
     int group_rows = 0;
@@ -55,6 +63,9 @@ struct TileScheduler {
         rank = blockIdx.x % kCluster;
         if constexpr (kLayout == kLayoutMasked) group_rows = masked_rows(0);
     }
+
+    // Rows of B per group (groups of B are stacked along N).
+    DGX_DEVICE static constexpr int n_extent() { return kN; }
 
     DGX_DEVICE int masked_rows(int g) const {
         return g < num_groups ? min(max(ld_global_nc_s32(layout + g), 0), m) : 0;
@@ -85,13 +96,38 @@ struct TileScheduler {
             int mu, nu;
             raster(next - units_before, ceil_div(group_rows, kBlockM), mu, nu);
             next += stride;
-            t.row = group * m + mu * kBlockM;
-            t.row_end = group * m + group_rows;
+            t.a_row = t.d_row = group * m + mu * kBlockM;
+            t.d_row_end = group * m + group_rows;
             t.n_block = nu;
+            t.b_row = group * n_extent() + nu * kBlockN;
             t.group = group;
             t.sfa_row = mu * kBlockM;
             t.sfa_kb0 = group * kNumKBlocks;
+            t.kb0 = 0;
+            t.num_kb = kNumKBlocks;
             return true;
+        } else if constexpr (kLayout == kLayoutKGrouped) {
+            const int per_group = ceil_div(m, kBlockM) * kNumNUnits;
+            for (; next < per_group * num_groups; next += stride) {
+                const int g = next / per_group;
+                for (; group < g; ++group) units_before += ld_global_nc_s32(layout + group) / 128;
+                const int num_kb = ld_global_nc_s32(layout + g) / 128;
+                if (num_kb <= 0) continue;  // nothing to add to this group's D
+                int mu, nu;
+                raster(next - g * per_group, ceil_div(m, kBlockM), mu, nu);
+                t.a_row = t.sfa_row = mu * kBlockM;
+                t.d_row = g * m + mu * kBlockM;
+                t.d_row_end = g * m + m;
+                t.n_block = nu;
+                t.b_row = nu * kBlockN;
+                t.group = g;
+                t.sfa_kb0 = 0;
+                t.kb0 = units_before;
+                t.num_kb = num_kb;
+                next += stride;
+                return true;
+            }
+            return false;
         } else {
             const int num_m_blocks = ceil_div(m, kBlockM);
             const int num_m_units = kPair == kPairM ? (num_m_blocks + 1) / 2 : num_m_blocks;
@@ -101,15 +137,17 @@ struct TileScheduler {
                 raster(next, num_m_units, mu, nu);
                 const int m_block = kPair == kPairM ? mu * 2 + rank : mu;
                 t.n_block = kPair == kPairN ? nu * 2 + rank : nu;
-                t.row = m_block * kBlockM;
-                t.row_end = m;
-                t.sfa_row = t.row;
+                t.a_row = t.d_row = t.sfa_row = m_block * kBlockM;
+                t.d_row_end = m;
                 t.sfa_kb0 = 0;
+                t.kb0 = 0;
+                t.num_kb = kNumKBlocks;
                 t.group = 0;
                 if constexpr (kLayout == kLayoutContiguous) {
-                    t.group = ld_global_nc_s32(layout + t.row);
+                    t.group = ld_global_nc_s32(layout + t.a_row);
                     if (t.group < 0 || t.group >= num_groups) continue;  // padding or a bad index
                 }
+                t.b_row = t.group * n_extent() + t.n_block * kBlockN;
                 next += stride;
                 return true;
             }

@@ -46,3 +46,23 @@ dgx.m_grouped_fp8_gemm_nt_masked(a_q, b_q, d, masked_m, 40)
 torch.cuda.synchronize()
 assert torch.isnan(d[2, 41:]).all() and not torch.isnan(d[1]).any()
 print("ok masked")
+
+# Weight gradients: dense FP32 accumulate in place, and K-grouped with an empty group.
+a_q = dgx.per_token_cast_to_fp8(torch.randn(136, 384, device="cuda", dtype=torch.bfloat16))
+b_q = dgx.per_token_cast_to_fp8(torch.randn(72, 384, device="cuda", dtype=torch.bfloat16))
+d = torch.randn(136, 72, device="cuda")
+dgx.fp8_gemm_nt(a_q, b_q, d, c=d)
+torch.cuda.synchronize()
+print("ok wgrad")
+
+ks = [256, 0, 128]
+a16 = torch.randn(72, sum(ks), device="cuda", dtype=torch.bfloat16)
+b16 = torch.randn(136, sum(ks), device="cuda", dtype=torch.bfloat16)
+(aq, sfa), (bq, sfb) = dgx.per_token_cast_to_fp8(a16), dgx.per_token_cast_to_fp8(b16)
+a_flat = torch.cat([aq[:, 0:256].reshape(-1), aq[:, 256:384].reshape(-1)])
+b_flat = torch.cat([bq[:, 0:256].reshape(-1), bq[:, 256:384].reshape(-1)])
+d = torch.zeros(3, 72, 136, device="cuda")
+dgx.k_grouped_fp8_gemm_nt_contiguous((a_flat, sfa), (b_flat, sfb), d, ks)
+torch.cuda.synchronize()
+assert torch.equal(d[1], torch.zeros_like(d[1]))
+print("ok k_grouped")

@@ -188,12 +188,14 @@ def test_cache_import_refuses_bad_bundles(runner, tmp_cache, tmp_path):
 # --- inspect --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind, groups", [("contiguous", 4), ("masked", 8)])
+@pytest.mark.parametrize("kind, groups", [("contiguous", 4), ("masked", 8), ("wgrad", 1), ("k_grouped", 4)])
 def test_inspect_grouped_kinds(runner, tmp_cache, kind, groups):
     result = runner.invoke(cli.main, ["inspect", "--gemm", "256", "512", "256", "--kind", kind, "--groups", str(groups), "--json"])
     assert result.exit_code == 0, result.output
     (report,) = json.loads(result.stdout)
-    assert report["kernel"].startswith(f"dgx_fp8_gemm_nt_{kind}_n512_k256") and report["qgmma"] > 0
+    prefix = {"wgrad": "dgx_fp8_gemm_nt_wgrad_n512_k256", "k_grouped": "dgx_fp8_gemm_nt_k_grouped_n512_k0"}.get(
+        kind, f"dgx_fp8_gemm_nt_{kind}_n512_k256")
+    assert report["kernel"].startswith(prefix) and report["qgmma"] > 0
     assert report["spill_instructions"] == 0
 
 
@@ -202,8 +204,6 @@ def test_inspect_usage_errors(runner, tmp_cache):
     assert result.exit_code == 2 and "exactly one of --cubin, --key, --gemm" in result.output
     result = runner.invoke(cli.main, ["inspect", "--gemm", "64", "2112", "7168", "--key", "abcdef12"])
     assert result.exit_code == 2
-    result = runner.invoke(cli.main, ["inspect", "--gemm", "64", "4096", "7168", "--kind", "k_grouped"])
-    assert result.exit_code == 1 and "not available yet" in result.output
     result = runner.invoke(cli.main, ["inspect", "--key", "0123456789abcdef"])
     assert result.exit_code == 1 and "no kernel" in result.output
 
@@ -242,21 +242,24 @@ def test_warmup_tiny_shapes_twice(runner, tmp_cache, tmp_path, fresh_jit):
             [
                 {"kind": "dense", "n": 256, "k": 256, "max_m": 1024},
                 {"kind": "m_grouped_contiguous", "n": 256, "k": 256, "groups": 4, "max_m": 512},
-                {"kind": "wgrad", "n": 256, "k": 256},
+                {"kind": "wgrad", "n": 256, "k": 256, "max_m": 256},
             ]
         )
     )
     from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS
-    from dgx.warmup import dense_configs, grouped_configs
+    from dgx.warmup import dense_configs, grouped_configs, wgrad_configs
 
-    expected = len(dense_configs(256, 256, 1024, 132)) + len(grouped_configs(LAYOUT_CONTIGUOUS, 256, 256, 4, 512, 132))
-    assert expected >= 3  # both kinds contribute
+    expected = (
+        len(dense_configs(256, 256, 1024, 132))
+        + len(grouped_configs(LAYOUT_CONTIGUOUS, 256, 256, 4, 512, 132))
+        + len(wgrad_configs(256, 256, 1, 256, 132, False))
+    )
+    assert expected >= 4  # every kind contributes
     result = runner.invoke(cli.main, ["warmup", "--shapes", str(shapes), "--json", "-j", "2"])
     assert result.exit_code == 0, result.output
     first = json.loads(result.stdout)
     assert set(first) == {"kernels", "compiled", "cached", "failed", "seconds"}
     assert (first["kernels"], first["compiled"], first["cached"], first["failed"]) == (expected, expected, 0, 0)
-    assert "kind wgrad: no kernel yet" in result.stderr
 
     result = runner.invoke(cli.main, ["warmup", "--shapes", str(shapes), "--json"])
     assert result.exit_code == 0, result.output

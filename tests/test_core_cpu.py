@@ -110,6 +110,8 @@ REPRESENTATIVE = [
     GemmConfig(n=4096, k=7168, block_m=256, block_n=80, stages=4, pair=PAIR_M),  # BLOCK_M 256, shares B
     GemmConfig(n=4096, k=7168, block_m=128, block_n=128, stages=5, layout=LAYOUT_CONTIGUOUS),  # MoE contiguous
     GemmConfig(n=7168, k=2048, block_m=64, block_n=160, stages=7, layout=LAYOUT_MASKED),  # MoE masked
+    GemmConfig(n=2112, k=4096, block_m=128, block_n=128, stages=6, wgrad=True),  # weight gradient, FP32 out
+    GemmConfig(n=4096, k=0, block_m=128, block_n=128, stages=6, layout=3, wgrad=True),  # K-grouped weight gradient
 ]
 
 
@@ -323,7 +325,7 @@ def test_valid_inputs_pass_every_check(no_launch):
         (dict(A=_view((M, K), "bfloat16")), TypeError, "A: expected dtype float8_e4m3fn; got bfloat16"),
         (dict(B=_view((N, K), "float32", ptr=BASE + 0x200000)), TypeError, "B: expected dtype float8_e4m3fn"),
         (dict(SFA=_view((M, K // 128), "bfloat16", ptr=BASE + 0x100000)), TypeError, "SFA: expected dtype float32"),
-        (dict(d=_view((M, N), "float32", ptr=BASE + 0x400000)), TypeError, "d: expected dtype bfloat16"),
+        (dict(d=_view((M, N), "int32", ptr=BASE + 0x400000)), TypeError, "d: expected dtype bfloat16"),
         (dict(A=_view((1, M, K), "float8_e4m3fn")), ValueError, "A: expected a 2-D tensor"),
         (dict(B=_view((N, K + 128), "float8_e4m3fn", ptr=BASE + 0x200000)), ValueError, f"B: expected K = {K}"),
         (dict(d=_view((M, N + 8), "bfloat16", ptr=BASE + 0x400000)), ValueError, f"d: expected shape ({M}, {N})"),
@@ -412,7 +414,7 @@ def test_sfa_tma_layout(shape, strides, ptr, expect):
 
 def test_unreadable_sfa_layout_of_non_torch_tensor_raises_before_planning(no_launch):
     odd = _view((M, K // 128), "float32", strides=(1, M + 1), ptr=BASE + 0x100000)
-    with pytest.raises(ValueError, match="SFA: expected the TMA-aligned M-major layout"):
+    with pytest.raises(ValueError, match="SFA: expected the TMA-aligned MN-major layout"):
         gemm.fp8_gemm_nt(*_inputs(SFA=odd))
 
 

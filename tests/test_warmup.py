@@ -196,9 +196,8 @@ def test_plan_dedupes_and_reports_skipped_kinds():
             {"kind": "dense", "n": 256, "k": 256, "max_m": 64},  # a subset of them
             {"kind": "m_grouped_masked", "n": 256, "k": 256, "groups": 2, "max_m": 256},
             {"kind": "m_grouped_masked", "n": 256, "k": 256, "groups": 2, "max_m": 128},  # a subset
-            {"kind": "k_grouped", "n": 256, "k": 256, "groups": 2},
-            {"kind": "k_grouped", "n": 512, "k": 256, "groups": 4},
-            {"kind": "wgrad", "n": 256, "k": 256},
+            {"kind": "k_grouped", "n": 256, "k": 256, "groups": 2, "max_m": 256},
+            {"kind": "wgrad", "n": 256, "k": 256, "max_m": 256},
             {"kind": "m_grouped_contiguous", "n": 256, "k": 256, "groups": 2, "max_m": 256},
         ]
     )
@@ -208,20 +207,16 @@ def test_plan_dedupes_and_reports_skipped_kinds():
     grouped = [
         *warmup.grouped_configs(LAYOUT_MASKED, 256, 256, 2, 256, warmup.DEFAULT_NUM_SMS),
         *warmup.grouped_configs(LAYOUT_CONTIGUOUS, 256, 256, 2, 256, warmup.DEFAULT_NUM_SMS),
+        *warmup.wgrad_configs(256, 256, 2, 256, warmup.DEFAULT_NUM_SMS, True),
+        *warmup.wgrad_configs(256, 256, 1, 256, warmup.DEFAULT_NUM_SMS, False),
     ]
     assert {pk.source.name for pk in p2.kernels} == {c.kernel_name for c in [*expected, *grouped]}
     assert len({pk.key for pk in p2.kernels}) == len(p2.kernels)
-    small = next(pk for pk in p2.kernels if "bm64" in pk.source.name and "masked" not in pk.source.name
-                 and "contiguous" not in pk.source.name)
+    small = next(pk for pk in p2.kernels if "bm64" in pk.source.name and pk.source.name.startswith("dgx_fp8_gemm_nt_n"))
     assert "dense n=256 k=256 max_m=64" in small.used_by
     masked = [pk for pk in p2.kernels if "masked" in pk.source.name]
     assert masked and all(pk.used_by[0] == "m_grouped_masked n=256 k=256 groups=2 max_m=256" for pk in masked)
-    assert sorted(p2.skipped) == sorted(
-        [
-            "kind k_grouped: no kernel yet (2 entries skipped)",
-            "kind wgrad: no kernel yet (1 entry skipped)",
-        ]
-    )
+    assert p2.skipped == []  # every kind has kernels
     # Another arch or SM count is another plan; keys depend on the arch.
     p3 = warmup.plan(one, arch="sm_90")
     assert not {pk.key for pk in p3.kernels} & {pk.key for pk in p1.kernels}
@@ -241,11 +236,11 @@ def test_plan_argument_errors():
 
 
 def test_warmup_twice_then_strict_mode(tmp_cache, monkeypatch, fresh_jit, tmp_path):
-    specs = warmup.parse_shapes([TINY, {"kind": "wgrad", "n": 256, "k": 256}])
+    specs = warmup.parse_shapes([TINY])
     seen = []
     first = warmup.warmup(specs, jobs=2, progress=seen.append)
     assert first.to_json() | {"seconds": 0} == {"kernels": 2, "compiled": 2, "cached": 0, "failed": 0, "seconds": 0}
-    assert first.skipped == ["kind wgrad: no kernel yet (1 entry skipped)"]
+    assert first.skipped == []
     assert [p.done for p in seen] == [1, 2] and all(p.total == 2 for p in seen)
     assert len(jit.kernel_cache().entries()) == 2
 

@@ -9,9 +9,8 @@ from .. import jit
 from .wgmma_render import render_wgmma_e4m3
 
 PAIR_NONE, PAIR_N, PAIR_M = 0, 1, 2  # ptx/scheduler.cuh PairDim
-LAYOUT_DENSE, LAYOUT_CONTIGUOUS, LAYOUT_MASKED = 0, 1, 2  # ptx/scheduler.cuh GemmLayout
-LAYOUT_NAMES = {LAYOUT_DENSE: "dense", LAYOUT_CONTIGUOUS: "contiguous", LAYOUT_MASKED: "masked"}
-WARMUP_KINDS = {LAYOUT_DENSE: "dense", LAYOUT_CONTIGUOUS: "m_grouped_contiguous", LAYOUT_MASKED: "m_grouped_masked"}
+LAYOUT_DENSE, LAYOUT_CONTIGUOUS, LAYOUT_MASKED, LAYOUT_K_GROUPED = 0, 1, 2, 3  # ptx/scheduler.cuh GemmLayout
+LAYOUT_NAMES = {LAYOUT_DENSE: "dense", LAYOUT_CONTIGUOUS: "contiguous", LAYOUT_MASKED: "masked", LAYOUT_K_GROUPED: "k_grouped"}
 SMEM_LIMIT = 232448  # bytes of shared memory one block may use on Hopper (227 KB)
 BARRIER_BYTES = 16  # full + empty mbarrier per stage
 SFA_SLOT_BYTES_PER_ROW = 4  # A scales per stage: BLOCK_M floats
@@ -28,7 +27,8 @@ class GemmConfig:
     stages: int
     group_n: int = 16
     pair: int = PAIR_NONE  # 2-CTA clusters sharing A (PAIR_N) or B (PAIR_M) through TMA multicast
-    layout: int = LAYOUT_DENSE  # dense, or MoE groups along M: contiguous segments or masked slices
+    layout: int = LAYOUT_DENSE  # dense, MoE groups along M (contiguous segments, masked slices) or along K
+    wgrad: bool = False  # weight gradient: B scaled per row too, FP32 D = C + A.B^T
 
     def __post_init__(self) -> None:
         problems = validate_blocks(self.block_m, self.block_n, self.pair)
@@ -36,6 +36,10 @@ class GemmConfig:
             problems = problems or f"layout must be one of {sorted(LAYOUT_NAMES)}; got {self.layout}"
         elif self.layout != LAYOUT_DENSE and self.pair != PAIR_NONE:
             problems = problems or "multicast pairs are for dense GEMMs only"
+        elif self.wgrad and self.pair != PAIR_NONE:
+            problems = problems or "the weight gradient runs without multicast pairs"
+        elif (self.layout == LAYOUT_K_GROUPED) != self.wgrad and self.layout != LAYOUT_DENSE:
+            problems = problems or "the K-grouped layout is a weight gradient, the M-grouped ones are not"
         if problems:
             raise ValueError(f"invalid GEMM config {self}: {problems}")
         if self.smem_bytes > SMEM_LIMIT:
@@ -83,12 +87,21 @@ class GemmConfig:
 
     @property
     def smem_bytes(self) -> int:
-        return smem_bytes(self.block_m, self.block_n, self.stages)
+        return smem_bytes(self.block_m, self.block_n, self.stages, self.wgrad)
 
     @property
     def kernel_name(self) -> str:
         prefix = "dgx_fp8_gemm_nt" if self.layout == LAYOUT_DENSE else f"dgx_fp8_gemm_nt_{LAYOUT_NAMES[self.layout]}"
+        if self.wgrad and self.layout == LAYOUT_DENSE:
+            prefix += "_wgrad"
         return f"{prefix}_n{self.n}_k{self.k}_bm{self.block_m}_bn{self.block_n}_s{self.stages}_g{self.group_n}_p{self.pair}"
+
+    @property
+    def warmup_kind(self) -> str:
+        """The `dgx warmup` shapes-file kind that builds this kernel."""
+        if self.wgrad:
+            return "k_grouped" if self.layout == LAYOUT_K_GROUPED else "wgrad"
+        return {LAYOUT_DENSE: "dense", LAYOUT_CONTIGUOUS: "m_grouped_contiguous", LAYOUT_MASKED: "m_grouped_masked"}[self.layout]
 
     def describe(self) -> tuple[tuple[str, str], ...]:
         return (("family", "fp8_gemm_nt"),) + tuple((f.name, str(getattr(self, f.name))) for f in fields(self))
@@ -96,7 +109,7 @@ class GemmConfig:
     def render(self) -> jit.KernelSource:
         args = (
             f"{self.layout}, {self.n}, {self.k}, {self.block_m}, {self.block_n}, {self.stages}, {self.group_n}, {self.d_span}, "
-            f"{self.pair}"
+            f"{self.pair}, {'true' if self.wgrad else 'false'}"
         )
         source = (
             '#include "fp8_gemm.cuh"\n'
@@ -104,10 +117,11 @@ class GemmConfig:
             + f'extern "C" __global__ void __launch_bounds__({self.threads}, 1) {self.kernel_name}(\n'
             "    const __grid_constant__ dgx::TensorMap tmap_a, const __grid_constant__ dgx::TensorMap tmap_b,\n"
             "    const __grid_constant__ dgx::TensorMap tmap_d, const __grid_constant__ dgx::TensorMap tmap_sfa,\n"
-            "    const float* sfb, int m, const int* grouped_layout, int num_groups, unsigned short* d_ptr,\n"
-            "    long long ld_d) {\n"
-            f"  dgx::fp8_gemm_nt_body<{args}>(tmap_a, tmap_b, tmap_d, tmap_sfa, sfb, m, grouped_layout, num_groups,\n"
-            "                              d_ptr, ld_d);\n"
+            "    const __grid_constant__ dgx::TensorMap tmap_sfb, const float* sfb, int m, const int* grouped_layout,\n"
+            "    int num_groups, void* d_ptr, long long ld_d, const float* c_ptr, long long ld_c,\n"
+            "    const dgx::TensorMap* group_maps) {\n"
+            f"  dgx::fp8_gemm_nt_body<{args}>(tmap_a, tmap_b, tmap_d, tmap_sfa, tmap_sfb, sfb, m, grouped_layout,\n"
+            "                              num_groups, d_ptr, ld_d, c_ptr, ld_c, group_maps);\n"
             "}\n"
         )
         return jit.KernelSource(
@@ -115,7 +129,7 @@ class GemmConfig:
             source=source,
             dynamic_smem=self.smem_bytes,
             summary=self.describe(),
-            warmup_hint=f"--shapes FILE with {{\"kind\": \"{WARMUP_KINDS[self.layout]}\", \"n\": {self.n}, \"k\": {self.k}}}",
+            warmup_hint=f"--shapes FILE with {{\"kind\": \"{self.warmup_kind}\", \"n\": {self.n}, \"k\": {self.k}}}",
         )
 
 
@@ -127,8 +141,11 @@ def d_span_bytes(block_n: int) -> int:
     return 16
 
 
-def smem_bytes(block_m: int, block_n: int, stages: int) -> int:
+def smem_bytes(block_m: int, block_n: int, stages: int, wgrad: bool = False) -> int:
+    """Dynamic shared memory of a config (ptx/fp8_gemm.cuh Fp8GemmTraits::kSmemBytes)."""
     per_stage = block_m * 128 + block_n * 128 + block_m * SFA_SLOT_BYTES_PER_ROW + BARRIER_BYTES
+    if wgrad:  # B scales per stage (128-byte aligned slot); FP32 D is stored from the registers
+        return stages * (per_stage + -(-block_n * 4 // 128) * 128)
     return block_m * block_n * 2 + stages * per_stage
 
 

@@ -1,0 +1,232 @@
+"""Weight-gradient GEMMs: FP32 D = C + A . B^T with both operands scaled per row (1 x 128), dense or
+K-grouped (MoE: one output per expert, each over its own tokens along K), on the shared kernel."""
+
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+from .checks import (
+    ceil_div,
+    expect_dtype,
+    expect_ndim,
+    expect_nonnegative_strides,
+    expect_shape,
+    expect_tma_rows,
+    unpack_pair,
+    views_on_one_device,
+)
+from . import runtime
+from .device import get_num_sms
+from .gemm import DensePlan, Operands, launch_plan, pack_params, sfa_for_tma
+from .heuristics import choose_wgrad
+from .kernels.fp8_gemm import LAYOUT_DENSE, LAYOUT_K_GROUPED, GemmConfig
+from .runtime import Swizzle
+from .streams import resolve_stream
+from .tensors import TensorView, as_view, require_cuda
+
+_plans: dict[tuple, DensePlan] = {}
+_ks_tensors: dict[tuple, object] = {}
+_KS_CACHE_LIMIT = 64
+
+
+def _plan(layout: int, m: int, n: int, k: int, groups: int, device: int, config: GemmConfig | None) -> DensePlan:
+    num_sms = get_num_sms(device)
+    key = (layout, m, n, k, groups, device, num_sms, config)
+    plan = _plans.get(key)
+    if plan is None:
+        if config is None:
+            config = choose_wgrad(m, n, k, num_sms, layout, groups).config
+        elif not config.wgrad or config.layout != layout or config.n != n or (layout == LAYOUT_DENSE and config.k != k):
+            raise ValueError(f"config {config} does not fit a {'K-grouped ' if layout else ''}weight gradient with N={n}, K={k}")
+        plan = launch_plan(config, config.units(m) * groups, device, num_sms)
+        _plans[key] = plan
+    return plan
+
+
+def _expect_fp32_out(v: TensorView, name: str, shape: tuple[int, ...]) -> None:
+    expect_dtype(v, name, "float32")
+    expect_shape(v, name, shape)
+    expect_tma_rows(v, name)  # 16-byte aligned rows: the kernel moves two floats at a time
+
+
+def _c_view(c, dv: TensorView) -> TensorView | None:
+    if c is None:
+        return None
+    cv = as_view(c, "c")
+    require_cuda(cv, "c", dv.device)
+    _expect_fp32_out(cv, "c", tuple(dv.shape))
+    return cv
+
+
+def dense_fp32(SFA, SFB, c, views, *, stream=None, config: GemmConfig | None = None) -> None:
+    """fp8_gemm_nt with a float32 d (see there): D = C + A . B^T, SFA [M, KB] and SFB [N, KB] per row."""
+    av, sfav, bv, sfbv, dv = views
+    for v, name in ((av, "A"), (bv, "B"), (dv, "d"), (sfav, "SFA"), (sfbv, "SFB")):
+        expect_ndim(v, name, 2)
+    expect_dtype(av, "A", "float8_e4m3fn")
+    expect_dtype(bv, "B", "float8_e4m3fn")
+    expect_dtype(sfav, "SFA", "float32")
+    expect_dtype(sfbv, "SFB", "float32")
+    m, k = av.shape
+    n, kb = bv.shape
+    if kb != k:
+        raise ValueError(f"B: expected K = {k} columns like A; got shape {bv.shape}")
+    if k == 0:
+        raise ValueError("A: K must be positive; got K = 0")
+    _expect_fp32_out(dv, "d", (m, n))
+    cv = _c_view(c, dv)
+    expect_shape(sfav, "SFA", (m, ceil_div(k, 128)))
+    if tuple(sfbv.shape) != (n, ceil_div(k, 128)):
+        raise ValueError(
+            f"SFB: a float32 d selects the weight-gradient variant, which scales B per row: expected shape "
+            f"({n}, {ceil_div(k, 128)}); got {tuple(sfbv.shape)}"
+        )
+    if n % 8:
+        raise ValueError(f"B: N must be a multiple of 8; got N = {n}")
+    expect_tma_rows(av, "A")
+    expect_tma_rows(bv, "B")
+    expect_nonnegative_strides(sfav, "SFA")
+    expect_nonnegative_strides(sfbv, "SFB")
+    if m == 0 or n == 0:
+        return
+    if m >= 2**31:
+        raise ValueError(f"A: M must be below 2**31; got {m}")
+    device = av.device
+    sfav, sfa_tma, keep_a, s1 = sfa_for_tma(SFA, sfav, stream, device)
+    sfbv, sfb_tma, keep_b, s2 = sfa_for_tma(SFB, sfbv, stream, device, "SFB")
+    plan = _plan(LAYOUT_DENSE, m, n, k, 1, device, config)
+    launch_stream = s1 or s2 or resolve_stream(stream, device)
+    ops = Operands(av.ptr, m, av.strides[0], bv.ptr, n, bv.strides[0], dv.ptr, m, dv.strides[0], sfav.ptr, sfa_tma,
+                   sfbv.ptr, m, sfb_map=sfb_tma, c=cv.ptr if cv else 0, ldc=cv.strides[0] if cv else 0)
+    plan.launcher.launch(launch_stream, pack_params(plan.config, ops))
+    del keep_a, keep_b  # made on the launch stream: the allocator reuses them only after the kernel
+
+
+def _ks_on_device(ks: tuple[int, ...], device: int):
+    """The group sizes as an int32 tensor on `device` (made once per distinct ks; needs torch)."""
+    key = (device, ks)
+    t = _ks_tensors.get(key)
+    if t is None:
+        torch = sys.modules.get("torch")
+        if torch is None:
+            raise ValueError("ks_tensor: expected the group sizes as an int32 tensor on the GPU (torch is not "
+                             "loaded, so dgx cannot make one)")
+        t = torch.tensor(ks, dtype=torch.int32, device=f"cuda:{device}")
+        if len(_ks_tensors) >= _KS_CACHE_LIMIT:
+            _ks_tensors.clear()
+        _ks_tensors[key] = t
+    return t
+
+
+def k_grouped_fp8_gemm_nt_contiguous(a, b, d, ks: Sequence[int], ks_tensor=None, *, stream=None,
+                                     config: GemmConfig | None = None) -> None:
+    """d[g] += A_g . B_g^T for every group g, in one launch (MoE weight gradients).
+
+    Args:
+        a: (A, SFA): A float8_e4m3fn, 1-D of M x sum(ks) elements: the groups' A_g [M, k_g] (row-major,
+           K-contiguous) stored one after another; SFA float32 [M, sum(ks) / 128], one scale per row per
+           128 of K, the groups' scales stacked along K (layouts as in fp8_gemm_nt).
+        b: (B, SFB): B float8_e4m3fn, 1-D of N x sum(ks): the groups' B_g [N, k_g] likewise; SFB float32
+           [N, sum(ks) / 128].
+        d: float32 [G, M, N], accumulated in place.
+        ks: the K of each group (host ints, each a multiple of 128; 0 for an empty group, whose d[g] is
+            left as it is).
+        ks_tensor: the same values as int32 [G] on the GPU (the kernel reads them); made from `ks` (and
+            kept for reuse) when not given.
+    """
+    A, SFA = unpack_pair(a, "a")
+    B, SFB = unpack_pair(b, "b")
+    av, sfav, bv, sfbv, dv = views_on_one_device(((A, "A"), (SFA, "SFA"), (B, "B"), (SFB, "SFB"), (d, "d")))
+    try:
+        ks = tuple(int(x) for x in ks)
+    except (TypeError, ValueError):
+        raise TypeError(f"ks: expected a sequence of ints; got {type(ks).__name__}") from None
+    for g, kg in enumerate(ks):
+        if kg < 0 or kg % 128:
+            raise ValueError(f"ks[{g}]: expected a non-negative multiple of 128 (the scales are per 128 of K); got {kg}")
+    for v, name in ((av, "A"), (bv, "B")):
+        expect_ndim(v, name, 1)
+    for v, name in ((sfav, "SFA"), (sfbv, "SFB")):
+        expect_ndim(v, name, 2)
+    expect_ndim(dv, "d", 3)
+    expect_dtype(av, "A", "float8_e4m3fn")
+    expect_dtype(bv, "B", "float8_e4m3fn")
+    expect_dtype(sfav, "SFA", "float32")
+    expect_dtype(sfbv, "SFB", "float32")
+    groups = len(ks)
+    if groups == 0:
+        raise ValueError("ks: expected at least one group")
+    if dv.ndim != 3 or dv.shape[0] != groups:
+        raise ValueError(f"d: expected [G = {groups}, M, N]; got shape {dv.shape}")
+    _, m, n = dv.shape
+    k_total = sum(ks)
+    expect_shape(av, "A", (m * k_total,))
+    expect_shape(bv, "B", (n * k_total,))
+    for v, name in ((av, "A"), (bv, "B")):
+        if v.shape[0] > 1 and v.strides[0] != 1:
+            raise ValueError(f"{name}: expected a contiguous 1-D tensor; got strides {v.strides}")
+        if v.ptr % 16:
+            raise ValueError(f"{name}: TMA needs a 16-byte aligned base address; got 0x{v.ptr:x}")
+    _expect_fp32_out(dv, "d", (groups, m, n))
+    if groups > 1 and m * n and dv.strides[0] != m * dv.strides[1]:
+        raise ValueError(f"d: expected the groups stored one after another; got strides {dv.strides}")
+    expect_shape(sfav, "SFA", (m, k_total // 128))
+    expect_shape(sfbv, "SFB", (n, k_total // 128))
+    if n % 8:
+        raise ValueError(f"B: N must be a multiple of 8; got N = {n}")
+    expect_nonnegative_strides(sfav, "SFA")
+    expect_nonnegative_strides(sfbv, "SFB")
+    device = av.device
+    if ks_tensor is None:
+        ks_view = None
+    else:
+        ks_view = as_view(ks_tensor, "ks_tensor")
+        require_cuda(ks_view, "ks_tensor", device)
+        expect_dtype(ks_view, "ks_tensor", "int32")
+        expect_shape(ks_view, "ks_tensor", (groups,))
+        if groups > 1 and ks_view.strides[0] != 1:
+            raise ValueError(f"ks_tensor: expected a contiguous tensor; got strides {ks_view.strides}")
+    if m == 0 or n == 0 or k_total == 0:
+        return
+    if groups * m >= 2**31:
+        raise ValueError(f"d: groups x M must be below 2**31; got {groups} x {m}")
+    if ks_view is None:
+        ks_view = as_view(_ks_on_device(ks, device), "ks_tensor")
+    sfav, sfa_tma, keep_a, s1 = sfa_for_tma(SFA, sfav, stream, device)
+    sfbv, sfb_tma, keep_b, s2 = sfa_for_tma(SFB, sfbv, stream, device, "SFB")
+    typical_k = max(128, k_total // max(1, sum(1 for kg in ks if kg)))
+    plan = _plan(LAYOUT_K_GROUPED, m, n, typical_k, groups, device, config)
+    launch_stream = s1 or s2 or resolve_stream(stream, device)
+    # One map of A_g and one of B_g per group (their row strides differ), in device memory for the kernel.
+    cfg = plan.config
+    maps, offset = [], 0
+    for kg in ks:
+        if kg:
+            maps.append(runtime.encode_tensor_map_2d("uint8", av.ptr + m * offset, kg, m, kg, 128, cfg.box_rows_a, Swizzle.B128))
+            maps.append(runtime.encode_tensor_map_2d("uint8", bv.ptr + n * offset, kg, n, kg, 128, cfg.box_rows_b, Swizzle.B128))
+        else:
+            maps += [None, None]  # an empty group is never visited
+        offset += kg
+    group_maps = runtime.DeviceTensorMaps(maps, launch_stream)
+    first = next(kg for kg in ks if kg)  # the kernel's own A/B maps are unused here; keep them valid
+    ops = Operands(av.ptr, m, first, bv.ptr, n, first, dv.ptr, groups * m, dv.strides[1], sfav.ptr, sfa_tma,
+                   sfbv.ptr, m, ks_view.ptr, groups, sfb_map=sfb_tma, c=dv.ptr, ldc=dv.strides[1], k=first,
+                   group_maps=group_maps.address)
+    try:
+        plan.launcher.launch(launch_stream, pack_params(plan.config, ops))
+    finally:
+        group_maps.release()  # stream-ordered: after the kernel
+    del keep_a, keep_b
+
+
+def wgrad_gemm_fp8_fp8_fp32_nt(lhs, rhs, out) -> None:
+    """Legacy name: out += lhs . rhs^T (fp8_gemm_nt(lhs, rhs, out, c=out) with a float32 out)."""
+    from .gemm import fp8_gemm_nt
+
+    fp8_gemm_nt(lhs, rhs, out, c=out)
+
+
+def k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(lhs, rhs, out, batch_sizes) -> None:
+    """Legacy name of k_grouped_fp8_gemm_nt_contiguous(lhs, rhs, out, batch_sizes)."""
+    k_grouped_fp8_gemm_nt_contiguous(lhs, rhs, out, batch_sizes)

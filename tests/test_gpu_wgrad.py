@@ -1,0 +1,148 @@
+"""Weight-gradient GEMMs on the GPU: dense FP32 D = C + A.B^T (both operands per row) and K-grouped."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.gpu
+
+from dgx.torch_utils import dequantize, per_token_cast_to_fp8  # noqa: E402
+
+MAX_REL = 5e-4  # FP32 outputs: normwise against the float64 product of the dequantised inputs
+
+
+def _rel(out, ref):
+    return float((out.double() - ref).norm() / ref.norm().clamp(min=1e-30))
+
+
+def _rows(rows, k, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return per_token_cast_to_fp8(torch.randn(rows, k, device="cuda", dtype=torch.bfloat16, generator=g))
+
+
+@pytest.mark.parametrize("m, n, k", [(7168, 2112, 4096), (1536, 2048, 1024), (129, 136, 576), (64, 8, 128), (1000, 576, 7168)])
+@pytest.mark.parametrize("mode", ["accumulate_in_place", "separate_c", "no_c"])
+def test_dense_wgrad(m, n, k, mode):
+    import dgx
+
+    a, b = _rows(m, k, 1), _rows(n, k, 2)
+    ref = dequantize(*a, 1).double() @ dequantize(*b, 1).double().T
+    c = torch.randn(m, n, device="cuda", dtype=torch.float32)
+    if mode == "accumulate_in_place":
+        d = c.clone()
+        dgx.fp8_gemm_nt(a, b, d, c=d)
+        ref = ref + c.double()
+    elif mode == "separate_c":
+        d = torch.full((m, n), float("nan"), device="cuda")
+        dgx.fp8_gemm_nt(a, b, d, c=c)
+        ref = ref + c.double()
+    else:
+        d = torch.full((m, n), float("nan"), device="cuda")
+        dgx.fp8_gemm_nt(a, b, d)
+    torch.cuda.synchronize()
+    assert not torch.isnan(d).any()
+    assert _rel(d, ref) <= MAX_REL
+
+
+def test_wgrad_legacy_alias_accumulates():
+    import dgx
+
+    a, b = _rows(256, 512, 3), _rows(384, 512, 4)
+    out = torch.randn(256, 384, device="cuda")
+    ref = out.double() + dequantize(*a, 1).double() @ dequantize(*b, 1).double().T
+    dgx.wgrad_gemm_fp8_fp8_fp32_nt(a, b, out)
+    torch.cuda.synchronize()
+    assert _rel(out, ref) <= MAX_REL
+
+
+def _k_grouped_inputs(m, n, ks, seed=0):
+    """A and B as the groups' [M, k_g] / [N, k_g] matrices stored flat one after another; scales stacked."""
+    total = sum(ks)
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a16 = torch.randn(m, total, device="cuda", dtype=torch.bfloat16, generator=g)
+    b16 = torch.randn(n, total, device="cuda", dtype=torch.bfloat16, generator=g)
+    aq, sfa = per_token_cast_to_fp8(a16)
+    bq, sfb = per_token_cast_to_fp8(b16)
+    a_flat = torch.empty(m * total, dtype=aq.dtype, device="cuda")
+    b_flat = torch.empty(n * total, dtype=bq.dtype, device="cuda")
+    refs, off = [], 0
+    for kg in ks:
+        a_flat[m * off : m * (off + kg)].view(m, kg).copy_(aq[:, off : off + kg])
+        b_flat[n * off : n * (off + kg)].view(n, kg).copy_(bq[:, off : off + kg])
+        kb0, kb1 = off // 128, (off + kg) // 128
+        ra = dequantize(aq[:, off : off + kg], sfa[:, kb0:kb1], 1).double()
+        rb = dequantize(bq[:, off : off + kg], sfb[:, kb0:kb1], 1).double()
+        refs.append(ra @ rb.T)
+        off += kg
+    return (a_flat, sfa), (b_flat, sfb), refs
+
+
+@pytest.mark.parametrize(
+    "m, n, ks",
+    [
+        (7168, 4096, [4096] * 4),
+        (2048, 7168, [4096, 0, 8192, 128]),  # an empty group and a one-block group
+        (512, 256, [1280, 384, 0, 0, 640, 256, 128, 1024]),
+        (200, 136, [256]),  # one group
+    ],
+)
+def test_k_grouped(m, n, ks):
+    import dgx
+
+    a, b, refs = _k_grouped_inputs(m, n, ks)
+    c = torch.randn(len(ks), m, n, device="cuda")
+    d = c.clone()
+    ks_tensor = torch.tensor(ks, dtype=torch.int32, device="cuda")
+    dgx.k_grouped_fp8_gemm_nt_contiguous(a, b, d, ks, ks_tensor)
+    torch.cuda.synchronize()
+    for g, (kg, ref) in enumerate(zip(ks, refs)):
+        if kg == 0:
+            assert torch.equal(d[g], c[g]), f"group {g} has no K and must be left as it was"
+        else:
+            assert _rel(d[g], ref + c[g].double()) <= MAX_REL, f"group {g}"
+    # The legacy name, without a device copy of ks: made (and cached) by dgx.
+    d2 = c.clone()
+    dgx.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(a, b, d2, ks)
+    torch.cuda.synchronize()
+    assert torch.equal(d, d2)
+
+
+def test_k_grouped_graph_capture():
+    import dgx
+
+    m, n, ks = 256, 512, [512, 256, 384]
+    a, b, refs = _k_grouped_inputs(m, n, ks, seed=5)
+    ks_tensor = torch.tensor(ks, dtype=torch.int32, device="cuda")
+    d = torch.zeros(len(ks), m, n, device="cuda")
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        dgx.k_grouped_fp8_gemm_nt_contiguous(a, b, d, ks, ks_tensor)  # compile outside the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            dgx.k_grouped_fp8_gemm_nt_contiguous(a, b, d, ks, ks_tensor)
+    for _ in range(2):
+        d.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        for g, ref in enumerate(refs):
+            assert _rel(d[g], ref) <= MAX_REL
+
+
+def test_wgrad_input_checks():
+    import dgx
+
+    a, b = _rows(256, 512, 3), _rows(384, 512, 4)
+    d = torch.zeros(256, 384, device="cuda")
+    with pytest.raises(ValueError, match="scales B per row"):
+        dgx.fp8_gemm_nt(a, (b[0], torch.ones(3, 4, device="cuda")), d)
+    with pytest.raises(ValueError, match="c: expected shape"):
+        dgx.fp8_gemm_nt(a, b, d, c=torch.zeros(256, 383, device="cuda"))
+    with pytest.raises(ValueError, match="needs a float32 d"):
+        dgx.fp8_gemm_nt(a, b, torch.zeros(256, 384, device="cuda", dtype=torch.bfloat16), c=d)
+    ka, kb, _ = _k_grouped_inputs(128, 256, [256, 128])
+    dk = torch.zeros(2, 128, 256, device="cuda")
+    with pytest.raises(ValueError, match=r"ks\[1\]: expected a non-negative multiple of 128"):
+        dgx.k_grouped_fp8_gemm_nt_contiguous(ka, kb, dk, [256, 100])
+    with pytest.raises(ValueError, match="A: expected shape"):
+        dgx.k_grouped_fp8_gemm_nt_contiguous(ka, kb, dk, [256, 256])
+    with pytest.raises(ValueError, match="ks_tensor: expected shape"):
+        dgx.k_grouped_fp8_gemm_nt_contiguous(ka, kb, dk, [256, 128], torch.zeros(3, dtype=torch.int32, device="cuda"))
