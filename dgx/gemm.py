@@ -256,10 +256,20 @@ def _converted_sfa(sfa, stream, device: int, name: str = "SFA"):
             f"layouts are converted only for torch tensors, and this is a {type(sfa).__name__}"
         )
     launch_stream = resolve_stream(stream, device)
-    with torch.cuda.stream(torch.cuda.ExternalStream(launch_stream, device=sfa.device)):
+
+    def convert():
         out = get_mn_major_tma_aligned_tensor(sfa)
-        if out is sfa:  # already M-major but its base address is not 16-byte aligned
+        if out is sfa:  # already MN-major but its base address is not 16-byte aligned
             out = get_mn_major_tma_aligned_tensor(sfa.contiguous())
+        return out
+
+    if launch_stream == torch.cuda.current_stream(sfa.device).cuda_stream:
+        return convert(), launch_stream  # torch's own stream: its allocator orders the reuse of the copy
+    # Another stream: copy there, and tell the allocator the copy is in use on it.
+    external = torch.cuda.ExternalStream(launch_stream, device=sfa.device)
+    with torch.cuda.stream(external):
+        out = convert()
+    out.record_stream(external)
     return out, launch_stream
 
 

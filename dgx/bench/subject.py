@@ -77,10 +77,11 @@ def prepare_dgx(problem: Problem) -> Prepared:
     dgx = _import_dgx()
     t = problem.tensors
     s = problem.shape
-    # SFA in the TMA-aligned M-major layout the kernels read as they are (converted once, untimed).
+    # Per-row scales in the TMA-aligned MN-major layout the kernels read as they are (converted once,
+    # untimed): SFA always, SFB where B is scaled per row (the weight gradients).
     to_mn_major = getattr(dgx, "get_mn_major_tma_aligned_tensor", lambda sf: sf)
     a = (t["A"], to_mn_major(t["SFA"]))
-    b = (t["B"], t["SFB"])
+    b = (t["B"], to_mn_major(t["SFB"]) if s.suite in ("wgrad", "k_grouped") else t["SFB"])
     d = t["D"]
 
     def poison():
