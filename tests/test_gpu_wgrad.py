@@ -146,3 +146,21 @@ def test_wgrad_input_checks():
         dgx.k_grouped_fp8_gemm_nt_contiguous(ka, kb, dk, [256, 256])
     with pytest.raises(ValueError, match="ks_tensor: expected shape"):
         dgx.k_grouped_fp8_gemm_nt_contiguous(ka, kb, dk, [256, 128], torch.zeros(3, dtype=torch.int32, device="cuda"))
+
+
+def test_per_call_scale_conversion_under_allocator_churn():
+    """Row-major scales are copied into the MN-major layout on every call; with other allocations and
+    kernels in between, every result must still be right (the copy must not be reused too early)."""
+    import dgx
+
+    m, n, k = 512, 4096, 4096
+    a = per_token_cast_to_fp8(torch.randn(m, k, device="cuda", dtype=torch.bfloat16), mn_major=False)
+    b = per_token_cast_to_fp8(torch.randn(n, k, device="cuda", dtype=torch.bfloat16), mn_major=False)
+    ref = dequantize(*a, 1).double() @ dequantize(*b, 1).double().T
+    for i in range(20):
+        d = torch.zeros(m, n, device="cuda")
+        dgx.fp8_gemm_nt(a, b, d, c=d)
+        junk = [torch.randn(1 << 20, device="cuda") for _ in range(4)]  # reuse freed blocks right away
+        junk = [j.mul_(3) for j in junk]
+        torch.cuda.synchronize()
+        assert _rel(d, ref) <= MAX_REL, f"call {i}"
