@@ -97,7 +97,7 @@ class Operands(NamedTuple):
     sfb_map: SfaTma | None = None  # weight gradient: the per-row B scales (N-major), like SFA
     k: int = 0  # K extent of the A and B maps when it is not the config's
     group_maps: int = 0  # K-grouped: device address of the groups' maps of A and B
-    c: int = 0  # weight gradient: C (may be D)
+    c: int = 0  # weight gradient: nonzero when D holds C and the kernel adds to it (0: D is overwritten)
     ldc: int = 0
 
 
@@ -113,10 +113,12 @@ def pack_params(config: GemmConfig, ops: Operands) -> runtime.ParamPack:
         wg_rows = config.block_m // config.math_warpgroups
         sfa = ops.sfa_map
         tmap_sfa = runtime.encode_tensor_map_2d("float32", ops.sfa, sfa.m, sfa.kb, sfa.row_stride, config.block_m, 1)
-        if config.wgrad:  # FP32 D is written from the registers; B's scales get a map like A's
+        if config.wgrad:  # FP32 D (TMA reduce-add or store); B's scales get a map like A's
             sfb = ops.sfb_map
             tmap_sfb = runtime.encode_tensor_map_2d("float32", ops.sfb, sfb.m, sfb.kb, sfb.row_stride, config.block_n, 1)
-            tmap_d = tmap_sfa
+            tmap_d = runtime.encode_tensor_map_2d(
+                "float32", ops.d, n, ops.d_rows, ops.ldd * 4, span // 4, wg_rows, Swizzle(span if span > 16 else 0)
+            )
         else:
             tmap_d = runtime.encode_tensor_map_2d(
                 "bfloat16", ops.d, n, ops.d_rows, ops.ldd * 2, span // 2, wg_rows, Swizzle(span if span > 16 else 0)

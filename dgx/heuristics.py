@@ -170,7 +170,9 @@ def choose_grouped(layout: int, m: int, n: int, k: int, groups: int, num_sms: in
 
 
 def max_stages_wgrad(block_m: int, block_n: int) -> int:
-    return min(SMEM_LIMIT // smem_bytes(block_m, block_n, 1, wgrad=True), MAX_STAGES)
+    tile = smem_bytes(block_m, block_n, 0, wgrad=True)  # the FP32 output tile
+    per_stage = smem_bytes(block_m, block_n, 1, wgrad=True) - tile
+    return min((SMEM_LIMIT - tile) // per_stage, MAX_STAGES)
 
 
 @lru_cache(maxsize=4096)

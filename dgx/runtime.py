@@ -339,6 +339,21 @@ class Launcher:
             check(err, f"cuLaunchKernelEx({self.kernel.name})")
 
 
+def copy_rows(dst: int, dst_pitch: int, src: int, src_pitch: int, width: int, height: int, stream: int) -> None:
+    """Device-to-device copy of `height` rows of `width` bytes between pitched buffers, on `stream`."""
+    drv = _driver()
+    p = drv.CUDA_MEMCPY2D()
+    p.srcMemoryType = drv.CUmemorytype.CU_MEMORYTYPE_DEVICE
+    p.srcDevice = src
+    p.srcPitch = src_pitch
+    p.dstMemoryType = drv.CUmemorytype.CU_MEMORYTYPE_DEVICE
+    p.dstDevice = dst
+    p.dstPitch = dst_pitch
+    p.WidthInBytes = width
+    p.Height = height
+    check(drv.cuMemcpy2DAsync(p, drv.CUstream(stream)), "cuMemcpy2DAsync")
+
+
 _captured_host_buffers: list = []  # host sources of copies recorded into CUDA graphs: they must outlive them
 
 

@@ -97,8 +97,11 @@ def dense_fp32(SFA, SFB, c, views, *, stream=None, config: GemmConfig | None = N
     sfbv, sfb_tma, keep_b, s2 = sfa_for_tma(SFB, sfbv, stream, device, "SFB")
     plan = _plan(LAYOUT_DENSE, m, n, k, 1, device, config)
     launch_stream = s1 or s2 or resolve_stream(stream, device)
+    if cv is not None and (cv.ptr, cv.strides) != (dv.ptr, dv.strides):
+        runtime.copy_rows(dv.ptr, dv.strides[0] * 4, cv.ptr, cv.strides[0] * 4, n * 4, m, launch_stream)  # D = C
+    # The kernel adds to D (which now holds C) by TMA reductions, or stores into it when there is no C.
     ops = Operands(av.ptr, m, av.strides[0], bv.ptr, n, bv.strides[0], dv.ptr, m, dv.strides[0], sfav.ptr, sfa_tma,
-                   sfbv.ptr, m, sfb_map=sfb_tma, c=cv.ptr if cv else 0, ldc=cv.strides[0] if cv else 0)
+                   sfbv.ptr, m, sfb_map=sfb_tma, c=dv.ptr if cv is not None else 0, ldc=dv.strides[0])
     plan.launcher.launch(launch_stream, pack_params(plan.config, ops))
     del keep_a, keep_b  # made on the launch stream: the allocator reuses them only after the kernel
 

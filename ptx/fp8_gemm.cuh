@@ -7,8 +7,8 @@
 // and stores it with TMA while the producer already loads the next tile.
 //
 // The weight-gradient variant (kWgrad) scales B per row too (one scale per column of D per 128 of K,
-// loaded with TMA into each stage like A's) and writes FP32: D = C + A . B^T, read and written straight
-// from the registers. Its K-grouped layout runs each group over its own range of K.
+// loaded with TMA into each stage like A's) and writes FP32 D = C + A . B^T with TMA reduce-adds into D
+// (which holds C). Its K-grouped layout runs each group over its own range of K.
 #pragma once
 #include "cluster.cuh"
 #include "common.cuh"
@@ -45,8 +45,8 @@ struct Fp8GemmTraits {
     static constexpr int kAccum = kBlockN / 2;  // FP32 accumulators per thread per m64 MMA
     static constexpr int kMathThreads = kNumMathWG * 128;
     static constexpr int kThreads = kMathThreads + 128;
-    // The weight gradient stores FP32 from the registers and needs no staging tile.
-    static constexpr uint32_t kSmemD = kWgrad ? 0 : kBlockM * kBlockN * 2;
+    // The output tile is staged in shared memory for TMA: BF16, or FP32 for the weight gradient.
+    static constexpr uint32_t kSmemD = kBlockM * kBlockN * (kWgrad ? 4 : 2);
     static constexpr uint32_t kSmemA = kBlockM * kBlockK;
     static constexpr uint32_t kSmemB = kBlockN * kBlockK;
     // Scales travel with their stage: TMA loads the k-block's BLOCK_M floats of the M-major A scales
@@ -75,7 +75,7 @@ struct Fp8GemmTraits {
     // Tiles start at multiples of BLOCK_N, so the worst offset inside a 128 block is 128 - gcd(BLOCK_N, 128).
     static constexpr int kGcd128 = (kBlockN & -kBlockN) < 128 ? (kBlockN & -kBlockN) : 128;
     static_assert(kWgrad || kBlockN - kGcd128 <= 128, "a tile must not span more than two 128-column B-scale blocks");
-    static_assert((kBlockN * 2) % kDSpan == 0, "the D tile splits into whole swizzle spans");
+    static_assert((kBlockN * (kWgrad ? 4 : 2)) % kDSpan == 0, "the D tile splits into whole swizzle spans");
     static_assert((kSmemD + kNumStages * (kSmemA + kSmemB)) % 128 == 0, "TMA writes scales to 128-byte aligned smem");
     static_assert(kSmemBytes <= 232448, "Hopper gives a block at most 227 KB of shared memory");
     static_assert(kN % 8 == 0, "TMA needs 16-byte aligned rows of the BF16 output");
@@ -248,25 +248,43 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
 
         const int wg_row = tile.d_row + static_cast<int>(wg * T::kWGRows);
         if constexpr (kWgrad) {
-            // FP32 D = C + result (C absent: D = result), each thread its own elements (C may be D: each
-            // element is read before the same thread writes it).
-            float* d = static_cast<float*>(d_ptr);
+            // FP32 into this warpgroup's swizzled slice of smem_d, then per span a TMA reduce-add
+            // (D += tile: D already holds C, copied there by the host when C is another tensor) or a
+            // TMA store (no C). Both run asynchronously while the next tile's MMAs start.
+            uint8_t* region = smem_d + wg * T::kWGRows * kBlockN * 4;
+            const uint32_t region_addr = smem_addr(region);
+            const bool leader = threadIdx.x % 128 == 0;
+            if (leader) tma_store_wait_read();  // the previous tile's reduction has left this buffer
+            named_barrier_sync(1 + wg, 128);
 #pragma unroll
             for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int row = wg_row + mm * 64 + static_cast<int>(row_in_wg) + h * 8;
-                    if (row >= tile.d_row_end) continue;
+                for (int i = 0; i < kBlockN / 8; ++i) {
+                    const uint32_t col_bytes = (i * 8 + col_in_8) * 4;
+                    const uint32_t span = col_bytes / kDSpan;
+                    const uint32_t row = mm * 64 + row_in_wg;
+                    const uint32_t base = span * T::kWGRows * kDSpan + col_bytes % kDSpan;
+                    st_shared_v2_f32(region_addr + swizzle_offset<kDSpan>(base + row * kDSpan),
+                                     result[mm][i * 4 + 0], result[mm][i * 4 + 1]);
+                    st_shared_v2_f32(region_addr + swizzle_offset<kDSpan>(base + (row + 8) * kDSpan),
+                                     result[mm][i * 4 + 2], result[mm][i * 4 + 3]);
+                }
+            }
+            fence_proxy_async_shared();
+            named_barrier_sync(1 + wg, 128);
+            if (leader && wg_row < tile.d_row_end && n_start < kN) {
+                constexpr int kSpanCols = kDSpan / 4;
 #pragma unroll
-                    for (int i = 0; i < kBlockN / 8; ++i) {
-                        const int col = n_start + i * 8 + static_cast<int>(col_in_8);
-                        if (col < kN) {
-                            const F32x2 c = c_ptr != nullptr ? ld_global_f32x2(c_ptr + row * ld_c + col) : F32x2{0.0f, 0.0f};
-                            st_global_f32x2(d + row * ld_d + col, c.x + result[mm][i * 4 + h * 2],
-                                            c.y + result[mm][i * 4 + h * 2 + 1]);
-                        }
+                for (int span = 0; span < kBlockN / kSpanCols; ++span) {
+                    if (n_start + span * kSpanCols < kN) {
+                        const uint8_t* src = region + span * T::kWGRows * kDSpan;
+                        if (c_ptr != nullptr)
+                            tma_reduce_add_2d(&tmap_d, src, n_start + span * kSpanCols, wg_row);
+                        else
+                            tma_store_2d(&tmap_d, src, n_start + span * kSpanCols, wg_row);
                     }
                 }
+                tma_store_commit();
             }
             continue;
         }
@@ -330,7 +348,7 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
 // aligned; masked: the groups' k-blocks one after another), loaded in boxes of BLOCK_M x 1; `tmap_sfb`
 // the weight gradient's B scales likewise (N-major). `m` is the number of rows (masked, K-grouped: per
 // group), `grouped_layout` m_indices, masked_m or the K-grouped groups' K, `d_ptr`/`ld_d` D for the stores
-// done from the registers, `c_ptr`/`ld_c` the weight gradient's C, `group_maps` (K-grouped) the groups'
+// done from the registers, `c_ptr` nonzero when the weight gradient adds to D (which holds C), `group_maps` (K-grouped) the groups'
 // maps of A and B, two per group, in global memory.
 template <int kLayout, int kN, int kK, int kBlockM, int kBlockN, int kNumStages, int kGroupN, int kDSpan, int kPair,
           bool kWgrad>
@@ -360,7 +378,8 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const 
         prefetch_tensor_map(&tmap_a);
         prefetch_tensor_map(&tmap_b);
         prefetch_tensor_map(&tmap_sfa);
-        if constexpr (kWgrad) prefetch_tensor_map(&tmap_sfb); else prefetch_tensor_map(&tmap_d);
+        prefetch_tensor_map(&tmap_d);
+        if constexpr (kWgrad) prefetch_tensor_map(&tmap_sfb);
         for (int s = 0; s < kNumStages; ++s) {
             mbarrier_init(&full[s], 1);
             // One arrival per math warp of every CTA that reads this stage's multicast data.

@@ -36,6 +36,14 @@ DGX_DEVICE void tma_store_2d(const TensorMap* map, const void* src, int32_t c0, 
                  : "memory");
 }
 
+// 2-D tile reduction from shared memory: global += tile, element-wise, in the map's type (FP32 here).
+DGX_DEVICE void tma_reduce_add_2d(const TensorMap* map, const void* src, int32_t c0, int32_t c1) {
+    asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
+                     reinterpret_cast<uint64_t>(map)),
+                 "r"(smem_addr(src)), "r"(c0), "r"(c1)
+                 : "memory");
+}
+
 DGX_DEVICE void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 
 // Waits until the committed stores have finished reading shared memory (the buffer may be rewritten).

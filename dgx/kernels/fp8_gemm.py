@@ -82,8 +82,8 @@ class GemmConfig:
 
     @property
     def d_span(self) -> int:
-        """Bytes per swizzle span of the BF16 output tile (16 = no swizzle)."""
-        return d_span_bytes(self.block_n)
+        """Bytes per swizzle span of the output tile (BF16, or FP32 for the weight gradient; 16 = no swizzle)."""
+        return d_span_bytes(self.block_n, 4 if self.wgrad else 2)
 
     @property
     def smem_bytes(self) -> int:
@@ -133,8 +133,8 @@ class GemmConfig:
         )
 
 
-def d_span_bytes(block_n: int) -> int:
-    row = block_n * 2
+def d_span_bytes(block_n: int, elem_bytes: int = 2) -> int:
+    row = block_n * elem_bytes
     for span in (128, 64, 32):
         if row % span == 0:
             return span
@@ -144,8 +144,8 @@ def d_span_bytes(block_n: int) -> int:
 def smem_bytes(block_m: int, block_n: int, stages: int, wgrad: bool = False) -> int:
     """Dynamic shared memory of a config (ptx/fp8_gemm.cuh Fp8GemmTraits::kSmemBytes)."""
     per_stage = block_m * 128 + block_n * 128 + block_m * SFA_SLOT_BYTES_PER_ROW + BARRIER_BYTES
-    if wgrad:  # B scales per stage (128-byte aligned slot); FP32 D is stored from the registers
-        return stages * (per_stage + -(-block_n * 4 // 128) * 128)
+    if wgrad:  # B scales per stage (128-byte aligned slot); an FP32 output tile
+        return block_m * block_n * 4 + stages * (per_stage + -(-block_n * 4 // 128) * 128)
     return block_m * block_n * 2 + stages * per_stage
 
 
