@@ -41,3 +41,27 @@ def check_dense(d, a, b, a_fp8, b_fp8, *, max_rel: float = 2e-3, max_diff: float
     if d.numel() >= 256:
         assert diff < max_diff, f"calc_diff {diff:.3e} >= {max_diff}"
     return rel, diff
+
+
+_flush: list = []
+
+
+def bench_cold_l2(fn, warm: int = 5, reps: int = 30) -> float:
+    """DESIGN.md timing for the device scripts: µs of `fn`, median of `reps` calls, each after zeroing
+    a 1 GB buffer (cold L2), CUDA events around the call, `warm` calls first."""
+    import statistics
+
+    if not _flush:
+        _flush.append(torch.empty(1 << 30, dtype=torch.uint8, device="cuda"))
+    for _ in range(warm):
+        fn()
+    times = []
+    for _ in range(reps):
+        _flush[0].zero_()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) * 1e3)
+    return statistics.median(times)

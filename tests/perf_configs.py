@@ -14,7 +14,7 @@ import dgx
 import ptx
 from dgx import gemm
 from dgx.kernels import fp8_gemm as family
-from gpu_gemm_utils import check_dense, make_dense
+from gpu_gemm_utils import bench_cold_l2, check_dense, make_dense
 
 variant = sys.argv[1]
 blocks = [tuple(int(x) for x in b.split("x")) for b in sys.argv[2].split(",")]
@@ -22,20 +22,7 @@ shapes = [tuple(int(x) for x in s.split(",")) for s in sys.argv[3:]] or [(4096, 
 BASE = ptx.headers()
 VARIANT = {**BASE, "fp8_gemm.cuh": (Path(__file__).resolve().parent.parent / ".dev" / f"fp8_gemm_{variant}.cuh").read_bytes()}
 family.validate_blocks = lambda *a, **k: ""  # let the experiment reach tiles the validator does not offer yet
-flush = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-
-
-def bench(fn, warm=5, reps=30):
-    for _ in range(warm):
-        fn()
-    times = []
-    for _ in range(reps):
-        flush.zero_()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record(); fn(); e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) * 1e3)
-    return statistics.median(times)
+bench = bench_cold_l2
 
 
 def use(headers):

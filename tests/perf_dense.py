@@ -3,7 +3,6 @@
 Also sweeps a few configs per shape (each checked correct first) to calibrate the heuristic."""
 
 import math
-import statistics
 import sys
 
 import torch
@@ -11,7 +10,7 @@ import torch
 import dgx
 from dgx.heuristics import choose_dense, max_stages
 from dgx.kernels.fp8_gemm import GemmConfig
-from gpu_gemm_utils import check_dense, make_dense
+from gpu_gemm_utils import bench_cold_l2, check_dense, make_dense
 
 SHAPES = [(m, n, k) for m in (64, 128, 4096) for (n, k) in
           ((2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048))]
@@ -19,20 +18,7 @@ ANCHOR = dict(zip(SHAPES, [129, 201, 154, 271, 180, 148, 230, 394, 277, 501, 328
 SWEEP = [(128, 128, 0), (128, 128, 1), (128, 128, 2), (128, 160, 1), (128, 160, 2), (256, 80, 1), (128, 144, 2)]
 SWEEP_SMALL = [(64, 16, 0), (64, 16, 1), (64, 32, 1), (64, 64, 1), (64, 128, 0), (64, 128, 1)]
 
-flush = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-
-
-def bench(fn, warm=5, reps=30):
-    for _ in range(warm):
-        fn()
-    times = []
-    for _ in range(reps):
-        flush.zero_()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record(); fn(); e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) * 1e3)
-    return statistics.median(times)
+bench = bench_cold_l2
 
 
 def cublas_blockwise(a_fp8, b_fp8, m, n, k):

@@ -18,11 +18,11 @@ import sys
 
 import torch
 
-import dgx
 from dgx import gemm, grouped, jit
 from dgx.bench.problems import build_problem
 from dgx.bench.subject import prepare_dgx
 from dgx.bench.suites import builtin_suite
+from gpu_gemm_utils import bench_cold_l2
 
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 SUITES = sys.argv[2:] or ["dense", "contiguous", "masked"]
@@ -35,20 +35,7 @@ def _forced(src):
 
 
 jit.sass_pass_settings = _forced
-flush = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-
-
-def bench(fn, warm=5, reps=30):
-    for _ in range(warm):
-        fn()
-    times = []
-    for _ in range(reps):
-        flush.zero_()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record(); fn(); e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) * 1e3)
-    return statistics.median(times)
+bench = bench_cold_l2
 
 
 def use(mode: str) -> None:

@@ -19,7 +19,7 @@ import ptx
 from dgx import gemm
 from dgx.heuristics import choose_dense, max_stages
 from dgx.kernels.fp8_gemm import GemmConfig
-from gpu_gemm_utils import check_dense, make_dense
+from gpu_gemm_utils import bench_cold_l2, check_dense, make_dense
 
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 BASE = ptx.headers()
@@ -62,20 +62,7 @@ VARIANTS: dict[str, tuple[dict[str, bytes], bool]] = {
 for name in sys.argv[2:]:  # extra variants: header copies saved as ../.dev/fp8_gemm_<name>.cuh
     VARIANTS[name] = ({**BASE, "fp8_gemm.cuh": from_git(name, "fp8_gemm.cuh")}, False)
 
-flush = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-
-
-def bench(fn, warm=5, reps=30):
-    for _ in range(warm):
-        fn()
-    times = []
-    for _ in range(reps):
-        flush.zero_()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record(); fn(); e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) * 1e3)
-    return statistics.median(times)
+bench = bench_cold_l2
 
 
 def use(headers):
