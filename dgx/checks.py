@@ -63,6 +63,24 @@ def expect_contiguous(v: TensorView, name: str) -> None:
         acc *= size
 
 
+def expect_fp8_operands(av: TensorView, sfav: TensorView, bv: TensorView, sfbv: TensorView, dv: TensorView) -> tuple[int, int, int]:
+    """The checks every dense FP8 GEMM makes of A [M, K], B [N, K], their scales and D: 2-D, the FP8 and
+    FP32 dtypes, one K > 0. Returns (M, N, K); D's dtype and the scales' shapes are the caller's."""
+    for v, name in ((av, "A"), (bv, "B"), (dv, "d"), (sfav, "SFA"), (sfbv, "SFB")):
+        expect_ndim(v, name, 2)
+    expect_dtype(av, "A", "float8_e4m3fn")
+    expect_dtype(bv, "B", "float8_e4m3fn")
+    expect_dtype(sfav, "SFA", "float32")
+    expect_dtype(sfbv, "SFB", "float32")
+    m, k = av.shape
+    n, kb = bv.shape
+    if kb != k:
+        raise ValueError(f"B: expected K = {k} columns like A; got shape {bv.shape}")
+    if k == 0:
+        raise ValueError("A: K must be positive; got K = 0")
+    return m, n, k
+
+
 def views_on_one_device(named: Sequence[tuple[object, str]]) -> list[TensorView]:
     """TensorViews of every tensor, all in CUDA memory of one device."""
     views = [as_view(obj, name) for obj, name in named]

@@ -11,7 +11,7 @@ from .checks import (
     ceil_div,
     expect_contiguous,
     expect_dtype,
-    expect_ndim,
+    expect_fp8_operands,
     expect_nonnegative_strides,
     expect_shape,
     expect_tma_rows,
@@ -97,8 +97,7 @@ class Operands(NamedTuple):
     sfb_map: SfaTma | None = None  # weight gradient: the per-row B scales (N-major), like SFA
     k: int = 0  # K extent of the A and B maps when it is not the config's
     group_maps: int = 0  # K-grouped: device address of the groups' maps of A and B
-    c: int = 0  # weight gradient: nonzero when D holds C and the kernel adds to it (0: D is overwritten)
-    ldc: int = 0
+    accumulate: bool = False  # weight gradient: D holds C and the kernel adds to it (else D is overwritten)
 
 
 def pack_params(config: GemmConfig, ops: Operands) -> runtime.ParamPack:
@@ -126,7 +125,7 @@ def pack_params(config: GemmConfig, ops: Operands) -> runtime.ParamPack:
             tmap_sfb = tmap_sfa  # unused
         pack = runtime.ParamPack(
             [tmap_a, tmap_b, tmap_d, tmap_sfa, tmap_sfb, ("u64", ops.sfb), ("i32", ops.m), ("u64", ops.grouped_layout),
-             ("i32", ops.groups), ("u64", ops.d), ("u64", ops.ldd), ("u64", ops.c), ("u64", ops.ldc),
+             ("i32", ops.groups), ("u64", ops.d), ("u64", ops.ldd), ("i32", int(ops.accumulate)),
              ("u64", ops.group_maps)]
         )
         if len(_params) >= _PARAM_CACHE_LIMIT:
@@ -203,19 +202,8 @@ def fp8_gemm_nt(a, b, d, c=None, *, stream=None, config: GemmConfig | None = Non
     if c is not None:
         raise ValueError("fp8_gemm_nt: c (d = c + a.b^T) needs a float32 d (the weight-gradient variant); got a "
                          f"{dv.dtype} d")
-    for v, name in ((av, "A"), (bv, "B"), (dv, "d"), (sfav, "SFA"), (sfbv, "SFB")):
-        expect_ndim(v, name, 2)
-    expect_dtype(av, "A", "float8_e4m3fn")
-    expect_dtype(bv, "B", "float8_e4m3fn")
-    expect_dtype(sfav, "SFA", "float32")
-    expect_dtype(sfbv, "SFB", "float32")
+    m, n, k = expect_fp8_operands(av, sfav, bv, sfbv, dv)
     expect_dtype(dv, "d", "bfloat16")
-    m, k = av.shape
-    n, kb = bv.shape
-    if kb != k:
-        raise ValueError(f"B: expected K = {k} columns like A; got shape {bv.shape}")
-    if k == 0:
-        raise ValueError("A: K must be positive; got K = 0")
     expect_shape(dv, "d", (m, n))
     expect_shape(sfav, "SFA", (m, ceil_div(k, 128)))
     expect_shape(sfbv, "SFB", (ceil_div(n, 128), ceil_div(k, 128)))

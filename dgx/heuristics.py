@@ -97,23 +97,33 @@ def choose_dense(m: int, n: int, k: int, num_sms: int) -> Choice:
     """The dense FP8 GEMM config for an M x N x K problem on `num_sms` SMs."""
     if m <= 0 or n <= 0 or k <= 0 or num_sms <= 0:
         raise ValueError(f"choose_dense needs positive m, n, k, num_sms; got {m}, {n}, {k}, {num_sms}")
+
+    def options():
+        for bm, bn, pair in candidates(m, n):
+            if pair != PAIR_NONE and num_sms < 2:
+                continue
+            config = GemmConfig(n, k, bm, bn, max_stages(bm, bn), pair=pair)
+            yield config, config.units(m)
+
+    return _best(f"fp8_gemm_nt M={m} N={n} K={k}", options(), k, num_sms)
+
+
+def _best(what: str, options, k: int, num_sms: int) -> Choice:
+    """The (config, scheduler units) option with the fewest estimated cycles (ties: larger tiles, then no
+    cluster); printed to stderr under DGX_PRINT_CONFIGS. `what` names the problem in messages."""
     best: Choice | None = None
-    for bm, bn, pair in candidates(m, n):
-        config = GemmConfig(n, k, bm, bn, max_stages(bm, bn), pair=pair)
-        if pair != PAIR_NONE and num_sms < 2:
-            continue
-        units = config.units(m)
+    for config, units in options:
         waves = -(-units // (num_sms // config.cluster))
-        cycles = waves * tile_cycles(bm, bn, k, pair)
-        cand = Choice(config, units, waves, cycles)
+        cand = Choice(config, units, waves, waves * tile_cycles(config.block_m, config.block_n, k, config.pair))
         if best is None or _better(cand, best):
             best = cand
-    assert best is not None  # candidates() is never empty for valid inputs
+    if best is None:
+        raise ValueError(f"{what}: no kernel config fits")
     if env.print_configs():
         c = best.config
         print(
-            f"dgx: fp8_gemm_nt M={m} N={n} K={k} SMs={num_sms}: block {c.block_m}x{c.block_n}, {c.stages} stages, "
-            f"pair {c.pair}, {best.num_tiles} units in {best.waves} waves",
+            f"dgx: {what} SMs={num_sms}: block {c.block_m}x{c.block_n}, {c.stages} stages, pair {c.pair}, "
+            f"{best.num_tiles} units in {best.waves} waves",
             file=sys.stderr,
         )
     return best
@@ -146,27 +156,16 @@ def choose_grouped(layout: int, m: int, n: int, k: int, groups: int, num_sms: in
         raise ValueError(f"choose_grouped: layout must be contiguous ({LAYOUT_CONTIGUOUS}) or masked ({LAYOUT_MASKED}); got {layout}")
     if m <= 0 or n <= 0 or k <= 0 or groups <= 0 or num_sms <= 0:
         raise ValueError(f"choose_grouped needs positive m, n, k, groups, num_sms; got {m}, {n}, {k}, {groups}, {num_sms}")
-    best: Choice | None = None
-    for bm, bn, pair in candidates(m, n):
-        if pair != PAIR_NONE or CONTIGUOUS_ALIGNMENT % bm:
-            continue
-        config = GemmConfig(n, k, bm, bn, max_stages(bm, bn), layout=layout)
-        units = config.units(m) * (groups if layout == LAYOUT_MASKED else 1)
-        waves = -(-units // num_sms)
-        cand = Choice(config, units, waves, waves * tile_cycles(bm, bn, k))
-        if best is None or _better(cand, best):
-            best = cand
-    if best is None:  # m <= 64 leaves only 64-row blocks, which candidates() always offers
-        raise ValueError(f"choose_grouped: no config for m={m}, n={n}, k={k}")
-    if env.print_configs():
-        c = best.config
-        print(
-            f"dgx: grouped ({'contiguous' if layout == LAYOUT_CONTIGUOUS else 'masked'}) M={m} N={n} K={k} "
-            f"groups={groups} SMs={num_sms}: block {c.block_m}x{c.block_n}, {c.stages} stages, "
-            f"{best.num_tiles} tiles in {best.waves} waves",
-            file=sys.stderr,
-        )
-    return best
+
+    def options():
+        for bm, bn, pair in candidates(m, n):
+            if pair != PAIR_NONE or CONTIGUOUS_ALIGNMENT % bm:
+                continue
+            config = GemmConfig(n, k, bm, bn, max_stages(bm, bn), layout=layout)
+            yield config, config.units(m) * (groups if layout == LAYOUT_MASKED else 1)
+
+    name = "contiguous" if layout == LAYOUT_CONTIGUOUS else "masked"
+    return _best(f"grouped ({name}) M={m} N={n} K={k} groups={groups}", options(), k, num_sms)
 
 
 def max_stages_wgrad(block_m: int, block_n: int) -> int:
@@ -183,24 +182,14 @@ def choose_wgrad(m: int, n: int, k: int, num_sms: int, layout: int = LAYOUT_DENS
         raise ValueError(f"choose_wgrad: layout must be dense ({LAYOUT_DENSE}) or K-grouped ({LAYOUT_K_GROUPED}); got {layout}")
     if m <= 0 or n <= 0 or k <= 0 or groups <= 0 or num_sms <= 0:
         raise ValueError(f"choose_wgrad needs positive m, n, k, groups, num_sms; got {m}, {n}, {k}, {groups}, {num_sms}")
-    best: Choice | None = None
-    for bm, bn, pair in candidates(m, n):
-        if pair != PAIR_NONE or max_stages_wgrad(bm, bn) < 3:
-            continue
-        config = GemmConfig(n, 0 if layout == LAYOUT_K_GROUPED else k, bm, bn, max_stages_wgrad(bm, bn), layout=layout,
-                            wgrad=True)
-        units = config.units(m) * groups
-        waves = -(-units // num_sms)
-        cand = Choice(config, units, waves, waves * tile_cycles(bm, bn, k))
-        if best is None or _better(cand, best):
-            best = cand
-    if best is None:
-        raise ValueError(f"choose_wgrad: no config for m={m}, n={n}, k={k}")
-    if env.print_configs():
-        c = best.config
-        print(
-            f"dgx: wgrad{' (K-grouped)' if layout == LAYOUT_K_GROUPED else ''} M={m} N={n} K={k} groups={groups} "
-            f"SMs={num_sms}: block {c.block_m}x{c.block_n}, {c.stages} stages, {best.num_tiles} tiles in {best.waves} waves",
-            file=sys.stderr,
-        )
-    return best
+
+    def options():
+        for bm, bn, pair in candidates(m, n):
+            if pair != PAIR_NONE or max_stages_wgrad(bm, bn) < 3:
+                continue
+            config = GemmConfig(n, 0 if layout == LAYOUT_K_GROUPED else k, bm, bn, max_stages_wgrad(bm, bn),
+                                layout=layout, wgrad=True)
+            yield config, config.units(m) * groups
+
+    kind = "wgrad (K-grouped)" if layout == LAYOUT_K_GROUPED else "wgrad"
+    return _best(f"{kind} M={m} N={n} K={k} groups={groups}", options(), k, num_sms)

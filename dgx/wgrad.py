@@ -9,6 +9,7 @@ from typing import Sequence
 from .checks import (
     ceil_div,
     expect_dtype,
+    expect_fp8_operands,
     expect_ndim,
     expect_nonnegative_strides,
     expect_shape,
@@ -62,18 +63,7 @@ def _c_view(c, dv: TensorView) -> TensorView | None:
 def dense_fp32(SFA, SFB, c, views, *, stream=None, config: GemmConfig | None = None) -> None:
     """fp8_gemm_nt with a float32 d (see there): D = C + A . B^T, SFA [M, KB] and SFB [N, KB] per row."""
     av, sfav, bv, sfbv, dv = views
-    for v, name in ((av, "A"), (bv, "B"), (dv, "d"), (sfav, "SFA"), (sfbv, "SFB")):
-        expect_ndim(v, name, 2)
-    expect_dtype(av, "A", "float8_e4m3fn")
-    expect_dtype(bv, "B", "float8_e4m3fn")
-    expect_dtype(sfav, "SFA", "float32")
-    expect_dtype(sfbv, "SFB", "float32")
-    m, k = av.shape
-    n, kb = bv.shape
-    if kb != k:
-        raise ValueError(f"B: expected K = {k} columns like A; got shape {bv.shape}")
-    if k == 0:
-        raise ValueError("A: K must be positive; got K = 0")
+    m, n, k = expect_fp8_operands(av, sfav, bv, sfbv, dv)
     _expect_fp32_out(dv, "d", (m, n))
     cv = _c_view(c, dv)
     expect_shape(sfav, "SFA", (m, ceil_div(k, 128)))
@@ -101,7 +91,7 @@ def dense_fp32(SFA, SFB, c, views, *, stream=None, config: GemmConfig | None = N
         runtime.copy_rows(dv.ptr, dv.strides[0] * 4, cv.ptr, cv.strides[0] * 4, n * 4, m, launch_stream)  # D = C
     # The kernel adds to D (which now holds C) by TMA reductions, or stores into it when there is no C.
     ops = Operands(av.ptr, m, av.strides[0], bv.ptr, n, bv.strides[0], dv.ptr, m, dv.strides[0], sfav.ptr, sfa_tma,
-                   sfbv.ptr, m, sfb_map=sfb_tma, c=dv.ptr if cv is not None else 0, ldc=dv.strides[0])
+                   sfbv.ptr, m, sfb_map=sfb_tma, accumulate=cv is not None)
     plan.launcher.launch(launch_stream, pack_params(plan.config, ops))
     del keep_a, keep_b  # made on the launch stream: the allocator reuses them only after the kernel
 
@@ -214,7 +204,7 @@ def k_grouped_fp8_gemm_nt_contiguous(a, b, d, ks: Sequence[int], ks_tensor=None,
     group_maps = runtime.DeviceTensorMaps(maps, launch_stream)
     first = next(kg for kg in ks if kg)  # the kernel's own A/B maps are unused here; keep them valid
     ops = Operands(av.ptr, m, first, bv.ptr, n, first, dv.ptr, groups * m, dv.strides[1], sfav.ptr, sfa_tma,
-                   sfbv.ptr, m, ks_view.ptr, groups, sfb_map=sfb_tma, c=dv.ptr, ldc=dv.strides[1], k=first,
+                   sfbv.ptr, m, ks_view.ptr, groups, sfb_map=sfb_tma, accumulate=True, k=first,
                    group_maps=group_maps.address)
     try:
         plan.launcher.launch(launch_stream, pack_params(plan.config, ops))

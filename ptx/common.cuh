@@ -79,17 +79,6 @@ DGX_DEVICE F32x2 ld_shared_f32x2(uint32_t addr) {
     return v;
 }
 
-// Plain (coherent) loads: C may be the D this kernel writes.
-DGX_DEVICE F32x2 ld_global_f32x2(const float* ptr) {
-    F32x2 v;
-    asm volatile("ld.global.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "l"(ptr) : "memory");
-    return v;
-}
-
-DGX_DEVICE void st_global_f32x2(float* ptr, float x, float y) {
-    asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(ptr), "f"(x), "f"(y) : "memory");
-}
-
 DGX_DEVICE float ld_global_nc(const float* ptr) {
     float v;
     asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(ptr));

@@ -94,8 +94,7 @@ template <typename T, typename Scheduler, int kLayout, int kBlockM, int kBlockN,
 __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* smem_d, uint8_t* smem_a, uint8_t* smem_b,
                                               uint8_t* smem_sfa, uint8_t* smem_sfb, uint64_t* full, uint64_t* empty,
                                               const TensorMap& tmap_d, const float* __restrict__ sfb, void* d_ptr,
-                                              int64_t ld_d, const float* c_ptr, int64_t ld_c, uint32_t warp,
-                                              uint32_t lane) {
+                                              int64_t ld_d, bool accumulate, uint32_t warp, uint32_t lane) {
     Tile tile;
     if constexpr (T::kNumMathWG == 2) setmaxnreg_inc<T::kMathRegs>();
     const uint32_t wg = threadIdx.x / 128;
@@ -247,47 +246,6 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
         if (num_kb % 2 == 1) k_block(num_kb - 1, sb_even, sb_odd);
 
         const int wg_row = tile.d_row + static_cast<int>(wg * T::kWGRows);
-        if constexpr (kWgrad) {
-            // FP32 into this warpgroup's swizzled slice of smem_d, then per span a TMA reduce-add
-            // (D += tile: D already holds C, copied there by the host when C is another tensor) or a
-            // TMA store (no C). Both run asynchronously while the next tile's MMAs start.
-            uint8_t* region = smem_d + wg * T::kWGRows * kBlockN * 4;
-            const uint32_t region_addr = smem_addr(region);
-            const bool leader = threadIdx.x % 128 == 0;
-            if (leader) tma_store_wait_read();  // the previous tile's reduction has left this buffer
-            named_barrier_sync(1 + wg, 128);
-#pragma unroll
-            for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
-#pragma unroll
-                for (int i = 0; i < kBlockN / 8; ++i) {
-                    const uint32_t col_bytes = (i * 8 + col_in_8) * 4;
-                    const uint32_t span = col_bytes / kDSpan;
-                    const uint32_t row = mm * 64 + row_in_wg;
-                    const uint32_t base = span * T::kWGRows * kDSpan + col_bytes % kDSpan;
-                    st_shared_v2_f32(region_addr + swizzle_offset<kDSpan>(base + row * kDSpan),
-                                     result[mm][i * 4 + 0], result[mm][i * 4 + 1]);
-                    st_shared_v2_f32(region_addr + swizzle_offset<kDSpan>(base + (row + 8) * kDSpan),
-                                     result[mm][i * 4 + 2], result[mm][i * 4 + 3]);
-                }
-            }
-            fence_proxy_async_shared();
-            named_barrier_sync(1 + wg, 128);
-            if (leader && wg_row < tile.d_row_end && n_start < kN) {
-                constexpr int kSpanCols = kDSpan / 4;
-#pragma unroll
-                for (int span = 0; span < kBlockN / kSpanCols; ++span) {
-                    if (n_start + span * kSpanCols < kN) {
-                        const uint8_t* src = region + span * T::kWGRows * kDSpan;
-                        if (c_ptr != nullptr)
-                            tma_reduce_add_2d(&tmap_d, src, n_start + span * kSpanCols, wg_row);
-                        else
-                            tma_store_2d(&tmap_d, src, n_start + span * kSpanCols, wg_row);
-                    }
-                }
-                tma_store_commit();
-            }
-            continue;
-        }
         // A masked group's last block may end inside this warpgroup's rows, and the rows past the group's
         // count must stay untouched: such a block is stored row by row from the registers.
         const bool by_rows = kLayout == kLayoutMasked && wg_row + T::kWGRows > tile.d_row_end;
@@ -309,34 +267,44 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
             }
             continue;
         }
-        // BF16 into this warpgroup's swizzled slice of smem_d, then one TMA store per span.
-        uint8_t* region = smem_d + wg * T::kWGRows * kBlockN * 2;
+        // The tile goes into this warpgroup's swizzled slice of smem_d (BF16, or FP32 for the weight
+        // gradient), then out with one TMA operation per span, asynchronously while the next tile's MMAs
+        // start: a store, or for the weight gradient with C a reduce-add (D += tile; D holds C).
+        constexpr uint32_t kOutBytes = kWgrad ? 4 : 2;
+        uint8_t* region = smem_d + wg * T::kWGRows * kBlockN * kOutBytes;
         const uint32_t region_addr = smem_addr(region);
         const bool leader = threadIdx.x % 128 == 0;
         if (leader) tma_store_wait_read();  // the previous tile's store has left this buffer
         named_barrier_sync(1 + wg, 128);
+        auto put = [&](uint32_t addr, float x, float y) {
+            if constexpr (kWgrad) st_shared_v2_f32(addr, x, y); else st_shared_u32(addr, pack_bf16x2(x, y));
+        };
 #pragma unroll
         for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
 #pragma unroll
             for (int i = 0; i < kBlockN / 8; ++i) {
-                const uint32_t col_bytes = (i * 8 + col_in_8) * 2;
+                const uint32_t col_bytes = (i * 8 + col_in_8) * kOutBytes;
                 const uint32_t span = col_bytes / kDSpan;
                 const uint32_t row = mm * 64 + row_in_wg;
                 const uint32_t base = span * T::kWGRows * kDSpan + col_bytes % kDSpan;
-                st_shared_u32(region_addr + swizzle_offset<kDSpan>(base + row * kDSpan),
-                              pack_bf16x2(result[mm][i * 4 + 0], result[mm][i * 4 + 1]));
-                st_shared_u32(region_addr + swizzle_offset<kDSpan>(base + (row + 8) * kDSpan),
-                              pack_bf16x2(result[mm][i * 4 + 2], result[mm][i * 4 + 3]));
+                put(region_addr + swizzle_offset<kDSpan>(base + row * kDSpan), result[mm][i * 4 + 0], result[mm][i * 4 + 1]);
+                put(region_addr + swizzle_offset<kDSpan>(base + (row + 8) * kDSpan), result[mm][i * 4 + 2],
+                    result[mm][i * 4 + 3]);
             }
         }
         fence_proxy_async_shared();
         named_barrier_sync(1 + wg, 128);
         if (leader && wg_row < tile.d_row_end && n_start < kN) {
-            constexpr int kSpanCols = kDSpan / 2;
+            constexpr int kSpanCols = kDSpan / kOutBytes;
 #pragma unroll
             for (int span = 0; span < kBlockN / kSpanCols; ++span) {
-                if (n_start + span * kSpanCols < kN)
-                    tma_store_2d(&tmap_d, region + span * T::kWGRows * kDSpan, n_start + span * kSpanCols, wg_row);
+                if (n_start + span * kSpanCols < kN) {
+                    const uint8_t* src = region + span * T::kWGRows * kDSpan;
+                    if (kWgrad && accumulate)
+                        tma_reduce_add_2d(&tmap_d, src, n_start + span * kSpanCols, wg_row);
+                    else
+                        tma_store_2d(&tmap_d, src, n_start + span * kSpanCols, wg_row);
+                }
             }
             tma_store_commit();
         }
@@ -348,15 +316,16 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
 // aligned; masked: the groups' k-blocks one after another), loaded in boxes of BLOCK_M x 1; `tmap_sfb`
 // the weight gradient's B scales likewise (N-major). `m` is the number of rows (masked, K-grouped: per
 // group), `grouped_layout` m_indices, masked_m or the K-grouped groups' K, `d_ptr`/`ld_d` D for the stores
-// done from the registers, `c_ptr` nonzero when the weight gradient adds to D (which holds C), `group_maps` (K-grouped) the groups'
-// maps of A and B, two per group, in global memory.
+// done from the registers (partial masked blocks), `accumulate` whether the weight gradient adds to D
+// (which holds C) instead of overwriting it, `group_maps` (K-grouped) the groups' maps of A and B, two
+// per group, in global memory.
 template <int kLayout, int kN, int kK, int kBlockM, int kBlockN, int kNumStages, int kGroupN, int kDSpan, int kPair,
           bool kWgrad>
 __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const TensorMap& tmap_b,
                                                  const TensorMap& tmap_d, const TensorMap& tmap_sfa,
                                                  const TensorMap& tmap_sfb, const float* __restrict__ sfb, int m,
                                                  const int* grouped_layout, int num_groups, void* d_ptr, int64_t ld_d,
-                                                 const float* c_ptr, int64_t ld_c, const TensorMap* group_maps) {
+                                                 bool accumulate, const TensorMap* group_maps) {
     using T = Fp8GemmTraits<kN, kK, kBlockM, kBlockN, kNumStages, kGroupN, kDSpan, kPair, kWgrad>;
     using Scheduler = TileScheduler<kLayout, kBlockM, kBlockN, T::kNumNBlocks, T::kNumKBlocks, kGroupN, kPair, kN>;
     static_assert(kLayout != kLayoutKGrouped || kWgrad, "the K-grouped layout is a weight gradient");
@@ -438,7 +407,7 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const 
         __syncwarp();
     } else {
         fp8_gemm_math<T, Scheduler, kLayout, kBlockM, kBlockN, kNumStages, kDSpan, kN, kWgrad>(
-            scheduler, smem_d, smem_a, smem_b, smem_sfa, smem_sfb, full, empty, tmap_d, sfb, d_ptr, ld_d, c_ptr, ld_c,
+            scheduler, smem_d, smem_a, smem_b, smem_sfa, smem_sfb, full, empty, tmap_d, sfb, d_ptr, ld_d, accumulate,
             warp, lane);
     }
     // No CTA may leave while its peer can still multicast into it or arrive on its barriers.

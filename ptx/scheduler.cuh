@@ -49,11 +49,12 @@ struct TileScheduler {
     int next;
     int stride;
     int rank;
-    // Masked: the group `next` falls in, and the units of the groups before it. K-grouped: the group
-    // whose K offset is known, and that offset in k-blocks.
+    // Masked: the group `next` falls in, its valid rows and the units of the groups before it.
+    // K-grouped: the first group whose K offset is not summed yet, and the k-blocks of those before it.
     int group = 0;
     int units_before = 0;
     int group_rows = 0;
+    int kb_before = 0;
 
     DGX_DEVICE TileScheduler(int m_, const int* layout_, int num_groups_)
         : layout(layout_), m(m_), num_groups(num_groups_) {
@@ -63,9 +64,6 @@ struct TileScheduler {
         rank = blockIdx.x % kCluster;
         if constexpr (kLayout == kLayoutMasked) group_rows = masked_rows(0);
     }
-
-    // Rows of B per group (groups of B are stacked along N).
-    DGX_DEVICE static constexpr int n_extent() { return kN; }
 
     DGX_DEVICE int masked_rows(int g) const {
         return g < num_groups ? min(max(ld_global_nc_s32(layout + g), 0), m) : 0;
@@ -99,7 +97,7 @@ struct TileScheduler {
             t.a_row = t.d_row = group * m + mu * kBlockM;
             t.d_row_end = group * m + group_rows;
             t.n_block = nu;
-            t.b_row = group * n_extent() + nu * kBlockN;
+            t.b_row = group * kN + nu * kBlockN;
             t.group = group;
             t.sfa_row = mu * kBlockM;
             t.sfa_kb0 = group * kNumKBlocks;
@@ -110,7 +108,7 @@ struct TileScheduler {
             const int per_group = ceil_div(m, kBlockM) * kNumNUnits;
             for (; next < per_group * num_groups; next += stride) {
                 const int g = next / per_group;
-                for (; group < g; ++group) units_before += ld_global_nc_s32(layout + group) / 128;
+                for (; group < g; ++group) kb_before += ld_global_nc_s32(layout + group) / 128;
                 const int num_kb = ld_global_nc_s32(layout + g) / 128;
                 if (num_kb <= 0) continue;  // nothing to add to this group's D
                 int mu, nu;
@@ -122,7 +120,7 @@ struct TileScheduler {
                 t.b_row = nu * kBlockN;
                 t.group = g;
                 t.sfa_kb0 = 0;
-                t.kb0 = units_before;
+                t.kb0 = kb_before;
                 t.num_kb = num_kb;
                 next += stride;
                 return true;
@@ -147,7 +145,7 @@ struct TileScheduler {
                     t.group = ld_global_nc_s32(layout + t.a_row);
                     if (t.group < 0 || t.group >= num_groups) continue;  // padding or a bad index
                 }
-                t.b_row = t.group * n_extent() + t.n_block * kBlockN;
+                t.b_row = t.group * kN + t.n_block * kBlockN;
                 next += stride;
                 return true;
             }

@@ -118,10 +118,9 @@ class GemmConfig:
             "    const __grid_constant__ dgx::TensorMap tmap_a, const __grid_constant__ dgx::TensorMap tmap_b,\n"
             "    const __grid_constant__ dgx::TensorMap tmap_d, const __grid_constant__ dgx::TensorMap tmap_sfa,\n"
             "    const __grid_constant__ dgx::TensorMap tmap_sfb, const float* sfb, int m, const int* grouped_layout,\n"
-            "    int num_groups, void* d_ptr, long long ld_d, const float* c_ptr, long long ld_c,\n"
-            "    const dgx::TensorMap* group_maps) {\n"
+            "    int num_groups, void* d_ptr, long long ld_d, int accumulate, const dgx::TensorMap* group_maps) {\n"
             f"  dgx::fp8_gemm_nt_body<{args}>(tmap_a, tmap_b, tmap_d, tmap_sfa, tmap_sfb, sfb, m, grouped_layout,\n"
-            "                              num_groups, d_ptr, ld_d, c_ptr, ld_c, group_maps);\n"
+            "                              num_groups, d_ptr, ld_d, accumulate != 0, group_maps);\n"
             "}\n"
         )
         return jit.KernelSource(
