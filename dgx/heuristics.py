@@ -3,9 +3,11 @@
 The model: a persistent grid of `num_sms` CTAs (or num_sms / 2 clusters) runs ceil(units / slots)
 waves. A tile costs, per 128 of K, the cycles measured for the kernel on an H100 (docs/PERFLOG.md,
 2026-11-22): one math warpgroup (BLOCK_M 64) spends ~650 clk per k-block on its dependent chain of
-four wgmma plus promotion, growing slowly with BLOCK_N; two math warpgroups run at about half the
-tensor-core peak (~BLOCK_M * BLOCK_N / 16 clk). Plus an epilogue per tile. The lowest estimate wins;
-ties go to larger tiles. Constants only need to rank configs the way the device does.
+four wgmma plus promotion, growing slowly with BLOCK_N; two math warpgroups cost a fixed part per
+k-block (larger for BLOCK_M 256, which runs two m64 slices per warpgroup) plus a part proportional to
+the tile's area, and 20% more where the kernel picks a tile's B-scale block per column group at run
+time. Plus an epilogue per tile. The lowest estimate wins; ties go to larger tiles. Constants only need
+to rank configs the way the device does.
 """
 
 from __future__ import annotations
@@ -25,18 +27,21 @@ from .kernels.fp8_gemm import (
     PAIR_NONE,
     SMEM_LIMIT,
     GemmConfig,
+    scale_split_compiled_in,
     smem_bytes,
     validate_blocks,
 )
 
 ONE_WG_BASE_CLK = 650.0  # per k-block, BLOCK_M 64, BLOCK_N 16 (measured)
 ONE_WG_CLK_PER_COL = 1.8  # per extra output column (measured: 64x128 ~ 850 clk)
-TWO_WG_CLK_PER_ELEM = 1 / 16  # BLOCK_M * BLOCK_N / 16 clk per k-block (measured: 128x128 ~ 1040 clk)
-BLOCK_M_256_PENALTY = 1.15  # 256x80 measured ~15% slower per element than 128x160
-ONE_WG_PAIR_PENALTY = 1.08
-# Two-WG tiles with BLOCK_N not a power of two (two B-scale blocks per tile, narrower D swizzle) ran
-# 6-25% slower per element than 128x128 (128x136: 408 vs 327 us on 4096x24576x1536).
-TWO_WG_UNALIGNED_N_PENALTY = 1.2  # multicast costs the latency-bound small tiles (measured 5-12%)
+ONE_WG_PAIR_PENALTY = 1.08  # multicast costs the latency-bound small tiles (measured 5-12%)
+# Two math warpgroups, per k-block: base + per-element cost, fitted to tiles of 128x96..160 and 256x64..128
+# timed on 4096x{2112,4096,24576} (a 128x128 tile: ~1034 clk).
+TWO_WG_BASE_CLK = {128: 430.0, 256: 563.0}
+TWO_WG_CLK_PER_ELEM = 0.0369
+# BLOCK_N whose split between two B-scale blocks is a run-time value in the kernel (a select per column
+# group): 128x144, 256x80 and 256x88 ran 18-31% slower than the fit.
+TWO_WG_RUNTIME_SPLIT_PENALTY = 1.2
 STREAM_BYTES_PER_CLK_PER_SM = 57  # what one SM's TMA ring takes in (~100 GB/s)
 EPILOGUE_BYTES_PER_CLK = 64
 MAX_STAGES = 16
@@ -59,16 +64,17 @@ def max_stages(block_m: int, block_n: int) -> int:
     return min(stages, MAX_STAGES)
 
 
-def tile_cycles(block_m: int, block_n: int, k: int, pair: int = PAIR_NONE) -> float:
+def tile_cycles(block_m: int, block_n: int, k: int, pair: int = PAIR_NONE, wgrad: bool = False) -> float:
     """Estimated cycles of one tile: k-blocks x per-k-block cost, plus the epilogue."""
     k_blocks = -(-k // 128)
     chain = ONE_WG_BASE_CLK + ONE_WG_CLK_PER_COL * (block_n - 16)  # every warpgroup pays this latency
     if block_m == 64:
         mma = chain * (ONE_WG_PAIR_PENALTY if pair != PAIR_NONE else 1.0)
     else:
-        rate = block_m * block_n * TWO_WG_CLK_PER_ELEM * (BLOCK_M_256_PENALTY if block_m == 256 else 1.0)
-        if block_n & (block_n - 1):
-            rate *= TWO_WG_UNALIGNED_N_PENALTY
+        rate = TWO_WG_BASE_CLK[block_m] + TWO_WG_CLK_PER_ELEM * block_m * block_n
+        # The weight gradient (per-column B scales, no split) was only measured with power-of-two BLOCK_N.
+        if not scale_split_compiled_in(block_n) or wgrad and block_n & (block_n - 1):
+            rate *= TWO_WG_RUNTIME_SPLIT_PENALTY
         mma = max(chain, rate)
     load = (block_m + block_n) * 128 / STREAM_BYTES_PER_CLK_PER_SM
     epilogue = block_m * block_n * 2 / EPILOGUE_BYTES_PER_CLK
@@ -114,7 +120,7 @@ def _best(what: str, options, k: int, num_sms: int) -> Choice:
     best: Choice | None = None
     for config, units in options:
         waves = -(-units // (num_sms // config.cluster))
-        cand = Choice(config, units, waves, waves * tile_cycles(config.block_m, config.block_n, k, config.pair))
+        cand = Choice(config, units, waves, waves * tile_cycles(config.block_m, config.block_n, k, config.pair, config.wgrad))
         if best is None or _better(cand, best):
             best = cand
     if best is None:
@@ -150,7 +156,8 @@ def choose_grouped(layout: int, m: int, n: int, k: int, groups: int, num_sms: in
     """The config of a grouped FP8 GEMM (LAYOUT_CONTIGUOUS or LAYOUT_MASKED).
 
     `m` is the rows of all groups together (contiguous) or the expected rows of one group (masked).
-    Blocks are 64 or 128 rows (they must divide the contiguous alignment); no multicast pairs.
+    Contiguous blocks are 64 or 128 rows (they must divide the segments' alignment); masked ones may also be
+    256 rows. No multicast pairs.
     """
     if layout not in (LAYOUT_CONTIGUOUS, LAYOUT_MASKED):
         raise ValueError(f"choose_grouped: layout must be contiguous ({LAYOUT_CONTIGUOUS}) or masked ({LAYOUT_MASKED}); got {layout}")
@@ -159,7 +166,7 @@ def choose_grouped(layout: int, m: int, n: int, k: int, groups: int, num_sms: in
 
     def options():
         for bm, bn, pair in candidates(m, n):
-            if pair != PAIR_NONE or CONTIGUOUS_ALIGNMENT % bm:
+            if pair != PAIR_NONE or layout == LAYOUT_CONTIGUOUS and CONTIGUOUS_ALIGNMENT % bm:
                 continue
             config = GemmConfig(n, k, bm, bn, max_stages(bm, bn), layout=layout)
             yield config, config.units(m) * (groups if layout == LAYOUT_MASKED else 1)

@@ -21,6 +21,27 @@ struct alignas(64) TensorMap {
 template <typename T>
 DGX_DEVICE constexpr T ceil_div(T a, T b) { return (a + b - 1) / b; }
 
+// A compile-time int passed as a value, so a generic lambda can be instantiated per constant.
+template <int kValue>
+struct IntConst {
+    static constexpr int value = kValue;
+};
+
+// Calls f(IntConst<v>{}) for the v in kFirst, kFirst + kStep, ... kLast that equals `value`, or
+// f(IntConst<-1>{}) when none does: turns a run-time value with few possibilities into a template one.
+template <int kFirst, int kStep, int kLast, typename F>
+DGX_DEVICE void dispatch_int(int value, F&& f) {
+    static_assert(kStep > 0, "the candidates must increase");
+    if constexpr (kFirst > kLast) {
+        f(IntConst<-1>{});
+    } else {
+        if (value == kFirst)
+            f(IntConst<kFirst>{});
+        else
+            dispatch_int<kFirst + kStep, kStep, kLast>(value, f);
+    }
+}
+
 // 32-bit shared-state-space address of a generic pointer into shared memory.
 DGX_DEVICE uint32_t smem_addr(const void* ptr) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));

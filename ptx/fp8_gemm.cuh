@@ -100,7 +100,7 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
     const uint32_t wg = threadIdx.x / 128;
     const uint32_t row_in_wg = (warp % 4) * 16 + lane / 4;  // accumulator row of this thread (and +8)
     const uint32_t col_in_8 = (lane % 4) * 2;               // accumulator column pair inside each 8
-    float accum[T::kMmaPerWG][T::kAccum];
+    float accum[T::kAccum];  // one wgmma's FP32 partial sums, reused by every m64 slice
     float result[T::kMmaPerWG][T::kAccum];
     uint32_t it = 0;
 
@@ -150,86 +150,80 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
             }
         };
 
-        // One k-block: wait for its stage, four k32 MMAs, hand the stage back, promote.
-        auto k_block = [&](int kb, const SfbPair& sb, SfbPair& sb_next) {
+        // One k-block: wait for its stage, then per m64 slice of this warpgroup's rows: four k32 MMAs into
+        // the one accumulator set, wait, promote into the slice's result. While one warpgroup promotes,
+        // the other's MMAs keep the tensor cores busy, and a 256-row tile needs one accumulator set, not two.
+        // kFormer: how many 8-column groups of the tile use B-scale block `lo` (the rest `hi`), known at
+        // compile time when the tile loop was specialised for it, else -1 (compare with `boundary`).
+        auto k_block = [&](int kb, const SfbPair& sb, SfbPair& sb_next, auto former) {
+            constexpr int kFormer = decltype(former)::value;
             const uint32_t s = it % kNumStages;
             const uint32_t phase = (it / kNumStages) & 1;
             ++it;
             sb_next = load_sfb(kb + 1 < num_kb ? kb + 1 : kb);
             mbarrier_wait(&full[s], phase);
+            // Every read of the stage's scales comes before the stage is handed back.
             float sa[T::kMmaPerWG][2];
 #pragma unroll
             for (int mm = 0; mm < T::kMmaPerWG; ++mm)
 #pragma unroll
                 for (int h = 0; h < 2; ++h) sa[mm][h] = ld_shared_f32(sfa_base + s * T::kSmemSfa + sfa_offset[mm][h]);
-#pragma unroll
-            for (int mm = 0; mm < T::kMmaPerWG; ++mm)
-#pragma unroll
-                for (int i = 0; i < T::kAccum; ++i) fence_operand(accum[mm][i]);
-            wgmma_fence();
             const uint64_t desc_b = make_smem_desc_sw128(smem_b + s * T::kSmemB);
             const uint64_t desc_a =
                 make_smem_desc_sw128(smem_a + s * T::kSmemA + wg * T::kWGRows * T::kBlockK);
-#pragma unroll
-            for (int j = 0; j < T::kBlockK / 32; ++j) {
-#pragma unroll
-                for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
-                    WgmmaE4M3<kBlockN>::mma(advance_desc(desc_a, mm * 64 * T::kBlockK + j * 32),
-                                            advance_desc(desc_b, j * 32), accum[mm], j > 0);
-                }
-            }
-            wgmma_commit();
-            // The scale products are formed while the MMAs run (this also consumes the stage's scales
-            // before the stage is handed back).
             float scale[T::kMmaPerWG][4];
 #pragma unroll
             for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
-                scale[mm][0] = sa[mm][0] * sb.lo;
-                scale[mm][1] = sa[mm][1] * sb.lo;
-                scale[mm][2] = sa[mm][0] * sb.hi;
-                scale[mm][3] = sa[mm][1] * sb.hi;
-            }
 #pragma unroll
-            for (int mm = 0; mm < T::kMmaPerWG; ++mm)
+                for (int i = 0; i < T::kAccum; ++i) fence_operand(accum[i]);
+                wgmma_fence();
 #pragma unroll
-                for (int i = 0; i < T::kAccum; ++i) fence_operand(accum[mm][i]);
-            wgmma_wait<0>();
+                for (int j = 0; j < T::kBlockK / 32; ++j)
+                    WgmmaE4M3<kBlockN>::mma(advance_desc(desc_a, mm * 64 * T::kBlockK + j * 32),
+                                            advance_desc(desc_b, j * 32), accum, j > 0);
+                wgmma_commit();
+                if (mm == 0) {
+                    // The scale products are formed while the first MMAs run.
 #pragma unroll
-            for (int mm = 0; mm < T::kMmaPerWG; ++mm)
-#pragma unroll
-                for (int i = 0; i < T::kAccum; ++i) fence_operand(accum[mm][i]);
-
-            if constexpr (kWgrad) {
-                // result += accum * scale_a[row] * scale_b[col], the column scales read from the stage
-                // (two adjacent columns per load), so the stage is handed back only afterwards.
-                const uint32_t sfb_stage = sfb_base + s * T::kSmemSfbSlot;
-#pragma unroll
-                for (int i = 0; i < kBlockN / 8; ++i) {
-                    const F32x2 col = ld_shared_f32x2(sfb_stage + i * 32);
-#pragma unroll
-                    for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
-                        result[mm][i * 4 + 0] = fmaf(accum[mm][i * 4 + 0], scale[mm][0] * col.x, result[mm][i * 4 + 0]);
-                        result[mm][i * 4 + 1] = fmaf(accum[mm][i * 4 + 1], scale[mm][0] * col.y, result[mm][i * 4 + 1]);
-                        result[mm][i * 4 + 2] = fmaf(accum[mm][i * 4 + 2], scale[mm][1] * col.x, result[mm][i * 4 + 2]);
-                        result[mm][i * 4 + 3] = fmaf(accum[mm][i * 4 + 3], scale[mm][1] * col.y, result[mm][i * 4 + 3]);
+                    for (int m2 = 0; m2 < T::kMmaPerWG; ++m2) {
+                        scale[m2][0] = sa[m2][0] * sb.lo;
+                        scale[m2][1] = sa[m2][1] * sb.lo;
+                        scale[m2][2] = sa[m2][0] * sb.hi;
+                        scale[m2][3] = sa[m2][1] * sb.hi;
                     }
                 }
-                release(s);
-            } else {
-                // The MMAs have read the stage: hand it back to the producer, then promote:
-                // result += accum * scale_a[row] * scale_b[block].
-                release(s);
 #pragma unroll
-                for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
+                for (int i = 0; i < T::kAccum; ++i) fence_operand(accum[i]);
+                wgmma_wait<0>();
+#pragma unroll
+                for (int i = 0; i < T::kAccum; ++i) fence_operand(accum[i]);
+
+                if constexpr (kWgrad) {
+                    // result += accum * scale_a[row] * scale_b[col], the column scales read from the stage
+                    // (two adjacent columns per load), so the stage is handed back only after the last slice.
+                    const uint32_t sfb_stage = sfb_base + s * T::kSmemSfbSlot;
 #pragma unroll
                     for (int i = 0; i < kBlockN / 8; ++i) {
-                        const bool first = T::kSingleSfb || i * 8 < boundary;
+                        const F32x2 col = ld_shared_f32x2(sfb_stage + i * 32);
+                        result[mm][i * 4 + 0] = fmaf(accum[i * 4 + 0], scale[mm][0] * col.x, result[mm][i * 4 + 0]);
+                        result[mm][i * 4 + 1] = fmaf(accum[i * 4 + 1], scale[mm][0] * col.y, result[mm][i * 4 + 1]);
+                        result[mm][i * 4 + 2] = fmaf(accum[i * 4 + 2], scale[mm][1] * col.x, result[mm][i * 4 + 2]);
+                        result[mm][i * 4 + 3] = fmaf(accum[i * 4 + 3], scale[mm][1] * col.y, result[mm][i * 4 + 3]);
+                    }
+                    if (mm == T::kMmaPerWG - 1) release(s);
+                } else {
+                    // After the last slice's MMAs the stage is read: hand it back to the producer, then
+                    // promote: result += accum * scale_a[row] * scale_b[block].
+                    if (mm == T::kMmaPerWG - 1) release(s);
+#pragma unroll
+                    for (int i = 0; i < kBlockN / 8; ++i) {
+                        const bool first = T::kSingleSfb || (kFormer >= 0 ? i < kFormer : i * 8 < boundary);
                         const float lo = first ? scale[mm][0] : scale[mm][2];
                         const float hi = first ? scale[mm][1] : scale[mm][3];
-                        result[mm][i * 4 + 0] = fmaf(accum[mm][i * 4 + 0], lo, result[mm][i * 4 + 0]);
-                        result[mm][i * 4 + 1] = fmaf(accum[mm][i * 4 + 1], lo, result[mm][i * 4 + 1]);
-                        result[mm][i * 4 + 2] = fmaf(accum[mm][i * 4 + 2], hi, result[mm][i * 4 + 2]);
-                        result[mm][i * 4 + 3] = fmaf(accum[mm][i * 4 + 3], hi, result[mm][i * 4 + 3]);
+                        result[mm][i * 4 + 0] = fmaf(accum[i * 4 + 0], lo, result[mm][i * 4 + 0]);
+                        result[mm][i * 4 + 1] = fmaf(accum[i * 4 + 1], lo, result[mm][i * 4 + 1]);
+                        result[mm][i * 4 + 2] = fmaf(accum[i * 4 + 2], hi, result[mm][i * 4 + 2]);
+                        result[mm][i * 4 + 3] = fmaf(accum[i * 4 + 3], hi, result[mm][i * 4 + 3]);
                     }
                 }
             }
@@ -237,13 +231,27 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
 
         // Unrolled by two so the prefetched B scales ping-pong between two register pairs without moves
         // (a move would wait for the load and put its latency back on the chain).
-        SfbPair sb_even = load_sfb(0), sb_odd;
+        auto k_loop = [&](auto former) {
+            SfbPair sb_even = load_sfb(0), sb_odd;
 #pragma unroll 1
-        for (int kb = 0; kb + 1 < num_kb; kb += 2) {
-            k_block(kb, sb_even, sb_odd);
-            k_block(kb + 1, sb_odd, sb_even);
+            for (int kb = 0; kb + 1 < num_kb; kb += 2) {
+                k_block(kb, sb_even, sb_odd, former);
+                k_block(kb + 1, sb_odd, sb_even, former);
+            }
+            if (num_kb % 2 == 1) k_block(num_kb - 1, sb_even, sb_odd, former);
+        };
+        if constexpr (T::kSingleSfb || kWgrad) {
+            k_loop(IntConst<kBlockN / 8>{});
+        } else {
+            // Tiles start at multiples of BLOCK_N, so `boundary` takes 128 / gcd(BLOCK_N, 128) values; with
+            // few of them the loop is specialised for each (a select per column group otherwise: up to 25%
+            // slower, PERFLOG), as DeepGEMM does for its unaligned BLOCK_N.
+            constexpr int kGap = T::kGcd128 / 8;
+            if constexpr (128 / T::kGcd128 <= 4)
+                dispatch_int<kGap, kGap, 16>(min(boundary, kBlockN) / 8, k_loop);
+            else
+                k_loop(IntConst<-1>{});
         }
-        if (num_kb % 2 == 1) k_block(num_kb - 1, sb_even, sb_odd);
 
         const int wg_row = tile.d_row + static_cast<int>(wg * T::kWGRows);
         // A masked group's last block may end inside this warpgroup's rows, and the rows past the group's

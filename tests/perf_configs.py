@@ -1,7 +1,13 @@
-"""Device experiment: time explicit configs (block sizes the validator may not allow yet) under a header
-variant, against the current headers, in one process. Configs are checked correct before timing.
+"""Device experiment: time explicit configs (block sizes the validator may not allow yet), each under the
+current headers or a header variant, in one process, in alternating rounds. Configs are checked correct
+before timing.
 
-    python perf_configs.py VARIANT BMxBN[,BMxBN...] [M,N,K ...]    (from tests/; VARIANT: ../.dev/fp8_gemm_<VARIANT>.cuh)
+    python perf_configs.py RUN[,RUN...] [M,N,K ...]      (from tests/)
+
+RUN is VARIANT:BMxBN[sS][pP] (S stages, default as many as fit; P: 1 shares A along N, 2 shares B along
+M); VARIANT is `current` (the working tree's headers) or a name for ../.dev/fp8_gemm_<VARIANT>.cuh.
+A variant whose kernel stages no BF16 output tile (`kSmemD = kWgrad ? ...`) gets its shared memory
+computed without one.
 """
 
 import statistics
@@ -16,36 +22,76 @@ from dgx import gemm
 from dgx.kernels import fp8_gemm as family
 from gpu_gemm_utils import bench_cold_l2, check_dense, make_dense
 
-variant = sys.argv[1]
-blocks = [tuple(int(x) for x in b.split("x")) for b in sys.argv[2].split(",")]
-shapes = [tuple(int(x) for x in s.split(",")) for s in sys.argv[3:]] or [(4096, 4096, 7168), (4096, 7168, 16384)]
+ROUNDS = 3
+
+
+def parse_run(text: str):
+    variant, blk = text.split(":")
+    pair = stages = 0
+    if "p" in blk:
+        blk, p = blk.split("p")
+        pair = int(p)
+    if "s" in blk:
+        blk, st = blk.split("s")
+        stages = int(st)
+    bm, bn = (int(x) for x in blk.split("x"))
+    return variant, bm, bn, stages, pair
+
+
+runs = [parse_run(r) for r in sys.argv[1].split(",")]
+shapes = [tuple(int(x) for x in s.split(",")) for s in sys.argv[2:]] or [(4096, 4096, 7168), (4096, 7168, 16384)]
 BASE = ptx.headers()
-VARIANT = {**BASE, "fp8_gemm.cuh": (Path(__file__).resolve().parent.parent / ".dev" / f"fp8_gemm_{variant}.cuh").read_bytes()}
+DEV = Path(__file__).resolve().parent.parent / ".dev"
+HEADERS = {
+    v: BASE if v == "current" else {**BASE, "fp8_gemm.cuh": (DEV / f"fp8_gemm_{v}.cuh").read_bytes()}
+    for v in {r[0] for r in runs}
+}
 family.validate_blocks = lambda *a, **k: ""  # let the experiment reach tiles the validator does not offer yet
-bench = bench_cold_l2
+SMEM_WITH_D = family.smem_bytes
+
+
+def smem_without_d(bm, bn, stages, wgrad=False):
+    return SMEM_WITH_D(bm, bn, stages, wgrad) - (0 if wgrad else bm * bn * 2)
+
+
+def smem_of(headers):
+    return smem_without_d if b"kSmemD = kWgrad ?" in headers["fp8_gemm.cuh"] else SMEM_WITH_D
 
 
 def use(headers):
     ptx.headers = lambda: headers
+    family.smem_bytes = smem_of(headers)
     for cache in (gemm._plans, gemm._params, gemm._fast):
         cache.clear()
 
 
 for m, n, k in shapes:
     a, b, a_fp8, b_fp8, d = make_dense(m, n, k)
-    runs = [("current", BASE, (128, 128))] + [(variant, VARIANT, blk) for blk in blocks]
-    for name, headers, (bm, bn) in runs:
-        per_stage = family.smem_bytes(bm, bn, 1) - bm * bn * 2
-        cfg = family.GemmConfig(n, k, bm, bn, min((family.SMEM_LIMIT - bm * bn * 2) // per_stage, 16))
-        use(headers)
+    ok = []
+    for variant, bm, bn, stages, pair in runs:
+        use(HEADERS[variant])
+        tile = family.smem_bytes(bm, bn, 0)
+        per_stage = family.smem_bytes(bm, bn, 1) - tile
+        stages = stages or min((family.SMEM_LIMIT - tile) // per_stage, 16)
+        cfg = family.GemmConfig(n, k, bm, bn, stages, pair=pair)
         try:
             d.fill_(float("nan"))
             dgx.fp8_gemm_nt(a_fp8, b_fp8, d, config=cfg)
             torch.cuda.synchronize()
             check_dense(d, a, b, a_fp8, b_fp8)
-            ts = [bench(lambda: dgx.fp8_gemm_nt(a_fp8, b_fp8, d, config=cfg)) for _ in range(3)]
-            t = statistics.median(ts)
-            print(f"{m}x{n}x{k} {name:>8} {bm}x{bn}s{cfg.stages}: {t:8.1f} us {2 * m * n * k / t / 1e6:6.0f} TFLOPS  runs {[round(x, 1) for x in ts]}", flush=True)
+            ok.append((variant, cfg))
         except Exception as exc:
-            print(f"{m}x{n}x{k} {name:>8} {bm}x{bn}: FAILED {str(exc)[:200]}", flush=True)
+            print(f"{m}x{n}x{k} {variant:>8} {bm}x{bn}p{pair}: FAILED {str(exc)[:300]}", flush=True)
+    times = {i: [] for i in range(len(ok))}
+    for _ in range(ROUNDS):
+        for i, (variant, cfg) in enumerate(ok):
+            use(HEADERS[variant])
+            times[i].append(bench_cold_l2(lambda: dgx.fp8_gemm_nt(a_fp8, b_fp8, d, config=cfg)))
+    for i, (variant, cfg) in enumerate(ok):
+        t = statistics.median(times[i])
+        print(
+            f"{m}x{n}x{k} {variant:>8} {cfg.block_m}x{cfg.block_n}s{cfg.stages}p{cfg.pair}: {t:8.1f} us "
+            f"{2 * m * n * k / t / 1e6:6.0f} TFLOPS  rounds {[round(x, 1) for x in times[i]]}",
+            flush=True,
+        )
     del a, b, a_fp8, b_fp8, d

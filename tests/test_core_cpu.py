@@ -92,6 +92,8 @@ def test_choose_dense_rejects_nonpositive(args):
         (dict(block_m=128, block_n=12, stages=4), "block_n must be a multiple of 8"),
         (dict(block_m=128, block_n=264, stages=4), "block_n must be a multiple of 8 in 8..256"),
         (dict(block_m=256, block_n=256, stages=2), "accumulator registers"),
+        (dict(block_m=256, block_n=136, stages=2), "needs 204 accumulator registers per thread (max 192)"),
+        (dict(block_m=128, block_n=192, stages=3), "needs 192 accumulator registers per thread (max 160)"),
         (dict(block_m=128, block_n=128, stages=12), "shared memory"),
         (dict(block_m=128, block_n=128, stages=4, pair=3), "pair must be"),
         (dict(block_m=128, block_n=120, stages=4, pair=PAIR_M), "sharing B needs block_n a multiple of 16"),
@@ -102,12 +104,34 @@ def test_gemm_config_errors(kwargs, message):
         GemmConfig(n=4096, k=7168, **kwargs)
 
 
+def test_scale_split_compiled_in():
+    from dgx.kernels.fp8_gemm import scale_split_compiled_in
+
+    # One B-scale block per tile, or at most four places a tile's columns can switch blocks.
+    assert all(scale_split_compiled_in(bn) for bn in (16, 32, 64, 128, 96, 160, 192, 224))
+    # 128x144 / 256x80 / 256x88 select the scale per column group at run time.
+    assert not any(scale_split_compiled_in(bn) for bn in (144, 80, 88, 112, 136, 56))
+
+
+def test_choose_dense_takes_256_row_tiles_for_large_m():
+    from dgx.heuristics import choose_dense
+
+    # Measured (PERFLOG, kernel v3): 256x128 beats 128x128 by 10-22% on every M=4096 anchor shape but N=2112.
+    for n, k in ((4096, 7168), (7168, 16384), (24576, 1536), (32768, 512), (7168, 2048)):
+        c = choose_dense(4096, n, k, 132).config
+        assert (c.block_m, c.block_n) == (256, 128), (n, k, c)
+    # Small M never pads a tile to 256 rows.
+    assert choose_dense(128, 7168, 2048, 132).config.block_m <= 128
+
+
 # --- NVRTC compiles, checked in the SASS ----------------------------------------------------------
 
 REPRESENTATIVE = [
     GemmConfig(n=2112, k=7168, block_m=64, block_n=112, stages=8),  # one math warpgroup, unaligned N tile
     GemmConfig(n=7168, k=2112, block_m=128, block_n=144, stages=5, pair=PAIR_N),  # K % 128 != 0, shares A
     GemmConfig(n=4096, k=7168, block_m=256, block_n=80, stages=4, pair=PAIR_M),  # BLOCK_M 256, shares B
+    GemmConfig(n=4096, k=7168, block_m=256, block_n=128, stages=3),  # two m64 slices per warpgroup, 192 accumulators
+    GemmConfig(n=4096, k=7168, block_m=128, block_n=160, stages=5, layout=LAYOUT_CONTIGUOUS),  # compiled-in scale split
     GemmConfig(n=4096, k=7168, block_m=128, block_n=128, stages=5, layout=LAYOUT_CONTIGUOUS),  # MoE contiguous
     GemmConfig(n=7168, k=2048, block_m=64, block_n=160, stages=7, layout=LAYOUT_MASKED),  # MoE masked
     GemmConfig(n=2112, k=4096, block_m=128, block_n=128, stages=4, wgrad=True),  # weight gradient, FP32 out
@@ -485,7 +509,11 @@ def test_choose_grouped_respects_alignment_and_layout():
     for layout in (LAYOUT_CONTIGUOUS, LAYOUT_MASKED):
         for m in (1, 64, 200, 4096, 32768):
             c = choose_grouped(layout, m, 4096, 7168, 8, 132).config
-            assert c.layout == layout and c.pair == PAIR_NONE and CONTIGUOUS_ALIGNMENT % c.block_m == 0
+            assert c.layout == layout and c.pair == PAIR_NONE
+            if layout == LAYOUT_CONTIGUOUS:  # a block never spans two padded segments
+                assert CONTIGUOUS_ALIGNMENT % c.block_m == 0
+    # Masked groups have no alignment: many rows per group take 256-row blocks (fewer bytes per FLOP).
+    assert choose_grouped(LAYOUT_MASKED, 4096, 4096, 7168, 8, 132).config.block_m == 256
     # Masked decode with few rows per group takes 64-row blocks; many tiles fill the SMs with 128.
     assert choose_grouped(LAYOUT_MASKED, 16, 4096, 7168, 4, 132).config.block_m == 64
     with pytest.raises(ValueError, match="layout must be contiguous"):

@@ -148,6 +148,14 @@ def smem_bytes(block_m: int, block_n: int, stages: int, wgrad: bool = False) -> 
     return block_m * block_n * 2 + stages * per_stage
 
 
+def scale_split_compiled_in(block_n: int) -> bool:
+    """Whether the kernel knows at compile time where a tile's columns switch from one 128-column B-scale
+    block to the next: always with one block per tile; otherwise (ptx/fp8_gemm.cuh) it specialises the
+    k-loop for each possible split when there are at most four (BLOCK_N 96, 160, 192, 224) and selects a
+    scale per column group at run time for the rest."""
+    return 128 % block_n == 0 or 128 // gcd(block_n, 128) <= 4
+
+
 def validate_blocks(block_m: int, block_n: int, pair: int = PAIR_NONE) -> str:
     """'' if (block_m, block_n, pair) is a tile the kernel supports, else what is wrong."""
     if pair not in (PAIR_NONE, PAIR_N, PAIR_M):
@@ -160,11 +168,13 @@ def validate_blocks(block_m: int, block_n: int, pair: int = PAIR_NONE) -> str:
         return f"block_n must be a multiple of 8 in 8..256; got {block_n}"
     if 128 % block_n and block_n - gcd(block_n, 128) > 128:
         return f"block_n {block_n} lets a tile span three 128-column B-scale blocks"
-    # Registers: two sets of N/2 FP32 accumulators per m64 MMA in a math thread. One math warpgroup may
-    # use up to 255 registers a thread; two get 232 each through setmaxnreg.
-    mmas_per_thread = block_m // 64 if block_m == 64 else block_m // 128
-    per_thread = mmas_per_thread * block_n
-    limit = 208 if block_m == 64 else 160
+    # Registers: a math thread holds N/2 FP32 accumulators for the running wgmma plus N/2 promoted results
+    # per m64 slice of its warpgroup's rows (one slice, or two for BLOCK_M 256). One math warpgroup may use
+    # up to 255 registers a thread; two get 232 each through setmaxnreg, which holds 160 such registers with
+    # one slice and 192 with two (measured in ptxas reports: 128x192 spills, 256x128 does not).
+    slices = 1 if block_m <= 128 else 2
+    per_thread = (1 + slices) * block_n // 2
+    limit = 208 if block_m == 64 else 160 if block_m == 128 else 192
     if per_thread > limit:
         return f"block_m {block_m} x block_n {block_n} needs {per_thread} accumulator registers per thread (max {limit})"
     return ""
