@@ -44,7 +44,7 @@ _PARAM_CACHE_LIMIT = 512
 def launch_plan(config: GemmConfig, units: int, device: int, num_sms: int) -> DensePlan:
     """Compiles/loads `config`'s kernel and sizes its persistent grid for at most `units` work units."""
     kernel = jit.get_kernel(config.render(), device)
-    grid = max(min(units, num_sms // config.cluster), 1) * config.cluster
+    grid = config.grid(units, num_sms)
     shape = runtime.LaunchShape((grid, 1, 1), (config.threads, 1, 1), (config.cluster, 1, 1), config.smem_bytes)
     if config.cluster > 1:
         resident = runtime.max_active_clusters(kernel, shape)

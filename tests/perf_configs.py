@@ -4,8 +4,8 @@ before timing.
 
     python perf_configs.py RUN[,RUN...] [M,N,K ...]      (from tests/)
 
-RUN is VARIANT:BMxBN[sS][pP] (S stages, default as many as fit; P: 1 shares A along N, 2 shares B along
-M); VARIANT is `current` (the working tree's headers) or a name for ../.dev/fp8_gemm_<VARIANT>.cuh.
+RUN is VARIANT:BMxBN[sS][pP][u] (S stages, default as many as fit; P: 1 shares A along N, 2 shares B along
+M; u: a grid of one CTA per SM instead of the fewest CTAs that keep the wave count); VARIANT is `current` (the working tree's headers) or a name for ../.dev/fp8_gemm_<VARIANT>.cuh.
 A variant whose kernel stages no BF16 output tile (`kSmemD = kWgrad ? ...`) gets its shared memory
 computed without one.
 """
@@ -28,6 +28,8 @@ ROUNDS = 3
 def parse_run(text: str):
     variant, blk = text.split(":")
     pair = stages = 0
+    full = blk.endswith("u")
+    blk = blk.rstrip("u")
     if "p" in blk:
         blk, p = blk.split("p")
         pair = int(p)
@@ -35,7 +37,7 @@ def parse_run(text: str):
         blk, st = blk.split("s")
         stages = int(st)
     bm, bn = (int(x) for x in blk.split("x"))
-    return variant, bm, bn, stages, pair
+    return variant, bm, bn, stages, pair, full
 
 
 runs = [parse_run(r) for r in sys.argv[1].split(",")]
@@ -58,9 +60,17 @@ def smem_of(headers):
     return smem_without_d if b"kSmemD = kWgrad ?" in headers["fp8_gemm.cuh"] else SMEM_WITH_D
 
 
-def use(headers):
+BALANCED_GRID = family.GemmConfig.grid
+
+
+def full_grid(self, units, num_sms):
+    return max(min(units, num_sms // self.cluster), 1) * self.cluster
+
+
+def use(headers, full=False):
     ptx.headers = lambda: headers
     family.smem_bytes = smem_of(headers)
+    family.GemmConfig.grid = full_grid if full else BALANCED_GRID
     for cache in (gemm._plans, gemm._params, gemm._fast):
         cache.clear()
 
@@ -68,8 +78,8 @@ def use(headers):
 for m, n, k in shapes:
     a, b, a_fp8, b_fp8, d = make_dense(m, n, k)
     ok = []
-    for variant, bm, bn, stages, pair in runs:
-        use(HEADERS[variant])
+    for variant, bm, bn, stages, pair, full in runs:
+        use(HEADERS[variant], full)
         tile = family.smem_bytes(bm, bn, 0)
         per_stage = family.smem_bytes(bm, bn, 1) - tile
         stages = stages or min((family.SMEM_LIMIT - tile) // per_stage, 16)
@@ -79,18 +89,18 @@ for m, n, k in shapes:
             dgx.fp8_gemm_nt(a_fp8, b_fp8, d, config=cfg)
             torch.cuda.synchronize()
             check_dense(d, a, b, a_fp8, b_fp8)
-            ok.append((variant, cfg))
+            ok.append((variant, cfg, full))
         except Exception as exc:
             print(f"{m}x{n}x{k} {variant:>8} {bm}x{bn}p{pair}: FAILED {str(exc)[:300]}", flush=True)
     times = {i: [] for i in range(len(ok))}
     for _ in range(ROUNDS):
-        for i, (variant, cfg) in enumerate(ok):
-            use(HEADERS[variant])
+        for i, (variant, cfg, full) in enumerate(ok):
+            use(HEADERS[variant], full)
             times[i].append(bench_cold_l2(lambda: dgx.fp8_gemm_nt(a_fp8, b_fp8, d, config=cfg)))
-    for i, (variant, cfg) in enumerate(ok):
+    for i, (variant, cfg, full) in enumerate(ok):
         t = statistics.median(times[i])
         print(
-            f"{m}x{n}x{k} {variant:>8} {cfg.block_m}x{cfg.block_n}s{cfg.stages}p{cfg.pair}: {t:8.1f} us "
+            f"{m}x{n}x{k} {variant:>8} {cfg.block_m}x{cfg.block_n}s{cfg.stages}p{cfg.pair}{'u' if full else ''}: {t:8.1f} us "
             f"{2 * m * n * k / t / 1e6:6.0f} TFLOPS  rounds {[round(x, 1) for x in times[i]]}",
             flush=True,
         )

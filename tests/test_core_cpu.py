@@ -54,8 +54,12 @@ def test_every_choice_is_a_valid_config(num_sms):
         assert choice.num_tiles == c.units(m), where
         slots = num_sms // c.cluster
         assert choice.waves == math.ceil(choice.num_tiles / slots), where
-        grid = c.grid(m, num_sms)
+        grid = c.grid(choice.num_tiles, num_sms)
         assert 0 < grid <= num_sms and grid % c.cluster == 0, where
+        # As few CTAs as keep the wave count: every cluster gets `waves` units or one fewer.
+        clusters = grid // c.cluster
+        assert math.ceil(choice.num_tiles / clusters) == choice.waves, where
+        assert clusters == 1 or math.ceil(choice.num_tiles / (clusters - 1)) > choice.waves, where
         if m <= 64:
             assert c.block_m == 64, f"{where}: decode shapes must not pad M to a larger tile"
         if choice.waves > 1:
@@ -509,11 +513,7 @@ def test_choose_grouped_respects_alignment_and_layout():
     for layout in (LAYOUT_CONTIGUOUS, LAYOUT_MASKED):
         for m in (1, 64, 200, 4096, 32768):
             c = choose_grouped(layout, m, 4096, 7168, 8, 132).config
-            assert c.layout == layout and c.pair == PAIR_NONE
-            if layout == LAYOUT_CONTIGUOUS:  # a block never spans two padded segments
-                assert CONTIGUOUS_ALIGNMENT % c.block_m == 0
-    # Masked groups have no alignment: many rows per group take 256-row blocks (fewer bytes per FLOP).
-    assert choose_grouped(LAYOUT_MASKED, 4096, 4096, 7168, 8, 132).config.block_m == 256
+            assert c.layout == layout and c.pair == PAIR_NONE and CONTIGUOUS_ALIGNMENT % c.block_m == 0
     # Masked decode with few rows per group takes 64-row blocks; many tiles fill the SMs with 128.
     assert choose_grouped(LAYOUT_MASKED, 16, 4096, 7168, 4, 132).config.block_m == 64
     with pytest.raises(ValueError, match="layout must be contiguous"):

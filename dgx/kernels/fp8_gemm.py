@@ -67,10 +67,13 @@ class GemmConfig:
             nb = -(-nb // 2)
         return mb * nb
 
-    def grid(self, m: int, num_sms: int) -> int:
-        """CTAs of the persistent grid: a whole number of clusters, at most one per SM."""
-        clusters = min(self.units(m), num_sms // self.cluster)
-        return max(clusters, 1) * self.cluster
+    def grid(self, units: int, num_sms: int) -> int:
+        """CTAs of the persistent grid for `units` work units: a whole number of clusters, at most one per
+        SM, and no more than keep the wave count (the same makespan on fewer SMs draws less power and
+        L2 bandwidth; DeepGEMM sizes its grids the same way)."""
+        slots = max(num_sms // self.cluster, 1)
+        waves = max(-(-units // slots), 1)
+        return max(-(-units // waves), 1) * self.cluster
 
     @property
     def math_warpgroups(self) -> int:
