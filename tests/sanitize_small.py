@@ -1,5 +1,6 @@
 """Small fp8_gemm_nt runs for compute-sanitizer: one per config family (1 or 2 math warpgroups, no
-cluster, 2-CTA clusters sharing A or B, BLOCK_N with two B-scale blocks per tile)."""
+cluster, 2-CTA clusters sharing A or B, BLOCK_N with two B-scale blocks per tile, selected at run time or
+compiled in, 256-row tiles as two m64 slices per warpgroup)."""
 
 import torch
 
@@ -13,6 +14,8 @@ FAMILIES = [
     (129, 576, 576, 128, 128, 1),
     (300, 288, 320, 128, 144, 2),
     (257, 136, 256, 256, 64, 1),
+    (300, 480, 384, 256, 128, 0),
+    (200, 480, 384, 128, 160, 0),
 ]
 for m, n, k, bm, bn, pair in FAMILIES:
     a, b, a_fp8, b_fp8, d = make_dense(m, n, k)
@@ -54,6 +57,11 @@ d = torch.randn(136, 72, device="cuda")
 dgx.fp8_gemm_nt(a_q, b_q, d, c=d)
 torch.cuda.synchronize()
 print("ok wgrad")
+d = torch.randn(300, 72, device="cuda")
+a_q = dgx.per_token_cast_to_fp8(torch.randn(300, 384, device="cuda", dtype=torch.bfloat16))
+dgx.fp8_gemm_nt(a_q, b_q, d, c=d, config=GemmConfig(72, 384, 256, 64, 3, wgrad=True))
+torch.cuda.synchronize()
+print("ok wgrad 256 rows")
 
 ks = [256, 0, 128]
 a16 = torch.randn(72, sum(ks), device="cuda", dtype=torch.bfloat16)

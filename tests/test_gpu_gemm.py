@@ -37,6 +37,26 @@ def test_odd_shapes(m, n, k):
     check_dense(d, a, b, a_fp8, b_fp8)
 
 
+# Tiles the heuristic takes on some shapes, forced on odd ones: 256 rows as two m64 slices per warpgroup
+# (one accumulator set), and BLOCK_N whose B-scale split is compiled in (96, 160) or selected at run time
+# (144). N=480 / 1000 put tiles at every offset inside a 128-column scale block the width allows.
+FORCED_TILES = [(256, 128), (256, 96), (256, 64), (128, 160), (128, 96), (128, 144), (64, 160)]
+
+
+@pytest.mark.parametrize("bm,bn", FORCED_TILES)
+@pytest.mark.parametrize("m,n,k", [(257, 480, 576), (1000, 1000, 7168), (65, 2112, 1664)])
+def test_forced_tiles(bm, bn, m, n, k):
+    import dgx
+    from dgx.heuristics import max_stages
+    from dgx.kernels.fp8_gemm import GemmConfig
+
+    a, b, a_fp8, b_fp8, d = make_dense(m, n, k)
+    config = GemmConfig(n, k, bm, bn, min(max_stages(bm, bn), 4))
+    dgx.fp8_gemm_nt(a_fp8, b_fp8, d, config=config)
+    torch.cuda.synchronize()
+    check_dense(d, a, b, a_fp8, b_fp8)
+
+
 @pytest.mark.parametrize("m,n,k", [(4096, 7168, 2048), (64, 2112, 7168), (1000, 576, 7168)])
 def test_bitwise_deterministic(m, n, k):
     import dgx
