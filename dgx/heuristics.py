@@ -58,10 +58,16 @@ class Choice:
     est_cycles: float
 
 
-def max_stages(block_m: int, block_n: int) -> int:
-    per_stage = smem_bytes(block_m, block_n, 1) - block_m * block_n * 2
-    stages = (SMEM_LIMIT - block_m * block_n * 2) // per_stage
-    return min(stages, MAX_STAGES)
+def max_stages(block_m: int, block_n: int, wgrad: bool = False) -> int:
+    """The most pipeline stages that fit in shared memory next to the staged output tile."""
+    tile = smem_bytes(block_m, block_n, 0, wgrad)
+    per_stage = smem_bytes(block_m, block_n, 1, wgrad) - tile
+    return min((SMEM_LIMIT - tile) // per_stage, MAX_STAGES)
+
+
+def _require_positive(what: str, **values: int) -> None:
+    if any(v <= 0 for v in values.values()):
+        raise ValueError(f"{what} needs positive {', '.join(values)}; got {', '.join(str(v) for v in values.values())}")
 
 
 def tile_cycles(block_m: int, block_n: int, k: int, pair: int = PAIR_NONE, pow2_n: bool = False) -> float:
@@ -101,8 +107,7 @@ def candidates(m: int, n: int) -> list[tuple[int, int, int]]:
 @lru_cache(maxsize=4096)
 def choose_dense(m: int, n: int, k: int, num_sms: int) -> Choice:
     """The dense FP8 GEMM config for an M x N x K problem on `num_sms` SMs."""
-    if m <= 0 or n <= 0 or k <= 0 or num_sms <= 0:
-        raise ValueError(f"choose_dense needs positive m, n, k, num_sms; got {m}, {n}, {k}, {num_sms}")
+    _require_positive("choose_dense", m=m, n=n, k=k, num_sms=num_sms)
 
     def options():
         for bm, bn, pair in candidates(m, n):
@@ -166,8 +171,7 @@ def choose_grouped(layout: int, m: int, n: int, k: int, groups: int, num_sms: in
     """
     if layout not in (LAYOUT_CONTIGUOUS, LAYOUT_MASKED):
         raise ValueError(f"choose_grouped: layout must be contiguous ({LAYOUT_CONTIGUOUS}) or masked ({LAYOUT_MASKED}); got {layout}")
-    if m <= 0 or n <= 0 or k <= 0 or groups <= 0 or num_sms <= 0:
-        raise ValueError(f"choose_grouped needs positive m, n, k, groups, num_sms; got {m}, {n}, {k}, {groups}, {num_sms}")
+    _require_positive("choose_grouped", m=m, n=n, k=k, groups=groups, num_sms=num_sms)
 
     def options():
         for bm, bn, pair in candidates(m, n):
@@ -180,27 +184,20 @@ def choose_grouped(layout: int, m: int, n: int, k: int, groups: int, num_sms: in
     return _best(f"grouped ({name}) M={m} N={n} K={k} groups={groups}", options(), k, num_sms)
 
 
-def max_stages_wgrad(block_m: int, block_n: int) -> int:
-    tile = smem_bytes(block_m, block_n, 0, wgrad=True)  # the FP32 output tile
-    per_stage = smem_bytes(block_m, block_n, 1, wgrad=True) - tile
-    return min((SMEM_LIMIT - tile) // per_stage, MAX_STAGES)
-
-
 @lru_cache(maxsize=4096)
 def choose_wgrad(m: int, n: int, k: int, num_sms: int, layout: int = LAYOUT_DENSE, groups: int = 1) -> Choice:
     """The config of a weight-gradient GEMM (FP32 D = C + A.B^T, both operands scaled per row): dense, or
     LAYOUT_K_GROUPED with `groups` outputs of M x N and `k` the typical K of a group. No multicast."""
     if layout not in (LAYOUT_DENSE, LAYOUT_K_GROUPED):
         raise ValueError(f"choose_wgrad: layout must be dense ({LAYOUT_DENSE}) or K-grouped ({LAYOUT_K_GROUPED}); got {layout}")
-    if m <= 0 or n <= 0 or k <= 0 or groups <= 0 or num_sms <= 0:
-        raise ValueError(f"choose_wgrad needs positive m, n, k, groups, num_sms; got {m}, {n}, {k}, {groups}, {num_sms}")
+    _require_positive("choose_wgrad", m=m, n=n, k=k, groups=groups, num_sms=num_sms)
 
     def options():
         for bm, bn, pair in candidates(m, n):
             # 256-row tiles (256x64, 3 stages: the FP32 tile is 64 KB) ran 4% slower than 128x128 on 7168x2112.
-            if pair != PAIR_NONE or bm == 256 or max_stages_wgrad(bm, bn) < 3:
+            if pair != PAIR_NONE or bm == 256 or max_stages(bm, bn, wgrad=True) < 3:
                 continue
-            config = GemmConfig(n, 0 if layout == LAYOUT_K_GROUPED else k, bm, bn, max_stages_wgrad(bm, bn),
+            config = GemmConfig(n, 0 if layout == LAYOUT_K_GROUPED else k, bm, bn, max_stages(bm, bn, wgrad=True),
                                 layout=layout, wgrad=True)
             yield config, config.units(m) * groups
 

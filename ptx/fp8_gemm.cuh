@@ -389,20 +389,18 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const 
                     // Out-of-bounds parts of a box are zero-filled and still counted in the bytes.
                     mbarrier_arrive_expect_tx(&full[s], T::kStageBytes);
                     const int k0 = (k_first + kb) * T::kBlockK;
-                    if constexpr (kPair == kPairN) {
-                        const int half = scheduler.rank * T::kHalfRowsA;
-                        tma_load_2d_multicast(map_a, &full[s], smem_a + s * T::kSmemA + half * T::kBlockK, k0,
-                                              tile.a_row + half, 0x3);
-                    } else {
-                        tma_load_2d(map_a, &full[s], smem_a + s * T::kSmemA, k0, tile.a_row);
-                    }
-                    if constexpr (kPair == kPairM) {
-                        const int half = scheduler.rank * T::kHalfRowsB;
-                        tma_load_2d_multicast(map_b, &full[s], smem_b + s * T::kSmemB + half * T::kBlockK, k0,
-                                              tile.b_row + half, 0x3);
-                    } else {
-                        tma_load_2d(map_b, &full[s], smem_b + s * T::kSmemB, k0, tile.b_row);
-                    }
+                    // One operand's box of this k-block: the whole tile, or - shared by the pair - this CTA's
+                    // half of it, multicast to both CTAs.
+                    auto load_operand = [&](const TensorMap* map, uint8_t* dst, int row, int half_rows, bool shared) {
+                        if (shared) {
+                            const int half = scheduler.rank * half_rows;
+                            tma_load_2d_multicast(map, &full[s], dst + half * T::kBlockK, k0, row + half, 0x3);
+                        } else {
+                            tma_load_2d(map, &full[s], dst, k0, row);
+                        }
+                    };
+                    load_operand(map_a, smem_a + s * T::kSmemA, tile.a_row, T::kHalfRowsA, kPair == kPairN);
+                    load_operand(map_b, smem_b + s * T::kSmemB, tile.b_row, T::kHalfRowsB, kPair == kPairM);
                     // A scales are per row, so each CTA of a pair loads its own (never multicast).
                     tma_load_2d(&tmap_sfa, &full[s], smem_sfa + s * T::kSmemSfa, tile.sfa_row,
                                 tile.sfa_kb0 + tile.kb0 + kb);
