@@ -113,8 +113,17 @@ DGX_DEVICE uint32_t pack_bf16x2(float lo, float hi) {
     return packed;
 }
 
-DGX_DEVICE void st_shared_u32(uint32_t addr, uint32_t v) {
-    asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+// stmatrix (sm_90): the warp stores 8x8 matrices of 16-bit elements to shared memory. Register j of lane t
+// holds row t / 4, columns 2 (t % 4) and +1 of matrix j - the layout of a wgmma accumulator fragment after
+// packing pairs to bf16x2 - and lane 8 j + r gives the address of row r of matrix j (16 contiguous bytes).
+DGX_DEVICE void stmatrix_x4(uint32_t addr, uint32_t m0, uint32_t m1, uint32_t m2, uint32_t m3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(m0), "r"(m1),
+                 "r"(m2), "r"(m3)
+                 : "memory");
+}
+
+DGX_DEVICE void stmatrix_x2(uint32_t addr, uint32_t m0, uint32_t m1) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x2.shared.b16 [%0], {%1, %2};" ::"r"(addr), "r"(m0), "r"(m1) : "memory");
 }
 
 DGX_DEVICE void st_shared_v2_f32(uint32_t addr, float a, float b) {

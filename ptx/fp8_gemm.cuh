@@ -4,7 +4,7 @@
 // wgmma m64nNk32 (e4m3) per 128 of K into FP32 registers and promote each partial sum into a second set
 // of FP32 registers scaled by scale_a[row] * scale_b[block] (the promotion keeps FP8 tensor-core
 // accumulation error from building up over long K). The epilogue packs BF16 into swizzled shared memory
-// and stores it with TMA while the producer already loads the next tile.
+// with stmatrix and stores it with TMA while the producer already loads the next tile.
 //
 // The weight-gradient variant (kWgrad) scales B per row too (one scale per column of D per 128 of K,
 // loaded with TMA into each stage like A's) and writes FP32 D = C + A . B^T with TMA reduce-adds into D
@@ -97,7 +97,10 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
                                               int64_t ld_d, bool accumulate, uint32_t warp, uint32_t lane) {
     Tile tile;
     if constexpr (T::kNumMathWG == 2) setmaxnreg_inc<T::kMathRegs>();
-    const uint32_t wg = threadIdx.x / 128;
+    // The warpgroup index, broadcast from lane 0 so the compiler knows it is warp-uniform: the shared-memory
+    // descriptors derived from it are then computed in uniform registers and feed wgmma directly, instead of
+    // per-thread arithmetic and register-to-uniform moves before every MMA (4-10% faster, PERFLOG exp. 9).
+    const uint32_t wg = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
     const uint32_t row_in_wg = (warp % 4) * 16 + lane / 4;  // accumulator row of this thread (and +8)
     const uint32_t col_in_8 = (lane % 4) * 2;               // accumulator column pair inside each 8
     float accum[T::kAccum];  // one wgmma's FP32 partial sums, reused by every m64 slice
@@ -284,20 +287,43 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
         const bool leader = threadIdx.x % 128 == 0;
         if (leader) tma_store_wait_read();  // the previous tile's store has left this buffer
         named_barrier_sync(1 + wg, 128);
-        auto put = [&](uint32_t addr, float x, float y) {
-            if constexpr (kWgrad) st_shared_v2_f32(addr, x, y); else st_shared_u32(addr, pack_bf16x2(x, y));
+        // The region holds the warpgroup's rows span by span (kDSpan bytes of each row, rows one after another).
+        auto d_offset = [&](uint32_t row, uint32_t col_bytes) {
+            return region_addr + swizzle_offset<kDSpan>((col_bytes / kDSpan) * T::kWGRows * kDSpan + row * kDSpan +
+                                                        col_bytes % kDSpan);
         };
+        if constexpr (kWgrad) {
 #pragma unroll
-        for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
+            for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
 #pragma unroll
-            for (int i = 0; i < kBlockN / 8; ++i) {
-                const uint32_t col_bytes = (i * 8 + col_in_8) * kOutBytes;
-                const uint32_t span = col_bytes / kDSpan;
-                const uint32_t row = mm * 64 + row_in_wg;
-                const uint32_t base = span * T::kWGRows * kDSpan + col_bytes % kDSpan;
-                put(region_addr + swizzle_offset<kDSpan>(base + row * kDSpan), result[mm][i * 4 + 0], result[mm][i * 4 + 1]);
-                put(region_addr + swizzle_offset<kDSpan>(base + (row + 8) * kDSpan), result[mm][i * 4 + 2],
-                    result[mm][i * 4 + 3]);
+                for (int i = 0; i < kBlockN / 8; ++i) {
+                    const uint32_t col_bytes = (i * 8 + col_in_8) * kOutBytes;
+                    const uint32_t row = mm * 64 + row_in_wg;
+                    st_shared_v2_f32(d_offset(row, col_bytes), result[mm][i * 4 + 0], result[mm][i * 4 + 1]);
+                    st_shared_v2_f32(d_offset(row + 8, col_bytes), result[mm][i * 4 + 2], result[mm][i * 4 + 3]);
+                }
+            }
+        } else {
+            // BF16 with stmatrix: one x4 store per 16 rows x 16 columns of the warp's fragment (matrices: rows
+            // 0-7 and 8-15 of column group i, then of group i + 1), an x2 for an odd last group. Lane l gives
+            // the address of row l % 8 of matrix l / 8. 8 rows of 16 bytes land in 8 distinct bank groups
+            // (the swizzle XORs by row % 8; unswizzled rows are 16 bytes apart).
+            const uint32_t lane_row = (warp % 4) * 16 + (lane / 8) % 2 * 8 + lane % 8;
+            const uint32_t lane_group = lane / 16;
+            auto pack = [&](int mm, int i, int h) {
+                return pack_bf16x2(result[mm][i * 4 + h * 2], result[mm][i * 4 + h * 2 + 1]);
+            };
+#pragma unroll
+            for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
+#pragma unroll
+                for (int i = 0; i < kBlockN / 8; i += 2) {
+                    if (i + 1 < kBlockN / 8) {
+                        stmatrix_x4(d_offset(mm * 64 + lane_row, (i + lane_group) * 16), pack(mm, i, 0), pack(mm, i, 1),
+                                    pack(mm, i + 1, 0), pack(mm, i + 1, 1));
+                    } else {
+                        stmatrix_x2(d_offset(mm * 64 + lane_row, i * 16), pack(mm, i, 0), pack(mm, i, 1));
+                    }
+                }
             }
         }
         fence_proxy_async_shared();

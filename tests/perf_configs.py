@@ -5,7 +5,8 @@ before timing.
     python perf_configs.py RUN[,RUN...] [M,N,K ...]      (from tests/)
 
 RUN is VARIANT:BMxBN[sS][pP][u] (S stages, default as many as fit; P: 1 shares A along N, 2 shares B along
-M; u: a grid of one CTA per SM instead of the fewest CTAs that keep the wave count); VARIANT is `current` (the working tree's headers) or a name for ../.dev/fp8_gemm_<VARIANT>.cuh.
+M; u: a grid of one CTA per SM instead of the fewest CTAs that keep the wave count); VARIANT is `current` (the working tree's headers) or parts joined by '+', each naming ../.dev/fp8_gemm_<PART>.cuh
+and/or a folder ../.dev/hdr_<PART>/ of headers that replace the working tree's.
 A variant whose kernel stages no BF16 output tile (`kSmemD = kWgrad ? ...`) gets its shared memory
 computed without one.
 """
@@ -44,10 +45,27 @@ runs = [parse_run(r) for r in sys.argv[1].split(",")]
 shapes = [tuple(int(x) for x in s.split(",")) for s in sys.argv[2:]] or [(4096, 4096, 7168), (4096, 7168, 16384)]
 BASE = ptx.headers()
 DEV = Path(__file__).resolve().parent.parent / ".dev"
-HEADERS = {
-    v: BASE if v == "current" else {**BASE, "fp8_gemm.cuh": (DEV / f"fp8_gemm_{v}.cuh").read_bytes()}
-    for v in {r[0] for r in runs}
-}
+
+
+def variant_headers(variant: str) -> dict:
+    """The headers of `variant`: parts joined by '+', each replacing fp8_gemm.cuh (../.dev/fp8_gemm_<part>.cuh)
+    and/or overlaying the headers in ../.dev/hdr_<part>/."""
+    headers = dict(BASE)
+    for part in variant.split("+"):
+        if part == "current":
+            continue
+        kernel = DEV / f"fp8_gemm_{part}.cuh"
+        overlay = DEV / f"hdr_{part}"
+        if not kernel.exists() and not overlay.is_dir():
+            raise SystemExit(f"variant part {part!r}: neither {kernel} nor {overlay}/ exists")
+        if kernel.exists():
+            headers["fp8_gemm.cuh"] = kernel.read_bytes()
+        if overlay.is_dir():
+            headers.update({f.name: f.read_bytes() for f in overlay.glob("*.cuh")})
+    return headers
+
+
+HEADERS = {v: variant_headers(v) for v in {r[0] for r in runs}}
 family.validate_blocks = lambda *a, **k: ""  # let the experiment reach tiles the validator does not offer yet
 SMEM_WITH_D = family.smem_bytes
 

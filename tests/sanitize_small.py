@@ -1,6 +1,7 @@
 """Small fp8_gemm_nt runs for compute-sanitizer: one per config family (1 or 2 math warpgroups, no
 cluster, 2-CTA clusters sharing A or B, BLOCK_N with two B-scale blocks per tile, selected at run time or
-compiled in, 256-row tiles as two m64 slices per warpgroup)."""
+compiled in, 256-row tiles as two m64 slices per warpgroup, an odd number of 8-column groups ending the
+stmatrix epilogue with a two-matrix store)."""
 
 import torch
 
@@ -16,6 +17,7 @@ FAMILIES = [
     (257, 136, 256, 256, 64, 1),
     (300, 480, 384, 256, 128, 0),
     (200, 480, 384, 128, 160, 0),
+    (130, 264, 384, 256, 88, 0),
 ]
 for m, n, k, bm, bn, pair in FAMILIES:
     a, b, a_fp8, b_fp8, d = make_dense(m, n, k)

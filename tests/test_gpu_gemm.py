@@ -39,8 +39,9 @@ def test_odd_shapes(m, n, k):
 
 # Tiles the heuristic takes on some shapes, forced on odd ones: 256 rows as two m64 slices per warpgroup
 # (one accumulator set), and BLOCK_N whose B-scale split is compiled in (96, 160) or selected at run time
-# (144). N=480 / 1000 put tiles at every offset inside a 128-column scale block the width allows.
-FORCED_TILES = [(256, 128), (256, 96), (256, 64), (128, 160), (128, 96), (128, 144), (64, 160)]
+# (144). N=480 / 1000 put tiles at every offset inside a 128-column scale block the width allows. An odd
+# number of 8-column groups (88, 56, 24) ends the stmatrix epilogue with a two-matrix store.
+FORCED_TILES = [(256, 128), (256, 96), (256, 88), (256, 64), (128, 160), (128, 96), (128, 144), (128, 24), (64, 160), (64, 56)]
 
 
 @pytest.mark.parametrize("bm,bn", FORCED_TILES)
