@@ -4,9 +4,11 @@ before timing.
 
     python perf_configs.py RUN[,RUN...] [M,N,K ...]      (from tests/)
 
-RUN is VARIANT:BMxBN[sS][pP][u] (S stages, default as many as fit; P: 1 shares A along N, 2 shares B along
-M; u: a grid of one CTA per SM instead of the fewest CTAs that keep the wave count); VARIANT is `current` (the working tree's headers) or parts joined by '+', each naming ../.dev/fp8_gemm_<PART>.cuh
-and/or a folder ../.dev/hdr_<PART>/ of headers that replace the working tree's.
+RUN is VARIANT:BMxBN[sS][pP][gG][u] (S stages, default as many as fit; P: 1 shares A along N, 2 shares B
+along M; G: units per raster band along N, default 16; u: a grid of one CTA per SM instead of the fewest
+CTAs that keep the wave count). VARIANT is `current` (the working tree's headers) or parts joined by '+',
+each naming ../.dev/fp8_gemm_<PART>.cuh and/or a folder ../.dev/hdr_<PART>/ of headers that replace the
+working tree's (e.g. `unif+hint`).
 A variant whose kernel stages no BF16 output tile (`kSmemD = kWgrad ? ...`) gets its shared memory
 computed without one.
 """
@@ -29,8 +31,12 @@ ROUNDS = 3
 def parse_run(text: str):
     variant, blk = text.split(":")
     pair = stages = 0
+    group_n = 16
     full = blk.endswith("u")
     blk = blk.rstrip("u")
+    if "g" in blk:
+        blk, g = blk.split("g")
+        group_n = int(g)
     if "p" in blk:
         blk, p = blk.split("p")
         pair = int(p)
@@ -38,7 +44,7 @@ def parse_run(text: str):
         blk, st = blk.split("s")
         stages = int(st)
     bm, bn = (int(x) for x in blk.split("x"))
-    return variant, bm, bn, stages, pair, full
+    return variant, bm, bn, stages, pair, full, group_n
 
 
 runs = [parse_run(r) for r in sys.argv[1].split(",")]
@@ -96,12 +102,12 @@ def use(headers, full=False):
 for m, n, k in shapes:
     a, b, a_fp8, b_fp8, d = make_dense(m, n, k)
     ok = []
-    for variant, bm, bn, stages, pair, full in runs:
+    for variant, bm, bn, stages, pair, full, group_n in runs:
         use(HEADERS[variant], full)
         tile = family.smem_bytes(bm, bn, 0)
         per_stage = family.smem_bytes(bm, bn, 1) - tile
         stages = stages or min((family.SMEM_LIMIT - tile) // per_stage, 16)
-        cfg = family.GemmConfig(n, k, bm, bn, stages, pair=pair)
+        cfg = family.GemmConfig(n, k, bm, bn, stages, group_n=group_n, pair=pair)
         try:
             d.fill_(float("nan"))
             dgx.fp8_gemm_nt(a_fp8, b_fp8, d, config=cfg)
@@ -118,7 +124,7 @@ for m, n, k in shapes:
     for i, (variant, cfg, full) in enumerate(ok):
         t = statistics.median(times[i])
         print(
-            f"{m}x{n}x{k} {variant:>8} {cfg.block_m}x{cfg.block_n}s{cfg.stages}p{cfg.pair}{'u' if full else ''}: {t:8.1f} us "
+            f"{m}x{n}x{k} {variant:>8} {cfg.block_m}x{cfg.block_n}s{cfg.stages}p{cfg.pair}g{cfg.group_n}{'u' if full else ''}: {t:8.1f} us "
             f"{2 * m * n * k / t / 1e6:6.0f} TFLOPS  rounds {[round(x, 1) for x in times[i]]}",
             flush=True,
         )
