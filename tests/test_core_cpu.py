@@ -168,6 +168,8 @@ def test_dense_kernel_compiles_without_spills(config, tmp_path):
     assert src.name in sass.stdout
     assert re.search(r"\bQGMMA\.", sass.stdout), "no QGMMA (FP8 wgmma) in the SASS"
     assert not re.search(r"\b(LDL|STL)(\.|\s)", sass.stdout), "local-memory traffic in the SASS"
+    if not config.wgrad:  # the BF16 tile goes to shared memory with stmatrix (FP32 has no stmatrix form)
+        assert re.search(r"\bSTSM\.", sass.stdout), "no STSM (stmatrix) in the BF16 epilogue"
 
 
 def test_compile_error_carries_log_and_source(monkeypatch, tmp_path):
