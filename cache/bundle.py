@@ -38,6 +38,7 @@ from .store import (
     is_key,
     manifest_bytes,
     parse_manifest,
+    write_all,
 )
 
 #: Default cap on the decompressed size of a bundle's members.
@@ -248,9 +249,7 @@ def _copy_member(src, dest: str) -> tuple[int, str]:
                 break
             h.update(chunk)
             size += len(chunk)
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(fd, view):]
+            write_all(fd, chunk)
         os.fsync(fd)
     finally:
         os.close(fd)
