@@ -40,7 +40,7 @@ def _grouped_plan(layout: int, m: int, units_m: int, n: int, k: int, groups: int
         elif (config.n, config.k, config.layout) != (n, k, layout) or CONTIGUOUS_ALIGNMENT % config.block_m:
             raise ValueError(f"config {config} does not fit a layout-{layout} GEMM with N={n}, K={k}")
         # Upper bound of the tiles: every block of every group (masked) or of all rows (contiguous).
-        units = ceil_div(units_m, config.block_m) * ceil_div(n, config.block_n) * (groups if layout == LAYOUT_MASKED else 1)
+        units = config.units(units_m) * (groups if layout == LAYOUT_MASKED else 1)
         plan = launch_plan(config, units, device, num_sms)
         _plans[key] = plan
     return plan
@@ -88,10 +88,12 @@ def m_grouped_fp8_gemm_nt_contiguous(a, b, d, m_indices, *, stream=None, config:
         m_indices: int32 [M_sum] on the GPU: each row's group, -1 for a padding row.
 
     Rows are processed in blocks of 64 or 128 (which divide the alignment), each block with the group of
-    its first row. A block whose first index is -1, or outside [0, G) (a bad index), is skipped: nothing
-    is loaded or computed for it and its rows of d are left as they were - so a bad index never reads or
-    writes out of bounds. A padding row inside a block that starts with a valid row gets the product of
-    its (padding) A row with that block's group: unspecified values, as padding rows carry no data.
+    its first row. A block whose first index is -1, or outside [0, G) (a bad index), is skipped: its rows
+    of d are left as they were, and nothing is loaded or computed for it unless it shares a 2-CTA cluster
+    with a valid block (it then loads its A rows and half of that block's B tile for the pair, and stores
+    nothing) - so a bad index never reads or writes out of bounds. A padding row inside a block that
+    starts with a valid row gets the product of its (padding) A row with that block's group: unspecified
+    values, as padding rows carry no data.
     M_sum must be a multiple of the alignment; the segments' alignment itself is the caller's contract
     (it cannot be checked without reading m_indices back from the GPU).
     """

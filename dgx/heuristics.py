@@ -43,6 +43,11 @@ TWO_WG_CLK_PER_ELEM = 0.0369
 # group): 128x144, 256x80 and 256x88 ran 18-31% slower than the fit.
 TWO_WG_RUNTIME_SPLIT_PENALTY = 1.2
 STREAM_BYTES_PER_CLK_PER_SM = 57  # what one SM's TMA ring takes in (~100 GB/s)
+# Contiguous MoE GEMMs with 128-row tiles and B shared along M by 2-CTA clusters: 1-7% faster than unshared
+# on the four contiguous anchors (128x160, PERFLOG experiment 12): L2 throughput was the limit (84% of peak
+# unshared, 76% shared). Dense GEMMs do not take it: their M=4096 choices (256-row tiles) gained nothing.
+CONTIGUOUS_SHARED_B_FACTOR = 0.95
+SHARED_B_MIN_WAVES = 4
 EPILOGUE_BYTES_PER_CLK = 64
 MAX_STAGES = 16
 
@@ -129,7 +134,10 @@ def _best(what: str, options, k: int, num_sms: int) -> Choice:
         # groups ran 128x160 18% slower than 128x128 on 2 of the 3 N=7168 anchors (their counts vary
         # around expected_m, so the wave count the model sees is a guess).
         pow2_n = config.wgrad or config.layout == LAYOUT_MASKED
-        cand = Choice(config, units, waves, waves * tile_cycles(config.block_m, config.block_n, k, config.pair, pow2_n))
+        cycles = waves * tile_cycles(config.block_m, config.block_n, k, config.pair, pow2_n)
+        if config.layout == LAYOUT_CONTIGUOUS and config.pair == PAIR_M:
+            cycles *= CONTIGUOUS_SHARED_B_FACTOR
+        cand = Choice(config, units, waves, cycles)
         if best is None or _better(cand, best):
             best = cand
     if best is None:
@@ -167,7 +175,8 @@ def choose_grouped(layout: int, m: int, n: int, k: int, groups: int, num_sms: in
     `m` is the rows of all groups together (contiguous) or the expected rows of one group (masked).
     Blocks are 64 or 128 rows: contiguous blocks must divide the segments' alignment, and masked groups'
     counts vary around `m`, so 256-row blocks waste more padded rows than they save (measured: 11-24% slower
-    on 5 of the 6 masked anchors). No multicast pairs.
+    on 5 of the 6 masked anchors). Contiguous 128-row tiles may run as 2-CTA clusters sharing B along M
+    (a pair shares only when both blocks are of one group); masked ones run without clusters.
     """
     if layout not in (LAYOUT_CONTIGUOUS, LAYOUT_MASKED):
         raise ValueError(f"choose_grouped: layout must be contiguous ({LAYOUT_CONTIGUOUS}) or masked ({LAYOUT_MASKED}); got {layout}")
@@ -175,9 +184,13 @@ def choose_grouped(layout: int, m: int, n: int, k: int, groups: int, num_sms: in
 
     def options():
         for bm, bn, pair in candidates(m, n):
-            if pair != PAIR_NONE or CONTIGUOUS_ALIGNMENT % bm:
+            if CONTIGUOUS_ALIGNMENT % bm:
                 continue
-            config = GemmConfig(n, k, bm, bn, max_stages(bm, bn), layout=layout)
+            if pair != PAIR_NONE and (layout != LAYOUT_CONTIGUOUS or pair != PAIR_M or bm != 128 or num_sms < 2):
+                continue
+            if pair == PAIR_M and -(-m // bm) * -(-n // bn) < SHARED_B_MIN_WAVES * num_sms:
+                continue  # measured only where every SM runs many tiles; a short grid gains no L2 relief
+            config = GemmConfig(n, k, bm, bn, max_stages(bm, bn), pair=pair, layout=layout)
             yield config, config.units(m) * (groups if layout == LAYOUT_MASKED else 1)
 
     name = "contiguous" if layout == LAYOUT_CONTIGUOUS else "masked"

@@ -415,14 +415,18 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const 
                     // Out-of-bounds parts of a box are zero-filled and still counted in the bytes.
                     mbarrier_arrive_expect_tx(&full[s], T::kStageBytes);
                     const int k0 = (k_first + kb) * T::kBlockK;
-                    // One operand's box of this k-block: the whole tile, or - shared by the pair - this CTA's
-                    // half of it, multicast to both CTAs.
-                    auto load_operand = [&](const TensorMap* map, uint8_t* dst, int row, int half_rows, bool shared) {
-                        if (shared) {
+                    // One operand's tile for this k-block: one box, or - for the operand a pair shares - this
+                    // CTA's half, multicast to both CTAs, or (a pair that does not share this unit) both halves
+                    // loaded here. Either way the stage receives the same bytes.
+                    auto load_operand = [&](const TensorMap* map, uint8_t* dst, int row, int half_rows, bool paired) {
+                        if (!paired) {
+                            tma_load_2d(map, &full[s], dst, k0, row);
+                        } else if (tile.share) {
                             const int half = scheduler.rank * half_rows;
                             tma_load_2d_multicast(map, &full[s], dst + half * T::kBlockK, k0, row + half, 0x3);
                         } else {
                             tma_load_2d(map, &full[s], dst, k0, row);
+                            tma_load_2d(map, &full[s], dst + half_rows * T::kBlockK, k0, row + half_rows);
                         }
                     };
                     load_operand(map_a, smem_a + s * T::kSmemA, tile.a_row, T::kHalfRowsA, kPair == kPairN);

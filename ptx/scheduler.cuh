@@ -1,14 +1,15 @@
 // Persistent tile scheduler, one for every layout. Work comes in units: a single tile, or - when CTAs run
-// as 2-CTA clusters that share one operand through TMA multicast (dense only) - a pair of tiles adjacent
-// along the shared dimension, one per CTA of the cluster. Cluster c takes units c, c + clusters, ... in a
-// rasterised order: units are walked in bands of kGroupN along N, so CTAs running at the same time share
-// the A rows of an m-block and a band of B, which keeps both in L2.
+// as 2-CTA clusters that share one operand through TMA multicast (dense and contiguous) - a pair of tiles
+// adjacent along the shared dimension, one per CTA of the cluster. Cluster c takes units c, c + clusters,
+// ... in a rasterised order: units are walked in bands of kGroupN along N, so CTAs running at the same
+// time share the A rows of an m-block and a band of B, which keeps both in L2.
 //
 // Layouts (A and D seen as 2-D [rows, K] / [rows, N]; B as [groups * N, K]):
 // - dense: M rows, one group.
 // - contiguous (MoE, grouped along M): M rows hold every group's rows one segment after another; a
 //   block's group is m_indices[first row of the block]. Blocks whose group is outside [0, groups) -
-//   padding (-1) or a bad index - are skipped: no loads, no math, no stores.
+//   padding (-1) or a bad index - are skipped: no loads, no math, no stores. Pairs along M share B only
+//   when both blocks belong to one group; a pair with one skipped block still runs it (see next_tile).
 // - masked (MoE decode): `groups` slices of m_max rows each; group g's first masked_m[g] rows (clamped to
 //   [0, m_max]) are valid. Only blocks holding valid rows are visited.
 // - K-grouped (MoE weight gradient): every group is a full M x N output (D[g] stacked along rows) over
@@ -34,12 +35,14 @@ struct Tile {
     int sfa_kb0;    // extra k-block offset in the A-scale tensor map (masked: group * k-blocks)
     int kb0;        // first k-block of the tile's K range (K-grouped: the group's)
     int num_kb;     // k-blocks of that range (the kernel's K unless K-grouped)
+    bool share = true;  // pairs: the shared operand is multicast (else each CTA loads its whole tile itself)
 };
 
 template <int kLayout, int kBlockM, int kBlockN, int kNumNBlocks, int kNumKBlocks, int kGroupN, int kPair, int kN>
 struct TileScheduler {
     static_assert(kGroupN >= 1, "a raster band holds at least one unit");
-    static_assert(kLayout == kLayoutDense || kPair == kPairNone, "multicast pairs are for dense GEMMs only");
+    static_assert(kLayout == kLayoutDense || kLayout == kLayoutContiguous || kPair == kPairNone,
+                  "multicast pairs are for the dense and contiguous layouts only");
     static constexpr int kCluster = kPair == kPairNone ? 1 : 2;
     static constexpr int kNumNUnits = kPair == kPairN ? (kNumNBlocks + 1) / 2 : kNumNBlocks;
 
@@ -141,9 +144,30 @@ struct TileScheduler {
                 t.kb0 = 0;
                 t.num_kb = kNumKBlocks;
                 t.group = 0;
+                t.share = true;
                 if constexpr (kLayout == kLayoutContiguous) {
-                    t.group = ld_global_nc_s32(layout + t.a_row);
-                    if (t.group < 0 || t.group >= num_groups) continue;  // padding or a bad index
+                    // The group of the rows from `row` on (m_indices at `row`), or -1 for rows to skip:
+                    // padding, a bad index, or past M.
+                    auto group_at = [&](int row) {
+                        const int g = row < m ? ld_global_nc_s32(layout + row) : -1;
+                        return g >= 0 && g < num_groups ? g : -1;
+                    };
+                    t.group = group_at(t.d_row);
+                    if constexpr (kPair == kPairM) {
+                        // Both CTAs decide alike from both blocks, so they stay in step on the barriers they
+                        // share: a pair is skipped only when both blocks are. A CTA whose block is skipped
+                        // while its peer's is not runs the unit with the peer's group (loading its half of
+                        // that B) and stores nothing. Blocks of two different groups load B each for itself.
+                        const int peer = group_at((m_block ^ 1) * kBlockM);
+                        if (t.group < 0 && peer < 0) continue;
+                        t.share = t.group < 0 || peer < 0 || t.group == peer;
+                        if (t.group < 0) {
+                            t.group = peer;
+                            t.d_row_end = 0;
+                        }
+                    } else if (t.group < 0) {
+                        continue;
+                    }
                 }
                 t.b_row = t.group * kN + t.n_block * kBlockN;
                 next += stride;

@@ -1,12 +1,12 @@
 """Small fp8_gemm_nt runs for compute-sanitizer: one per config family (1 or 2 math warpgroups, no
-cluster, 2-CTA clusters sharing A or B, BLOCK_N with two B-scale blocks per tile, selected at run time or
-compiled in, 256-row tiles as two m64 slices per warpgroup, an odd number of 8-column groups ending the
-stmatrix epilogue with a two-matrix store)."""
+cluster, 2-CTA clusters sharing A or B (dense and contiguous), BLOCK_N with two B-scale blocks per tile,
+selected at run time or compiled in, 256-row tiles as two m64 slices per warpgroup, an odd number of
+8-column groups ending the stmatrix epilogue with a two-matrix store)."""
 
 import torch
 
 import dgx
-from dgx.kernels.fp8_gemm import GemmConfig
+from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, GemmConfig
 from dgx.heuristics import max_stages
 from gpu_gemm_utils import check_dense, make_dense
 
@@ -41,6 +41,13 @@ d = torch.full((384, 272), float("nan"), device="cuda", dtype=torch.bfloat16)
 dgx.m_grouped_fp8_gemm_nt_contiguous(a_q, b_q, d, m_indices)
 torch.cuda.synchronize()
 print("ok contiguous")
+# The same with pairs sharing B along M: a valid block paired with a bad one, and one paired past M_sum.
+d.fill_(float("nan"))
+cfg = GemmConfig(272, 320, 128, 128, 4, pair=2, layout=LAYOUT_CONTIGUOUS)
+dgx.m_grouped_fp8_gemm_nt_contiguous(a_q, b_q, d, m_indices, config=cfg)
+torch.cuda.synchronize()
+assert torch.isnan(d[128:256]).all() and not torch.isnan(d[:100]).any()
+print("ok contiguous pairs")
 
 a16 = torch.randn(3, 72, 320, device="cuda", dtype=torch.bfloat16)
 parts = [dgx.per_token_cast_to_fp8(a16[g], mn_major=False) for g in range(3)]

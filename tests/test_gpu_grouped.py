@@ -103,6 +103,45 @@ def test_contiguous_bad_indices_are_skipped(bad):
     assert torch.isnan(d[128:256]).all()
 
 
+# 128-row chunks of A as (group, valid rows): pairs of blocks along M of one group, of two groups, of a
+# group and padding, of a group and a bad index, both skipped, and (13 chunks) a last pair past M_sum.
+PAIR_CHUNKS = [(0, 128), (0, 128), (0, 44), (2, 17), (3, 128), (-1, 0), (-1, 0), (-1, 0), (99, 0), (4, 128),
+               (4, 1), (6, 128), (6, 72)]
+
+
+@pytest.mark.parametrize("block_m, block_n, pair", [(128, 160, 2), (128, 96, 2), (64, 64, 2), (128, 128, 1), (128, 144, 1)])
+def test_contiguous_pairs(block_m, block_n, pair):
+    """2-CTA clusters on the contiguous layout. Sharing B along M: a pair multicasts B only when both blocks
+    belong to one group; a skipped block next to a valid one still runs (for its peer) but stores nothing."""
+    import dgx
+    from dgx.heuristics import max_stages
+    from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, GemmConfig
+
+    groups, n, k = 7, 576, 640
+    rows = 128 * len(PAIR_CHUNKS)
+    idx = []
+    for g, valid in PAIR_CHUNKS:
+        idx += [g] * valid + [-1 if g != 99 else 99] * (128 - valid)
+    m_indices = torch.tensor(idx, device="cuda", dtype=torch.int32)
+    a_q, a_s = per_token_cast_to_fp8(torch.randn(rows, k, device="cuda", dtype=torch.bfloat16))
+    b_q, b_s = _weights(groups, n, k)
+    d = torch.full((rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    config = GemmConfig(n, k, block_m, block_n, min(max_stages(block_m, block_n), 4), pair=pair, layout=LAYOUT_CONTIGUOUS)
+    dgx.m_grouped_fp8_gemm_nt_contiguous((a_q, a_s), (b_q, b_s), d, m_indices, config=config)
+    torch.cuda.synchronize()
+    for start in range(0, rows, block_m):
+        first = idx[start]
+        block = d[start : start + block_m]
+        if not 0 <= first < groups:
+            assert torch.isnan(block).all(), f"skipped block at row {start} was written"
+            continue
+        mine = [r for r in range(start, start + block_m) if idx[r] == first]
+        out = d[mine]
+        assert not torch.isnan(out).any(), f"block at row {start}: rows not written"
+        rel = _rel(out, _ref(a_q[mine], a_s[mine], b_q[first], b_s[first]))
+        assert rel <= MAX_REL, f"block at row {start} (group {first}): relative error {rel}"
+
+
 def _masked_inputs(groups, m_max, n, k):
     a16 = torch.randn(groups, m_max, k, device="cuda", dtype=torch.bfloat16)
     q = [per_token_cast_to_fp8(a16[g]) for g in range(groups)]

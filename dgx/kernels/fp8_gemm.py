@@ -34,8 +34,8 @@ class GemmConfig:
         problems = validate_blocks(self.block_m, self.block_n, self.pair)
         if self.layout not in LAYOUT_NAMES:
             problems = problems or f"layout must be one of {sorted(LAYOUT_NAMES)}; got {self.layout}"
-        elif self.layout != LAYOUT_DENSE and self.pair != PAIR_NONE:
-            problems = problems or "multicast pairs are for dense GEMMs only"
+        elif self.layout not in (LAYOUT_DENSE, LAYOUT_CONTIGUOUS) and self.pair != PAIR_NONE:
+            problems = problems or "multicast pairs are for the dense and contiguous layouts only"
         elif self.wgrad and self.pair != PAIR_NONE:
             problems = problems or "the weight gradient runs without multicast pairs"
         elif (self.layout == LAYOUT_K_GROUPED) != self.wgrad and self.layout != LAYOUT_DENSE:
