@@ -65,3 +65,20 @@ def bench_cold_l2(fn, warm: int = 5, reps: int = 30) -> float:
         e.synchronize()
         times.append(s.elapsed_time(e) * 1e3)
     return statistics.median(times)
+
+
+def parse_blocks(text: str) -> tuple[int, int, int, int, int]:
+    """A tile spec of the device experiment scripts, BMxBN[sS][pP][gG] -> (block_m, block_n, stages or 0,
+    pair, group_n): S stages, P 1 shares A along N and 2 shares B along M, G the raster band width."""
+    group_n, pair, stages = 16, 0, 0
+    if "g" in text:
+        text, g = text.split("g")
+        group_n = int(g)
+    if "p" in text:
+        text, p = text.split("p")
+        pair = int(p)
+    if "s" in text:
+        text, st = text.split("s")
+        stages = int(st)
+    bm, bn = (int(x) for x in text.split("x"))
+    return bm, bn, stages, pair, group_n

@@ -23,27 +23,15 @@ import dgx
 import ptx
 from dgx import gemm
 from dgx.kernels import fp8_gemm as family
-from gpu_gemm_utils import bench_cold_l2, check_dense, make_dense
+from gpu_gemm_utils import bench_cold_l2, check_dense, make_dense, parse_blocks
 
 ROUNDS = 3
 
 
 def parse_run(text: str):
     variant, blk = text.split(":")
-    pair = stages = 0
-    group_n = 16
     full = blk.endswith("u")
-    blk = blk.rstrip("u")
-    if "g" in blk:
-        blk, g = blk.split("g")
-        group_n = int(g)
-    if "p" in blk:
-        blk, p = blk.split("p")
-        pair = int(p)
-    if "s" in blk:
-        blk, st = blk.split("s")
-        stages = int(st)
-    bm, bn = (int(x) for x in blk.split("x"))
+    bm, bn, stages, pair, group_n = parse_blocks(blk.rstrip("u"))
     return variant, bm, bn, stages, pair, full, group_n
 
 

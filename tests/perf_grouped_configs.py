@@ -18,25 +18,10 @@ from dgx.bench.problems import build_problem, calc_diff
 from dgx.bench.suites import builtin_suite, make_shape
 from dgx.heuristics import max_stages
 from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, GemmConfig
-from gpu_gemm_utils import bench_cold_l2
+from gpu_gemm_utils import bench_cold_l2, parse_blocks
 
 ROUNDS = 3
 
-
-def parse_blocks(text: str) -> tuple[int, int, int, int, int]:
-    """BMxBN[sS][pP][gG] -> (block_m, block_n, stages or 0, pair, group_n)."""
-    group_n, pair, stages = 16, 0, 0
-    if "g" in text:
-        text, g = text.split("g")
-        group_n = int(g)
-    if "p" in text:
-        text, p = text.split("p")
-        pair = int(p)
-    if "s" in text:
-        text, st = text.split("s")
-        stages = int(st)
-    bm, bn = (int(x) for x in text.split("x"))
-    return bm, bn, stages, pair, group_n
 
 runs = [parse_blocks(r) for r in sys.argv[1].split(",")]
 if len(sys.argv) > 2:
