@@ -22,7 +22,6 @@ from gpu_gemm_utils import bench_cold_l2, parse_blocks
 
 ROUNDS = 3
 
-
 runs = [parse_blocks(r) for r in sys.argv[1].split(",")]
 if len(sys.argv) > 2:
     shapes = []
