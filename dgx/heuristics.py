@@ -50,6 +50,10 @@ CONTIGUOUS_SHARED_B_FACTOR = 0.95
 SHARED_B_MIN_WAVES = 4
 EPILOGUE_BYTES_PER_CLK = 64
 MAX_STAGES = 16
+# One-warpgroup (64-row) tiles keep at most this many bytes of stages (A, B, A scales) in flight: on the M=64
+# anchors the fastest stage count of each tile (64x16 s16, 64x32 s13, 64x128 s6, 64x192 s5; 64x56 s10-12) is
+# the most that stays within 168 KiB; filling shared memory was 2-5% slower on four of them (PERFLOG exp. 14).
+ONE_WG_RING_BYTES = 168 * 1024
 
 BLOCK_MS = (64, 128, 256)
 BLOCK_NS = tuple(range(16, 257, 8))
@@ -68,6 +72,16 @@ def max_stages(block_m: int, block_n: int, wgrad: bool = False) -> int:
     tile = smem_bytes(block_m, block_n, 0, wgrad)
     per_stage = smem_bytes(block_m, block_n, 1, wgrad) - tile
     return min((SMEM_LIMIT - tile) // per_stage, MAX_STAGES)
+
+
+def pipeline_stages(block_m: int, block_n: int) -> int:
+    """The stage count the M-grouped and dense layouts run a tile with: as many as fit, and for
+    one-warpgroup tiles no more than ONE_WG_RING_BYTES of stages (A, B, A scales) in flight."""
+    stages = max_stages(block_m, block_n)
+    if block_m == 64:
+        stage_bytes = smem_bytes(block_m, block_n, 1) - smem_bytes(block_m, block_n, 0)
+        stages = min(stages, max(ONE_WG_RING_BYTES // stage_bytes, 3))
+    return stages
 
 
 def _require_positive(what: str, **values: int) -> None:
@@ -118,7 +132,7 @@ def choose_dense(m: int, n: int, k: int, num_sms: int) -> Choice:
         for bm, bn, pair in candidates(m, n):
             if pair != PAIR_NONE and num_sms < 2:
                 continue
-            config = GemmConfig(n, k, bm, bn, max_stages(bm, bn), pair=pair)
+            config = GemmConfig(n, k, bm, bn, pipeline_stages(bm, bn), pair=pair)
             yield config, config.units(m)
 
     return _best(f"fp8_gemm_nt M={m} N={n} K={k}", options(), k, num_sms)
@@ -190,7 +204,7 @@ def choose_grouped(layout: int, m: int, n: int, k: int, groups: int, num_sms: in
                 continue
             if pair == PAIR_M and -(-m // bm) * -(-n // bn) < SHARED_B_MIN_WAVES * num_sms:
                 continue  # measured only where every SM runs many tiles; a short grid gains no L2 relief
-            config = GemmConfig(n, k, bm, bn, max_stages(bm, bn), pair=pair, layout=layout)
+            config = GemmConfig(n, k, bm, bn, pipeline_stages(bm, bn), pair=pair, layout=layout)
             yield config, config.units(m) * (groups if layout == LAYOUT_MASKED else 1)
 
     name = "contiguous" if layout == LAYOUT_CONTIGUOUS else "masked"

@@ -36,6 +36,20 @@ DGX_DEVICE void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
                  : "memory");
 }
 
+// Whether the phase with the given parity has completed, without waiting: a probe issued early, whose
+// answer is collected after other work has hidden its latency.
+DGX_DEVICE bool mbarrier_test_wait(uint64_t* bar, uint32_t parity) {
+    uint32_t done;
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+    return done != 0;
+}
+
 // Blocks until the phase with the given parity has completed. A fresh barrier is in phase 0, so waiting
 // on parity 1 returns at once: producers use that to pass the first lap of an empty ring.
 DGX_DEVICE void mbarrier_wait(uint64_t* bar, uint32_t parity) {

@@ -9,10 +9,12 @@ along M; G: units per raster band along N, default 16; u: a grid of one CTA per 
 CTAs that keep the wave count). VARIANT is `current` (the working tree's headers) or parts joined by '+',
 each naming ../.dev/fp8_gemm_<PART>.cuh and/or a folder ../.dev/hdr_<PART>/ of headers that replace the
 working tree's (e.g. `unif+hint`).
+PERF_ROUNDS (environment, default 3) sets the number of alternating rounds.
 A variant whose kernel stages no BF16 output tile (`kSmemD = kWgrad ? ...`) gets its shared memory
 computed without one.
 """
 
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -25,7 +27,7 @@ from dgx import gemm
 from dgx.kernels import fp8_gemm as family
 from gpu_gemm_utils import bench_cold_l2, check_dense, make_dense, parse_blocks
 
-ROUNDS = 3
+ROUNDS = int(os.environ.get("PERF_ROUNDS", "3"))  # alternating rounds per config
 
 
 def parse_run(text: str):

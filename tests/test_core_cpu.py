@@ -128,6 +128,24 @@ def test_choose_dense_takes_256_row_tiles_for_large_m():
     assert choose_dense(128, 7168, 2048, 132).config.block_m <= 128
 
 
+def test_one_warpgroup_tiles_cap_their_ring():
+    from dgx.heuristics import ONE_WG_RING_BYTES, max_stages, pipeline_stages
+    from dgx.kernels.fp8_gemm import smem_bytes
+
+    # Measured (PERFLOG exp. 14): the fastest stage counts of the M=64 anchors' tiles.
+    assert [pipeline_stages(64, bn) for bn in (16, 32, 128, 192)] == [16, 13, 6, 5]
+    for bn in range(16, 257, 8):
+        stages, most = pipeline_stages(64, bn), max_stages(64, bn)
+        per_stage = smem_bytes(64, bn, 1) - smem_bytes(64, bn, 0)
+        assert 3 <= stages <= most
+        assert stages == most or (stages * per_stage <= ONE_WG_RING_BYTES < (stages + 1) * per_stage), bn
+        for bm in (128, 256):
+            assert pipeline_stages(bm, bn) == max_stages(bm, bn)  # two warpgroups: as many as fit
+    for n, k in ANCHOR_NK:
+        c = choose_dense(64, n, k, 132).config
+        assert c.stages == pipeline_stages(c.block_m, c.block_n), (n, k, c)
+
+
 # --- NVRTC compiles, checked in the SASS ----------------------------------------------------------
 
 REPRESENTATIVE = [
@@ -171,6 +189,9 @@ def test_dense_kernel_compiles_without_spills(config, tmp_path):
     assert not re.search(r"\b(LDL|STL)(\.|\s)", sass.stdout), "local-memory traffic in the SASS"
     if not config.wgrad:  # the BF16 tile goes to shared memory with stmatrix (FP32 has no stmatrix form)
         assert re.search(r"\bSTSM\.", sass.stdout), "no STSM (stmatrix) in the BF16 epilogue"
+    # Only two-slice (256-row) warpgroups probe the next stage's barrier without waiting (the lean k-block).
+    probe = re.search(r"\bSYNCS\.PHASECHK\.TRANS64\s+P\d", sass.stdout)
+    assert bool(probe) == (config.block_m == 256), "the lean k-block is for 256-row tiles only"
 
 
 def test_compile_error_carries_log_and_source(monkeypatch, tmp_path):
