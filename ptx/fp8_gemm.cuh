@@ -59,6 +59,13 @@ struct Fp8GemmTraits {
         kSmemD + kNumStages * (kSmemA + kSmemB + kSmemSfa + kSmemSfbSlot) + kNumStages * 2 * 8;
     // A tile spans at most two 128-wide B-scale blocks (the heuristic only picks such BLOCK_N).
     static constexpr bool kSingleSfb = 128 % kBlockN == 0;
+    // Two-slice (256-row) warpgroups run a leaner k-block: the ring position kept as a counter, the stage's
+    // descriptors as stage 0's plus an offset, the A scales read once the first MMAs are issued, and the next
+    // stage's full barrier probed before the promotion so its answer is back when needed (2-3% faster on the
+    // 256-row tiles); and their barrier waits, the producer's as well, suspend instead of spinning (4% under
+    // sustained load on 4096x7168x16384). Both made one-slice tiles slower (3-10% and 1-3%; PERFLOG exp.
+    // 13-15, for reasons not found in their SASS), so those keep the plain k-block and spinning waits.
+    static constexpr bool kLean = kMmaPerWG == 2;
     // 2 math WGs: 2 x 128 x 232 + 128 x 40 = 64512 of the SM's 65536 registers.
     static constexpr uint32_t kMathRegs = 232;
     static constexpr uint32_t kProducerRegs = 40;
@@ -106,12 +113,7 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
     float accum[T::kAccum];  // one wgmma's FP32 partial sums, reused by every m64 slice
     float result[T::kMmaPerWG][T::kAccum];
 
-    // Two-slice (256-row) warpgroups run a leaner k-block: the ring position kept as a counter, the stage's
-    // descriptors as stage 0's plus an offset, the A scales read once the first MMAs are issued, and the next
-    // stage's full barrier probed before the promotion so its answer is back when needed: 2-3% faster on the
-    // 256-row tiles. The same changes made one-slice tiles 3-10% slower (PERFLOG exp. 13-14; each change
-    // alone did too, for reasons not found in their SASS), so those keep the plain k-block.
-    constexpr bool kLean = T::kMmaPerWG == 2;
+    constexpr bool kLean = T::kLean;
     uint32_t it = 0;  // plain: k-blocks consumed so far (the ring runs on across tiles)
     uint32_t stage = 0, phase = 0;  // lean: the ring position of the next k-block
     bool ready = false;             // lean: that stage is known full
@@ -183,7 +185,7 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
             uint32_t s;
             uint64_t desc_a, desc_b;
             if constexpr (kLean) {
-                if (!ready) mbarrier_wait(&full[stage], phase);
+                if (!ready) mbarrier_wait<true>(&full[stage], phase);
                 s = stage;
                 if (++stage == kNumStages) {
                     stage = 0;
@@ -444,7 +446,7 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const 
                 for (int kb = 0; kb < num_kb; ++kb, ++it) {
                     const uint32_t s = it % kNumStages;
                     const uint32_t phase = (it / kNumStages) & 1;
-                    mbarrier_wait(&empty[s], phase ^ 1);
+                    mbarrier_wait<T::kLean>(&empty[s], phase ^ 1);
                     // Out-of-bounds parts of a box are zero-filled and still counted in the bytes.
                     mbarrier_arrive_expect_tx(&full[s], T::kStageBytes);
                     const int k0 = (k_first + kb) * T::kBlockK;

@@ -52,17 +52,30 @@ DGX_DEVICE bool mbarrier_test_wait(uint64_t* bar, uint32_t parity) {
 
 // Blocks until the phase with the given parity has completed. A fresh barrier is in phase 0, so waiting
 // on parity 1 returns at once: producers use that to pass the first lap of an empty ring.
+// kSleep: each try suspends the thread (up to a time-limit hint; SASS: NANOSLEEP.SYNCS) until the phase
+// completes, instead of returning at once to spin.
+template <bool kSleep = false>
 DGX_DEVICE void mbarrier_wait(uint64_t* bar, uint32_t parity) {
     const uint32_t addr = smem_addr(bar);
     uint32_t done = 0;
     do {
-        asm volatile(
-            "{\n.reg .pred p;\n"
-            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-            "selp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(addr), "r"(parity)
-            : "memory");
+        if constexpr (kSleep) {
+            asm volatile(
+                "{\n.reg .pred p;\n"
+                "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n"
+                "selp.u32 %0, 1, 0, p;\n}\n"
+                : "=r"(done)
+                : "r"(addr), "r"(parity), "r"(10000000u)  // ns; the hint CUTLASS's barriers pass
+                : "memory");
+        } else {
+            asm volatile(
+                "{\n.reg .pred p;\n"
+                "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                "selp.u32 %0, 1, 0, p;\n}\n"
+                : "=r"(done)
+                : "r"(addr), "r"(parity)
+                : "memory");
+        }
     } while (!done);
 }
 

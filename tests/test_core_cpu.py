@@ -189,9 +189,12 @@ def test_dense_kernel_compiles_without_spills(config, tmp_path):
     assert not re.search(r"\b(LDL|STL)(\.|\s)", sass.stdout), "local-memory traffic in the SASS"
     if not config.wgrad:  # the BF16 tile goes to shared memory with stmatrix (FP32 has no stmatrix form)
         assert re.search(r"\bSTSM\.", sass.stdout), "no STSM (stmatrix) in the BF16 epilogue"
-    # Only two-slice (256-row) warpgroups probe the next stage's barrier without waiting (the lean k-block).
+    # Only two-slice (256-row) warpgroups probe the next stage's barrier without waiting (the lean k-block)
+    # and suspend in their barrier waits instead of spinning.
     probe = re.search(r"\bSYNCS\.PHASECHK\.TRANS64\s+P\d", sass.stdout)
     assert bool(probe) == (config.block_m == 256), "the lean k-block is for 256-row tiles only"
+    sleep = re.search(r"\bNANOSLEEP\.SYNCS\b", sass.stdout)
+    assert bool(sleep) == (config.block_m == 256), "suspending barrier waits are for 256-row tiles only"
 
 
 def test_compile_error_carries_log_and_source(monkeypatch, tmp_path):
