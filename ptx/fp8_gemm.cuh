@@ -113,7 +113,6 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
     float accum[T::kAccum];  // one wgmma's FP32 partial sums, reused by every m64 slice
     float result[T::kMmaPerWG][T::kAccum];
 
-    constexpr bool kLean = T::kLean;
     uint32_t it = 0;  // plain: k-blocks consumed so far (the ring runs on across tiles)
     uint32_t stage = 0, phase = 0;  // lean: the ring position of the next k-block
     bool ready = false;             // lean: that stage is known full
@@ -184,7 +183,7 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
             };
             uint32_t s;
             uint64_t desc_a, desc_b;
-            if constexpr (kLean) {
+            if constexpr (T::kLean) {
                 if (!ready) mbarrier_wait<true>(&full[stage], phase);
                 s = stage;
                 if (++stage == kNumStages) {
@@ -218,7 +217,7 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
                 wgmma_commit();
                 if (mm == 0) {
                     // The scale products are formed while the first MMAs run.
-                    if constexpr (kLean) load_sa(s);
+                    if constexpr (T::kLean) load_sa(s);
 #pragma unroll
                     for (int m2 = 0; m2 < T::kMmaPerWG; ++m2) {
                         scale[m2][0] = sa[m2][0] * sb.lo;
@@ -251,7 +250,7 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
                     // promote: result += accum * scale_a[row] * scale_b[block].
                     if (mm == T::kMmaPerWG - 1) {
                         release(s);
-                        if constexpr (kLean) ready = mbarrier_test_wait(&full[stage], phase);
+                        if constexpr (T::kLean) ready = mbarrier_test_wait(&full[stage], phase);
                     }
 #pragma unroll
                     for (int i = 0; i < kBlockN / 8; ++i) {
