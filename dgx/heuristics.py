@@ -13,7 +13,7 @@ to rank configs the way the device does.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from . import env
@@ -55,6 +55,12 @@ MAX_STAGES = 16
 # the most that stays within 168 KiB; filling shared memory was 2-5% slower on four of them (PERFLOG exp. 14).
 ONE_WG_RING_BYTES = 168 * 1024
 
+# Deferred promotion (a second accumulator set; PERFLOG experiment 16) paid on every 64-row tile measured (up to
+# 9%: their k-blocks are latency-bound) and on 128-row tiles that run in one wave (3-7%); it cost 128-row tiles
+# in two or more waves up to 4% (128x96 on 128x24576x1536, 128x128 on 4096x4096x7168) and moved the masked
+# anchors by +-2%. So: 64-row tiles, and 128-row tiles whose grid is one wave.
+DEFER_MAX_WAVES_TWO_WG = 1
+
 BLOCK_MS = (64, 128, 256)
 BLOCK_NS = tuple(range(16, 257, 8))
 
@@ -82,6 +88,18 @@ def pipeline_stages(block_m: int, block_n: int) -> int:
         stage_bytes = smem_bytes(block_m, block_n, 1) - smem_bytes(block_m, block_n, 0)
         stages = min(stages, max(ONE_WG_RING_BYTES // stage_bytes, 3))
     return stages
+
+
+def with_deferred_promotion(config: GemmConfig, units: int, num_sms: int) -> GemmConfig:
+    """`config`, with deferred promotion where it pays (see DEFER_MAX_WAVES_TWO_WG) and fits in registers."""
+    if config.wgrad or validate_blocks(config.block_m, config.block_n, config.pair, defer=True):
+        return config
+    if 128 % config.block_n and scale_split_compiled_in(config.block_n):
+        return config  # the k-loop is compiled once per B-scale split: 7x the compile time (6 s on 64x96)
+    waves = -(-units // max(num_sms // config.cluster, 1))
+    if config.block_m == 64 or waves <= DEFER_MAX_WAVES_TWO_WG:
+        return replace(config, defer=True)
+    return config
 
 
 def _require_positive(what: str, **values: int) -> None:
@@ -133,7 +151,8 @@ def choose_dense(m: int, n: int, k: int, num_sms: int) -> Choice:
             if pair != PAIR_NONE and num_sms < 2:
                 continue
             config = GemmConfig(n, k, bm, bn, pipeline_stages(bm, bn), pair=pair)
-            yield config, config.units(m)
+            units = config.units(m)
+            yield with_deferred_promotion(config, units, num_sms), units
 
     return _best(f"fp8_gemm_nt M={m} N={n} K={k}", options(), k, num_sms)
 
@@ -160,7 +179,7 @@ def _best(what: str, options, k: int, num_sms: int) -> Choice:
         c = best.config
         print(
             f"dgx: {what} SMs={num_sms}: block {c.block_m}x{c.block_n}, {c.stages} stages, pair {c.pair}, "
-            f"{best.num_tiles} units in {best.waves} waves",
+            f"{'deferred promotion, ' if c.defer else ''}{best.num_tiles} units in {best.waves} waves",
             file=sys.stderr,
         )
     return best
@@ -205,7 +224,8 @@ def choose_grouped(layout: int, m: int, n: int, k: int, groups: int, num_sms: in
             if pair == PAIR_M and -(-m // bm) * -(-n // bn) < SHARED_B_MIN_WAVES * num_sms:
                 continue  # measured only where every SM runs many tiles; a short grid gains no L2 relief
             config = GemmConfig(n, k, bm, bn, pipeline_stages(bm, bn), pair=pair, layout=layout)
-            yield config, config.units(m) * (groups if layout == LAYOUT_MASKED else 1)
+            units = config.units(m) * (groups if layout == LAYOUT_MASKED else 1)
+            yield with_deferred_promotion(config, units, num_sms), units
 
     name = "contiguous" if layout == LAYOUT_CONTIGUOUS else "masked"
     return _best(f"grouped ({name}) M={m} N={n} K={k} groups={groups}", options(), k, num_sms)

@@ -42,6 +42,16 @@ DGX_DEVICE void dispatch_int(int value, F&& f) {
     }
 }
 
+// Calls f(IntConst<kBegin>{}), f(IntConst<kBegin + 1>{}), ... f(IntConst<kEnd - 1>{}) in order: a loop whose
+// index is a compile-time constant in the body (for template arguments and register-array indices).
+template <int kBegin, int kEnd, typename F>
+DGX_DEVICE void static_for(F&& f) {
+    if constexpr (kBegin < kEnd) {
+        f(IntConst<kBegin>{});
+        static_for<kBegin + 1, kEnd>(f);
+    }
+}
+
 // 32-bit shared-state-space address of a generic pointer into shared memory.
 DGX_DEVICE uint32_t smem_addr(const void* ptr) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));

@@ -33,7 +33,8 @@ DGX_DEVICE uint32_t swizzle_offset(uint32_t offset) {
     }
 }
 
-template <int kN, int kK, int kBlockM, int kBlockN, int kNumStages, int kGroupN, int kDSpan, int kPair, bool kWgrad>
+template <int kN, int kK, int kBlockM, int kBlockN, int kNumStages, int kGroupN, int kDSpan, int kPair, bool kWgrad,
+          bool kDeferred>
 struct Fp8GemmTraits {
     static constexpr int kBlockK = 128;  // one promotion (one scale) per 128 of K
     static constexpr int kNumMathWG = kBlockM == 64 ? 1 : 2;
@@ -66,6 +67,16 @@ struct Fp8GemmTraits {
     // sustained load on 4096x7168x16384). Both made one-slice tiles slower (3-10% and 1-3%; PERFLOG exp.
     // 13-15, for reasons not found in their SASS), so those keep the plain k-block and spinning waits.
     static constexpr bool kLean = kMmaPerWG == 2;
+    // Deferred promotion (chosen per config, for latency-bound tiles): each k-block's promotion waits until the
+    // next k-block's MMAs are issued, into a second accumulator set. A k-block of a small tile is a dependent
+    // chain of small MMAs whose latency, not the tensor cores' throughput, sets the pace (decode shapes); the
+    // promotion, the scale reads and the next barrier wait then overlap the MMAs instead of separating two
+    // chains. Costs N/2 registers. The k-loop runs in straight-line chunks of kDeferChunk k-blocks that end
+    // with no MMA in flight: MMAs in flight across a loop's back edge while the other set is read make ptxas
+    // serialise every wgmma (warning C7514).
+    static constexpr bool kDefer = kDeferred;
+    static constexpr int kDeferChunk = 8;
+    static_assert(!kDefer || (kMmaPerWG == 1 && !kWgrad), "deferred promotion is for one-slice BF16 tiles");
     // 2 math WGs: 2 x 128 x 232 + 128 x 40 = 64512 of the SM's 65536 registers.
     static constexpr uint32_t kMathRegs = 232;
     static constexpr uint32_t kProducerRegs = 40;
@@ -112,6 +123,9 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
     const uint32_t col_in_8 = (lane % 4) * 2;               // accumulator column pair inside each 8
     float accum[T::kAccum];  // one wgmma's FP32 partial sums, reused by every m64 slice
     float result[T::kMmaPerWG][T::kAccum];
+    float accum2[2][T::kAccum];  // deferred promotion: the accumulator sets of even and odd k-blocks
+    float scale2[2][4];          // ... their scale products
+    uint32_t stage2[2];          // ... and their stages, handed back once promoted
 
     uint32_t it = 0;  // plain: k-blocks consumed so far (the ring runs on across tiles)
     uint32_t stage = 0, phase = 0;  // lean: the ring position of the next k-block
@@ -165,13 +179,28 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
             }
         };
 
+        // result += accum * scale_a[row] * scale_b[block] (scale: a[row], a[row + 8] times the lo block's B scale,
+        // then the same times the hi block's). kFormer: how many 8-column groups of the tile use B-scale block
+        // `lo` (the rest `hi`), known at compile time when the tile loop was specialised for it, else -1
+        // (compare with `boundary`).
+        auto promote = [&](float (&res)[T::kAccum], const float (&acc)[T::kAccum], const float (&scale)[4], auto former) {
+            constexpr int kFormer = decltype(former)::value;
+#pragma unroll
+            for (int i = 0; i < kBlockN / 8; ++i) {
+                const bool first = T::kSingleSfb || (kFormer >= 0 ? i < kFormer : i * 8 < boundary);
+                const float lo = first ? scale[0] : scale[2];
+                const float hi = first ? scale[1] : scale[3];
+                res[i * 4 + 0] = fmaf(acc[i * 4 + 0], lo, res[i * 4 + 0]);
+                res[i * 4 + 1] = fmaf(acc[i * 4 + 1], lo, res[i * 4 + 1]);
+                res[i * 4 + 2] = fmaf(acc[i * 4 + 2], hi, res[i * 4 + 2]);
+                res[i * 4 + 3] = fmaf(acc[i * 4 + 3], hi, res[i * 4 + 3]);
+            }
+        };
+
         // One k-block: wait for its stage, then per m64 slice of this warpgroup's rows: four k32 MMAs into
         // the one accumulator set, wait, promote into the slice's result. While one warpgroup promotes,
         // the other's MMAs keep the tensor cores busy, and a 256-row tile needs one accumulator set, not two.
-        // kFormer: how many 8-column groups of the tile use B-scale block `lo` (the rest `hi`), known at
-        // compile time when the tile loop was specialised for it, else -1 (compare with `boundary`).
         auto k_block = [&](int kb, const SfbPair& sb, SfbPair& sb_next, auto former) {
-            constexpr int kFormer = decltype(former)::value;
             // The stage's A scales (every read of a stage comes before it is handed back).
             float sa[T::kMmaPerWG][2];
             auto load_sa = [&](uint32_t s) {
@@ -252,30 +281,80 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
                         release(s);
                         if constexpr (T::kLean) ready = mbarrier_test_wait(&full[stage], phase);
                     }
-#pragma unroll
-                    for (int i = 0; i < kBlockN / 8; ++i) {
-                        const bool first = T::kSingleSfb || (kFormer >= 0 ? i < kFormer : i * 8 < boundary);
-                        const float lo = first ? scale[mm][0] : scale[mm][2];
-                        const float hi = first ? scale[mm][1] : scale[mm][3];
-                        result[mm][i * 4 + 0] = fmaf(accum[i * 4 + 0], lo, result[mm][i * 4 + 0]);
-                        result[mm][i * 4 + 1] = fmaf(accum[i * 4 + 1], lo, result[mm][i * 4 + 1]);
-                        result[mm][i * 4 + 2] = fmaf(accum[i * 4 + 2], hi, result[mm][i * 4 + 2]);
-                        result[mm][i * 4 + 3] = fmaf(accum[i * 4 + 3], hi, result[mm][i * 4 + 3]);
-                    }
+                    promote(result[mm], accum, scale[mm], former);
                 }
             }
         };
 
-        // Unrolled by two so the prefetched B scales ping-pong between two register pairs without moves
-        // (a move would wait for the load and put its latency back on the chain).
+        // Deferred promotion, first half: wait for k-block kb's stage and issue its MMAs into accumulator set kP.
+        auto issue = [&](int kb, auto set, const SfbPair& sb, SfbPair& sb_next) {
+            constexpr int kP = decltype(set)::value;
+            const uint32_t s = it % kNumStages;
+            const uint32_t parity = (it / kNumStages) & 1;
+            ++it;
+            sb_next = load_sfb(kb + 1 < num_kb ? kb + 1 : kb);
+            mbarrier_wait(&full[s], parity);
+            const float sa0 = ld_shared_f32(sfa_base + s * T::kSmemSfa + sfa_offset[0][0]);
+            const float sa1 = ld_shared_f32(sfa_base + s * T::kSmemSfa + sfa_offset[0][1]);
+            const uint64_t desc_b = make_smem_desc_sw128(smem_b + s * T::kSmemB);
+            const uint64_t desc_a = make_smem_desc_sw128(smem_a + s * T::kSmemA + wg * T::kWGRows * T::kBlockK);
+#pragma unroll
+            for (int i = 0; i < T::kAccum; ++i) fence_operand(accum2[kP][i]);
+            wgmma_fence();
+#pragma unroll
+            for (int j = 0; j < T::kBlockK / 32; ++j)
+                WgmmaE4M3<kBlockN>::mma(advance_desc(desc_a, j * 32), advance_desc(desc_b, j * 32), accum2[kP], j > 0);
+            wgmma_commit();
+            scale2[kP][0] = sa0 * sb.lo;
+            scale2[kP][1] = sa1 * sb.lo;
+            scale2[kP][2] = sa0 * sb.hi;
+            scale2[kP][3] = sa1 * sb.hi;
+            stage2[kP] = s;
+        };
+        // ... second half: once at most kPending MMA groups are in flight (set kP's are done), hand its stage
+        // back and promote it. The set in flight is not touched.
+        auto retire = [&](auto set, auto pending, auto former) {
+            constexpr int kP = decltype(set)::value;
+            wgmma_wait<decltype(pending)::value>();
+#pragma unroll
+            for (int i = 0; i < T::kAccum; ++i) fence_operand(accum2[kP][i]);
+            release(stage2[kP]);
+            promote(result[0], accum2[kP], scale2[kP], former);
+        };
+
+        // One straight-line chunk of kCount k-blocks from kb0 (`sb`: kb0's B scales in, the next chunk's out).
+        auto chunk = [&](int kb0, auto count, SfbPair& sb, auto former) {
+            constexpr int kCount = decltype(count)::value;
+            SfbPair sbs[2] = {sb, sb};
+            static_for<0, kCount + 1>([&](auto step) {
+                constexpr int j = decltype(step)::value;
+                if constexpr (j < kCount) issue(kb0 + j, IntConst<j % 2>{}, sbs[j % 2], sbs[(j + 1) % 2]);
+                if constexpr (j > 0) retire(IntConst<(j - 1) % 2>{}, IntConst<j < kCount ? 1 : 0>{}, former);
+            });
+            sb = sbs[kCount % 2];
+        };
+
+        // Deferred: whole chunks, then the tail. Plain: unrolled by two so the prefetched B scales ping-pong
+        // between two register pairs without moves (a move would wait for the load and put its latency back on
+        // the chain).
         auto k_loop = [&](auto former) {
-            SfbPair sb_even = load_sfb(0), sb_odd;
+            if constexpr (T::kDefer) {
+                static_assert(kLayout != kLayoutKGrouped, "deferred promotion needs K known at compile time");
+                constexpr int kTail = T::kNumKBlocks % T::kDeferChunk;
+                SfbPair sb = load_sfb(0);
 #pragma unroll 1
-            for (int kb = 0; kb + 1 < num_kb; kb += 2) {
-                k_block(kb, sb_even, sb_odd, former);
-                k_block(kb + 1, sb_odd, sb_even, former);
+                for (int kb = 0; kb + T::kDeferChunk <= T::kNumKBlocks; kb += T::kDeferChunk)
+                    chunk(kb, IntConst<T::kDeferChunk>{}, sb, former);
+                if constexpr (kTail > 0) chunk(T::kNumKBlocks - kTail, IntConst<kTail>{}, sb, former);
+            } else {
+                SfbPair sb_even = load_sfb(0), sb_odd;
+#pragma unroll 1
+                for (int kb = 0; kb + 1 < num_kb; kb += 2) {
+                    k_block(kb, sb_even, sb_odd, former);
+                    k_block(kb + 1, sb_odd, sb_even, former);
+                }
+                if (num_kb % 2 == 1) k_block(num_kb - 1, sb_even, sb_odd, former);
             }
-            if (num_kb % 2 == 1) k_block(num_kb - 1, sb_even, sb_odd, former);
         };
         if constexpr (T::kSingleSfb || kWgrad) {
             k_loop(IntConst<kBlockN / 8>{});
@@ -388,13 +467,13 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
 // (which holds C) instead of overwriting it, `group_maps` (K-grouped) the groups' maps of A and B, two
 // per group, in global memory.
 template <int kLayout, int kN, int kK, int kBlockM, int kBlockN, int kNumStages, int kGroupN, int kDSpan, int kPair,
-          bool kWgrad>
+          bool kWgrad, bool kDefer>
 __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const TensorMap& tmap_b,
                                                  const TensorMap& tmap_d, const TensorMap& tmap_sfa,
                                                  const TensorMap& tmap_sfb, const float* __restrict__ sfb, int m,
                                                  const int* grouped_layout, int num_groups, void* d_ptr, int64_t ld_d,
                                                  bool accumulate, const TensorMap* group_maps) {
-    using T = Fp8GemmTraits<kN, kK, kBlockM, kBlockN, kNumStages, kGroupN, kDSpan, kPair, kWgrad>;
+    using T = Fp8GemmTraits<kN, kK, kBlockM, kBlockN, kNumStages, kGroupN, kDSpan, kPair, kWgrad, kDefer>;
     using Scheduler = TileScheduler<kLayout, kBlockM, kBlockN, T::kNumNBlocks, T::kNumKBlocks, kGroupN, kPair, kN>;
     static_assert(kLayout != kLayoutKGrouped || kWgrad, "the K-grouped layout is a weight gradient");
 

@@ -4,9 +4,9 @@ before timing.
 
     python perf_configs.py RUN[,RUN...] [M,N,K ...]      (from tests/)
 
-RUN is VARIANT:BMxBN[sS][pP][gG][u] (S stages, default as many as fit; P: 1 shares A along N, 2 shares B
+RUN is VARIANT:BMxBN[sS][pP][gG][u][d] (S stages, default as many as fit; P: 1 shares A along N, 2 shares B
 along M; G: units per raster band along N, default 16; u: a grid of one CTA per SM instead of the fewest
-CTAs that keep the wave count). VARIANT is `current` (the working tree's headers) or parts joined by '+',
+CTAs that keep the wave count; d: deferred promotion). VARIANT is `current` (the working tree's headers) or parts joined by '+',
 each naming ../.dev/fp8_gemm_<PART>.cuh and/or a folder ../.dev/hdr_<PART>/ of headers that replace the
 working tree's (e.g. `unif+hint`).
 PERF_ROUNDS (environment, default 3) sets the number of alternating rounds.
@@ -32,9 +32,9 @@ ROUNDS = int(os.environ.get("PERF_ROUNDS", "3"))  # alternating rounds per confi
 
 def parse_run(text: str):
     variant, blk = text.split(":")
-    full = blk.endswith("u")
-    bm, bn, stages, pair, group_n = parse_blocks(blk.rstrip("u"))
-    return variant, bm, bn, stages, pair, full, group_n
+    flags = blk[len(blk.rstrip("ud")):]
+    bm, bn, stages, pair, group_n = parse_blocks(blk.rstrip("ud"))
+    return variant, bm, bn, stages, pair, "u" in flags, group_n, "d" in flags
 
 
 runs = [parse_run(r) for r in sys.argv[1].split(",")]
@@ -92,12 +92,12 @@ def use(headers, full=False):
 for m, n, k in shapes:
     a, b, a_fp8, b_fp8, d = make_dense(m, n, k)
     ok = []
-    for variant, bm, bn, stages, pair, full, group_n in runs:
+    for variant, bm, bn, stages, pair, full, group_n, defer in runs:
         use(HEADERS[variant], full)
         tile = family.smem_bytes(bm, bn, 0)
         per_stage = family.smem_bytes(bm, bn, 1) - tile
         stages = stages or min((family.SMEM_LIMIT - tile) // per_stage, 16)
-        cfg = family.GemmConfig(n, k, bm, bn, stages, group_n=group_n, pair=pair)
+        cfg = family.GemmConfig(n, k, bm, bn, stages, group_n=group_n, pair=pair, defer=defer)
         try:
             d.fill_(float("nan"))
             dgx.fp8_gemm_nt(a_fp8, b_fp8, d, config=cfg)
@@ -114,7 +114,8 @@ for m, n, k in shapes:
     for i, (variant, cfg, full) in enumerate(ok):
         t = statistics.median(times[i])
         print(
-            f"{m}x{n}x{k} {variant:>8} {cfg.block_m}x{cfg.block_n}s{cfg.stages}p{cfg.pair}g{cfg.group_n}{'u' if full else ''}: {t:8.1f} us "
+            f"{m}x{n}x{k} {variant:>8} {cfg.block_m}x{cfg.block_n}s{cfg.stages}p{cfg.pair}g{cfg.group_n}{'u' if full else ''}"
+            f"{'d' if cfg.defer else ''}: {t:8.1f} us "
             f"{2 * m * n * k / t / 1e6:6.0f} TFLOPS  rounds {[round(x, 1) for x in times[i]]}",
             flush=True,
         )

@@ -1,10 +1,11 @@
-"""Device experiment: time explicit configs of the contiguous MoE GEMM on the benchmark's contiguous
-problems (ANCHORS.md: group sizes m x U(0.7, 1.3), padded to 128 rows), in one process, in alternating
-rounds. Every config is checked against the benchmark's reference first.
+"""Device experiment: time explicit configs of the M-grouped MoE GEMMs on the benchmark's problems
+(ANCHORS.md: contiguous group sizes m x U(0.7, 1.3), padded to 128 rows; masked counts likewise), in one
+process, in alternating rounds. Every config is checked against the benchmark's reference first.
 
-    python perf_grouped_configs.py BMxBN[sS][pP][gG][,...] [G,M,N,K ...]      (from tests/)
+    python perf_grouped_configs.py BMxBN[sS][pP][gG][d][,...] [[m:]G,M,N,K ...]      (from tests/)
 
-S: stages (default as many as fit), P: 1 shares A along N, 2 shares B along M, G: raster band width.
+S: stages (default as many as fit), P: 1 shares A along N, 2 shares B along M, G: raster band width,
+d: deferred promotion. A shape prefixed `m:` is masked (M: expected rows per group), else contiguous.
 Without shapes: the four contiguous anchors.
 """
 
@@ -17,31 +18,49 @@ import dgx
 from dgx.bench.problems import build_problem, calc_diff
 from dgx.bench.suites import builtin_suite, make_shape
 from dgx.heuristics import max_stages
-from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, GemmConfig
+from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, LAYOUT_MASKED, GemmConfig
 from gpu_gemm_utils import bench_cold_l2, parse_blocks
 
 ROUNDS = 3
 
-runs = [parse_blocks(r) for r in sys.argv[1].split(",")]
+
+def parse_run(text: str):
+    return parse_blocks(text.rstrip("d")) + (text.endswith("d"),)
+
+
+runs = [parse_run(r) for r in sys.argv[1].split(",")]
 if len(sys.argv) > 2:
     shapes = []
     for text in sys.argv[2:]:
-        g, m, n, k = (int(x) for x in text.split(","))
-        shapes.append(make_shape("contiguous", m, n, k, groups=g))
+        suite = "masked" if text.startswith("m:") else "contiguous"
+        g, m, n, k = (int(x) for x in text.removeprefix("m:").split(","))
+        shapes.append(make_shape(suite, m, n, k, groups=g))
 else:
     shapes = builtin_suite("contiguous")
 
 for shape in shapes:
     p = build_problem(shape)
     t = p.tensors
-    a, b, d, idx = (t["A"], t["SFA"]), (t["B"], t["SFB"]), t["D"], t["m_indices"]
+    a, b, d = (t["A"], t["SFA"]), (t["B"], t["SFB"]), t["D"]
+    masked = shape.suite == "masked"
+    layout = LAYOUT_MASKED if masked else LAYOUT_CONTIGUOUS
+    if masked:
+        mm = t["masked_m"]
+
+        def call(cfg):
+            return dgx.m_grouped_fp8_gemm_nt_masked(a, b, d, mm, shape.m, config=cfg)
+    else:
+        idx = t["m_indices"]
+
+        def call(cfg):
+            return dgx.m_grouped_fp8_gemm_nt_contiguous(a, b, d, idx, config=cfg)
     ok = []
-    for bm, bn, stages, pair, group_n in runs:
+    for bm, bn, stages, pair, group_n, defer in runs:
         cfg = GemmConfig(shape.n, shape.k, bm, bn, stages or max_stages(bm, bn), group_n=group_n, pair=pair,
-                         layout=LAYOUT_CONTIGUOUS)
+                         layout=layout, defer=defer)
         try:
             d.fill_(float("nan"))
-            dgx.m_grouped_fp8_gemm_nt_contiguous(a, b, d, idx, config=cfg)
+            call(cfg)
             torch.cuda.synchronize()
             diff = calc_diff(p.valid_rows(d), p.ref)
             if not diff < 1e-3:
@@ -52,13 +71,13 @@ for shape in shapes:
     times = {i: [] for i in range(len(ok))}
     for _ in range(ROUNDS):
         for i, cfg in enumerate(ok):
-            times[i].append(bench_cold_l2(lambda: dgx.m_grouped_fp8_gemm_nt_contiguous(a, b, d, idx, config=cfg)))
+            times[i].append(bench_cold_l2(lambda: call(cfg)))
     for i, cfg in enumerate(ok):
         us = statistics.median(times[i])
         print(
-            f"{shape.label} {cfg.block_m}x{cfg.block_n}s{cfg.stages}p{cfg.pair}g{cfg.group_n}: {us:8.1f} us "
+            f"{shape.label} {cfg.block_m}x{cfg.block_n}s{cfg.stages}p{cfg.pair}g{cfg.group_n}{'d' if cfg.defer else ''}: {us:8.1f} us "
             f"{shape.flops / us / 1e6:6.0f} TFLOPS  rounds {[round(x, 1) for x in times[i]]}",
             flush=True,
         )
     p.free()
-    del a, b, d, idx
+    del a, b, d

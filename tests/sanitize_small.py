@@ -1,7 +1,8 @@
 """Small fp8_gemm_nt runs for compute-sanitizer: one per config family (1 or 2 math warpgroups, no
 cluster, 2-CTA clusters sharing A or B (dense and contiguous), BLOCK_N with two B-scale blocks per tile,
 selected at run time or compiled in, 256-row tiles as two m64 slices per warpgroup, an odd number of
-8-column groups ending the stmatrix epilogue with a two-matrix store)."""
+8-column groups ending the stmatrix epilogue with a two-matrix store, deferred promotion with one or two
+math warpgroups, alone or in a cluster)."""
 
 import torch
 
@@ -18,10 +19,12 @@ FAMILIES = [
     (300, 480, 384, 256, 128, 0),
     (200, 480, 384, 128, 160, 0),
     (130, 264, 384, 256, 88, 0),
+    (65, 256, 1280, 64, 56, 0, True),  # deferred: a chunk of 8 k-blocks and a tail of 2
+    (129, 576, 640, 128, 64, 2, True),
 ]
-for m, n, k, bm, bn, pair in FAMILIES:
+for m, n, k, bm, bn, pair, *defer in FAMILIES:
     a, b, a_fp8, b_fp8, d = make_dense(m, n, k)
-    cfg = GemmConfig(n, k, bm, bn, min(max_stages(bm, bn), 4), pair=pair)
+    cfg = GemmConfig(n, k, bm, bn, min(max_stages(bm, bn), 4), pair=pair, defer=bool(defer))
     dgx.fp8_gemm_nt(a_fp8, b_fp8, d, config=cfg)
     torch.cuda.synchronize()
     check_dense(d, a, b, a_fp8, b_fp8)

@@ -13,7 +13,7 @@ import pytest
 import ptx
 from dgx import compiler, gemm, jit
 from dgx.errors import CompileError
-from dgx.heuristics import candidates, choose_dense
+from dgx.heuristics import candidates, choose_dense, choose_grouped
 from dgx.kernels.fp8_gemm import (
     LAYOUT_CONTIGUOUS,
     LAYOUT_MASKED,
@@ -101,6 +101,10 @@ def test_choose_dense_rejects_nonpositive(args):
         (dict(block_m=128, block_n=128, stages=12), "shared memory"),
         (dict(block_m=128, block_n=128, stages=4, pair=3), "pair must be"),
         (dict(block_m=128, block_n=120, stages=4, pair=PAIR_M), "sharing B needs block_n a multiple of 16"),
+        (dict(block_m=256, block_n=64, stages=4, defer=True), "deferred promotion needs one m64 slice"),
+        (dict(block_m=128, block_n=136, stages=4, defer=True), "with deferred promotion needs 204 accumulator registers per thread (max 192)"),
+        (dict(block_m=64, block_n=144, stages=4, defer=True), "with deferred promotion needs 216 accumulator registers per thread (max 208)"),
+        (dict(block_m=128, block_n=128, stages=4, wgrad=True, defer=True), "deferred promotion is for BF16 outputs"),
     ],
 )
 def test_gemm_config_errors(kwargs, message):
@@ -146,6 +150,32 @@ def test_one_warpgroup_tiles_cap_their_ring():
         assert c.stages == pipeline_stages(c.block_m, c.block_n), (n, k, c)
 
 
+def test_deferred_promotion_where_measured_to_pay():
+    from dgx.heuristics import with_deferred_promotion
+
+    # Decode anchors: every 64-row tile, and 128-row tiles in one wave, promote deferred; M=4096 tiles
+    # (two slices or many waves) and the masked anchors' 128-row tiles (two or more waves) do not.
+    for n, k in ANCHOR_NK:
+        c = choose_dense(64, n, k, 132).config
+        assert c.defer == (c.block_n <= 128), c
+        c = choose_dense(128, n, k, 132)
+        assert c.config.defer == (c.config.block_m == 64 or c.waves == 1 and c.config.block_n <= 128), c
+        assert not choose_dense(4096, n, k, 132).config.defer
+        for groups, expected in ((1, 1024), (2, 512), (4, 256)):
+            assert not choose_grouped(LAYOUT_MASKED, expected, n, k, groups, 132).config.defer
+    one_wave = GemmConfig(n=4096, k=7168, block_m=128, block_n=64, stages=8)
+    assert with_deferred_promotion(one_wave, 132, 132).defer
+    assert not with_deferred_promotion(one_wave, 133, 132).defer  # a second wave
+    assert with_deferred_promotion(GemmConfig(n=4096, k=7168, block_m=64, block_n=64, stages=8), 500, 132).defer
+    # Never where it does not fit or applies: 64x192 registers, the weight gradient, a compiled-in split (96).
+    for config in (
+        GemmConfig(n=4096, k=7168, block_m=64, block_n=192, stages=5),
+        GemmConfig(n=4096, k=7168, block_m=64, block_n=64, stages=4, wgrad=True),
+        GemmConfig(n=4096, k=7168, block_m=64, block_n=96, stages=8),
+    ):
+        assert not with_deferred_promotion(config, 1, 132).defer, config
+
+
 # --- NVRTC compiles, checked in the SASS ----------------------------------------------------------
 
 REPRESENTATIVE = [
@@ -159,6 +189,8 @@ REPRESENTATIVE = [
     GemmConfig(n=7168, k=2048, block_m=64, block_n=160, stages=7, layout=LAYOUT_MASKED),  # MoE masked
     GemmConfig(n=2112, k=4096, block_m=128, block_n=128, stages=4, wgrad=True),  # weight gradient, FP32 out
     GemmConfig(n=4096, k=0, block_m=128, block_n=128, stages=4, layout=3, wgrad=True),  # K-grouped weight gradient
+    GemmConfig(n=7168, k=7000, block_m=64, block_n=56, stages=11, defer=True),  # deferred, run-time split, K tail
+    GemmConfig(n=4096, k=7168, block_m=128, block_n=128, stages=5, layout=LAYOUT_MASKED, defer=True),  # 192 accumulators
 ]
 
 
@@ -180,6 +212,8 @@ def test_dense_kernel_compiles_without_spills(config, tmp_path):
     assert spills, f"no ptxas -v report in the log:\n{result.log}"
     assert all(s == ("0", "0") for s in spills), result.log
     assert re.search(r"\b0 bytes stack frame", result.log), result.log
+    # ptxas serialises every wgmma (C7514) when it cannot prove an accumulator read waits for its MMA.
+    assert "C7514" not in result.log, result.log
     path = tmp_path / "k.cubin"
     path.write_bytes(result.cubin)
     sass = subprocess.run([_nvdisasm(), "--print-code", str(path)], capture_output=True, text=True, timeout=120)
@@ -195,6 +229,9 @@ def test_dense_kernel_compiles_without_spills(config, tmp_path):
     assert bool(probe) == (config.block_m == 256), "the lean k-block is for 256-row tiles only"
     sleep = re.search(r"\bNANOSLEEP\.SYNCS\b", sass.stdout)
     assert bool(sleep) == (config.block_m == 256), "suspending barrier waits are for 256-row tiles only"
+    # Deferred promotion waits for all but the last MMA group (the other accumulator set's); the plain
+    # k-block waits for all of them.
+    assert bool(re.search(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x1\b", sass.stdout)) == config.defer
 
 
 def test_compile_error_carries_log_and_source(monkeypatch, tmp_path):
@@ -535,7 +572,7 @@ def test_torch_fast_path_reuses_only_identical_calls(monkeypatch):
 
 
 def test_choose_grouped_respects_alignment_and_layout():
-    from dgx.heuristics import CONTIGUOUS_ALIGNMENT, choose_grouped
+    from dgx.heuristics import CONTIGUOUS_ALIGNMENT
 
     for layout in (LAYOUT_CONTIGUOUS, LAYOUT_MASKED):
         for m in (1, 64, 200, 4096, 32768):

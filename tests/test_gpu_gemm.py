@@ -58,6 +58,33 @@ def test_forced_tiles(bm, bn, m, n, k):
     check_dense(d, a, b, a_fp8, b_fp8)
 
 
+# Deferred promotion (a second accumulator set) against the plain k-block on the same tile: the same MMAs and
+# the same promotion order, so bitwise the same output. K = 128 (one k-block), 1664 (a chunk of 8 k-blocks and
+# a tail of 5), 2112 (17, the last partial), 7168 (7 whole chunks); tiles with one B-scale block (16, 64, 128),
+# a split selected at run time (56, 120) or compiled in (96); clusters sharing A (1) or B (2).
+DEFERRED_TILES = [(64, 16, 0), (64, 56, 1), (64, 96, 0), (64, 128, 0), (128, 16, 0), (128, 64, 2), (128, 120, 0), (128, 128, 1)]
+
+
+@pytest.mark.parametrize("bm,bn,pair", DEFERRED_TILES)
+@pytest.mark.parametrize("m,n,k", [(65, 1000, 128), (200, 2112, 1664), (129, 480, 2112), (64, 576, 7168)])
+def test_deferred_promotion_matches_plain(bm, bn, pair, m, n, k):
+    import dataclasses
+
+    import dgx
+    from dgx.heuristics import max_stages
+    from dgx.kernels.fp8_gemm import GemmConfig
+
+    a, b, a_fp8, b_fp8, d = make_dense(m, n, k)
+    plain = GemmConfig(n, k, bm, bn, min(max_stages(bm, bn), 4), pair=pair)
+    dgx.fp8_gemm_nt(a_fp8, b_fp8, d, config=plain)
+    expected = d.clone()
+    d.fill_(float("nan"))
+    dgx.fp8_gemm_nt(a_fp8, b_fp8, d, config=dataclasses.replace(plain, defer=True))
+    torch.cuda.synchronize()
+    check_dense(d, a, b, a_fp8, b_fp8)
+    assert torch.equal(d, expected)
+
+
 @pytest.mark.parametrize("m,n,k", [(4096, 7168, 2048), (64, 2112, 7168), (1000, 576, 7168)])
 def test_bitwise_deterministic(m, n, k):
     import dgx

@@ -109,10 +109,15 @@ PAIR_CHUNKS = [(0, 128), (0, 128), (0, 44), (2, 17), (3, 128), (-1, 0), (-1, 0),
                (4, 1), (6, 128), (6, 72)]
 
 
-@pytest.mark.parametrize("block_m, block_n, pair", [(128, 160, 2), (128, 96, 2), (64, 64, 2), (128, 128, 1), (128, 144, 1)])
-def test_contiguous_pairs(block_m, block_n, pair):
+@pytest.mark.parametrize(
+    "block_m, block_n, pair, defer",
+    [(128, 160, 2, False), (128, 96, 2, False), (64, 64, 2, False), (128, 128, 1, False), (128, 144, 1, False),
+     (64, 64, 2, True), (128, 128, 0, True), (128, 120, 1, True)],
+)
+def test_contiguous_pairs(block_m, block_n, pair, defer):
     """2-CTA clusters on the contiguous layout. Sharing B along M: a pair multicasts B only when both blocks
-    belong to one group; a skipped block next to a valid one still runs (for its peer) but stores nothing."""
+    belong to one group; a skipped block next to a valid one still runs (for its peer) but stores nothing.
+    Also deferred promotion, with and without clusters."""
     import dgx
     from dgx.heuristics import max_stages
     from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, GemmConfig
@@ -126,7 +131,8 @@ def test_contiguous_pairs(block_m, block_n, pair):
     a_q, a_s = per_token_cast_to_fp8(torch.randn(rows, k, device="cuda", dtype=torch.bfloat16))
     b_q, b_s = _weights(groups, n, k)
     d = torch.full((rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    config = GemmConfig(n, k, block_m, block_n, min(max_stages(block_m, block_n), 4), pair=pair, layout=LAYOUT_CONTIGUOUS)
+    config = GemmConfig(n, k, block_m, block_n, min(max_stages(block_m, block_n), 4), pair=pair, layout=LAYOUT_CONTIGUOUS,
+                        defer=defer)
     dgx.m_grouped_fp8_gemm_nt_contiguous((a_q, a_s), (b_q, b_s), d, m_indices, config=config)
     torch.cuda.synchronize()
     for start in range(0, rows, block_m):
@@ -181,6 +187,23 @@ def test_masked(counts, m_max, n, k):
     a, b, d = _masked_inputs(groups, m_max, n, k)
     masked_m = torch.tensor(counts, device="cuda", dtype=torch.int32)
     dgx.m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m=max(1, sum(max(c, 0) for c in counts) // groups))
+    torch.cuda.synchronize()
+    _check_masked(a, b, d, counts, m_max)
+
+
+@pytest.mark.parametrize("block_m, block_n", [(64, 56), (128, 128)])
+def test_masked_deferred_promotion(block_m, block_n):
+    """Masked groups through the deferred promotion: partial last blocks stored from the registers, rows past
+    the counts untouched; K = 2112 gives a chunk of 8 k-blocks and a tail of 9 (the last one partial)."""
+    import dgx
+    from dgx.heuristics import max_stages
+    from dgx.kernels.fp8_gemm import LAYOUT_MASKED, GemmConfig
+
+    counts, m_max, n, k = [0, 1, 200, 77], 200, 1000, 2112
+    a, b, d = _masked_inputs(len(counts), m_max, n, k)
+    masked_m = torch.tensor(counts, device="cuda", dtype=torch.int32)
+    config = GemmConfig(n, k, block_m, block_n, min(max_stages(block_m, block_n), 4), layout=LAYOUT_MASKED, defer=True)
+    dgx.m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, 64, config=config)
     torch.cuda.synchronize()
     _check_masked(a, b, d, counts, m_max)
 

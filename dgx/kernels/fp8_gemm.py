@@ -29,9 +29,12 @@ class GemmConfig:
     pair: int = PAIR_NONE  # 2-CTA clusters sharing A (PAIR_N) or B (PAIR_M) through TMA multicast
     layout: int = LAYOUT_DENSE  # dense, MoE groups along M (contiguous segments, masked slices) or along K
     wgrad: bool = False  # weight gradient: B scaled per row too, FP32 D = C + A.B^T
+    # Deferred promotion: each k-block is promoted after the next one's MMAs are issued, into a second set of
+    # accumulators (one-slice BF16 tiles; pays where a tile's k-blocks are latency-bound).
+    defer: bool = False
 
     def __post_init__(self) -> None:
-        problems = validate_blocks(self.block_m, self.block_n, self.pair)
+        problems = validate_blocks(self.block_m, self.block_n, self.pair, self.defer)
         if self.layout not in LAYOUT_NAMES:
             problems = problems or f"layout must be one of {sorted(LAYOUT_NAMES)}; got {self.layout}"
         elif self.layout not in (LAYOUT_DENSE, LAYOUT_CONTIGUOUS) and self.pair != PAIR_NONE:
@@ -40,6 +43,8 @@ class GemmConfig:
             problems = problems or "the weight gradient runs without multicast pairs"
         elif (self.layout == LAYOUT_K_GROUPED) != self.wgrad and self.layout != LAYOUT_DENSE:
             problems = problems or "the K-grouped layout is a weight gradient, the M-grouped ones are not"
+        elif self.defer and self.wgrad:
+            problems = problems or "deferred promotion is for BF16 outputs, not the weight gradient"
         if problems:
             raise ValueError(f"invalid GEMM config {self}: {problems}")
         if self.smem_bytes > SMEM_LIMIT:
@@ -97,7 +102,8 @@ class GemmConfig:
         prefix = "dgx_fp8_gemm_nt" if self.layout == LAYOUT_DENSE else f"dgx_fp8_gemm_nt_{LAYOUT_NAMES[self.layout]}"
         if self.wgrad and self.layout == LAYOUT_DENSE:
             prefix += "_wgrad"
-        return f"{prefix}_n{self.n}_k{self.k}_bm{self.block_m}_bn{self.block_n}_s{self.stages}_g{self.group_n}_p{self.pair}"
+        name = f"{prefix}_n{self.n}_k{self.k}_bm{self.block_m}_bn{self.block_n}_s{self.stages}_g{self.group_n}_p{self.pair}"
+        return name + "_d" if self.defer else name
 
     @property
     def warmup_kind(self) -> str:
@@ -112,7 +118,7 @@ class GemmConfig:
     def render(self) -> jit.KernelSource:
         args = (
             f"{self.layout}, {self.n}, {self.k}, {self.block_m}, {self.block_n}, {self.stages}, {self.group_n}, {self.d_span}, "
-            f"{self.pair}, {'true' if self.wgrad else 'false'}"
+            f"{self.pair}, {'true' if self.wgrad else 'false'}, {'true' if self.defer else 'false'}"
         )
         source = (
             '#include "fp8_gemm.cuh"\n'
@@ -159,8 +165,9 @@ def scale_split_compiled_in(block_n: int) -> bool:
     return 128 % block_n == 0 or 128 // gcd(block_n, 128) <= 4
 
 
-def validate_blocks(block_m: int, block_n: int, pair: int = PAIR_NONE) -> str:
-    """'' if (block_m, block_n, pair) is a tile the kernel supports, else what is wrong."""
+def validate_blocks(block_m: int, block_n: int, pair: int = PAIR_NONE, defer: bool = False) -> str:
+    """'' if (block_m, block_n, pair) is a tile the kernel supports (with deferred promotion if `defer`),
+    else what is wrong."""
     if pair not in (PAIR_NONE, PAIR_N, PAIR_M):
         return f"pair must be 0 (none), 1 (share A along N) or 2 (share B along M); got {pair}"
     if pair == PAIR_M and block_n % 16:
@@ -174,10 +181,14 @@ def validate_blocks(block_m: int, block_n: int, pair: int = PAIR_NONE) -> str:
     # Registers: a math thread holds N/2 FP32 accumulators for the running wgmma plus N/2 promoted results
     # per m64 slice of its warpgroup's rows (one slice, or two for BLOCK_M 256). One math warpgroup may use
     # up to 255 registers a thread; two get 232 each through setmaxnreg, which holds 160 such registers with
-    # one slice and 192 with two (measured in ptxas reports: 128x192 spills, 256x128 does not).
+    # one slice and 192 with two (measured in ptxas reports: 128x192 spills, 256x128 does not). Deferred
+    # promotion adds a second accumulator set; 128x128 deferred (192 such registers) compiles without spills.
     slices = 1 if block_m <= 128 else 2
-    per_thread = (1 + slices) * block_n // 2
-    limit = 208 if block_m == 64 else 160 if block_m == 128 else 192
+    if defer and slices != 1:
+        return f"deferred promotion needs one m64 slice per warpgroup (block_m 64 or 128); got block_m {block_m}"
+    per_thread = (1 + slices + defer) * block_n // 2
+    limit = 208 if block_m == 64 else (192 if defer else 160) if block_m == 128 else 192
     if per_thread > limit:
-        return f"block_m {block_m} x block_n {block_n} needs {per_thread} accumulator registers per thread (max {limit})"
+        what = " with deferred promotion" if defer else ""
+        return f"block_m {block_m} x block_n {block_n}{what} needs {per_thread} accumulator registers per thread (max {limit})"
     return ""
