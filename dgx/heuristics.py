@@ -107,13 +107,19 @@ def _require_positive(what: str, **values: int) -> None:
         raise ValueError(f"{what} needs positive {', '.join(values)}; got {', '.join(str(v) for v in values.values())}")
 
 
-def tile_cycles(block_m: int, block_n: int, k: int, pair: int = PAIR_NONE, pow2_n: bool = False) -> float:
+def tile_cycles(block_m: int, block_n: int, k: int, pair: int = PAIR_NONE, pow2_n: bool = False,
+                defer: bool = False) -> float:
     """Estimated cycles of one tile: k-blocks x per-k-block cost, plus the epilogue. `pow2_n`: charge the
-    run-time-split penalty to every BLOCK_N that is not a power of two (kernels measured only with those)."""
+    run-time-split penalty to every BLOCK_N that is not a power of two (kernels measured only with those).
+    `defer`: the tile promotes deferred; a one-warpgroup tile then pays the run-time split too (its chain
+    no longer hides the per-column-group select: 64x56 and 64x72 ran 2-12% slower than 64x64 on the
+    M=64, N=7168 anchors, PERFLOG exp. 16)."""
     k_blocks = -(-k // 128)
     chain = ONE_WG_BASE_CLK + ONE_WG_CLK_PER_COL * (block_n - 16)  # every warpgroup pays this latency
     if block_m == 64:
         mma = chain * (ONE_WG_PAIR_PENALTY if pair != PAIR_NONE else 1.0)
+        if defer and not scale_split_compiled_in(block_n):
+            mma *= TWO_WG_RUNTIME_SPLIT_PENALTY
     else:
         rate = TWO_WG_BASE_CLK[block_m] + TWO_WG_CLK_PER_ELEM * block_m * block_n
         if not scale_split_compiled_in(block_n) or pow2_n and block_n & (block_n - 1):
@@ -167,7 +173,7 @@ def _best(what: str, options, k: int, num_sms: int) -> Choice:
         # groups ran 128x160 18% slower than 128x128 on 2 of the 3 N=7168 anchors (their counts vary
         # around expected_m, so the wave count the model sees is a guess).
         pow2_n = config.wgrad or config.layout == LAYOUT_MASKED
-        cycles = waves * tile_cycles(config.block_m, config.block_n, k, config.pair, pow2_n)
+        cycles = waves * tile_cycles(config.block_m, config.block_n, k, config.pair, pow2_n, config.defer)
         if config.layout == LAYOUT_CONTIGUOUS and config.pair == PAIR_M:
             cycles *= CONTIGUOUS_SHARED_B_FACTOR
         cand = Choice(config, units, waves, cycles)

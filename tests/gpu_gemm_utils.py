@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from dgx.torch_utils import calc_diff, dequantize, per_block_cast_to_fp8, per_token_cast_to_fp8
@@ -82,3 +84,48 @@ def parse_blocks(text: str) -> tuple[int, int, int, int, int]:
         stages = int(st)
     bm, bn = (int(x) for x in text.split("x"))
     return bm, bn, stages, pair, group_n
+
+
+DEV = Path(__file__).resolve().parent.parent / ".dev"
+
+
+def variant_headers(variant: str) -> dict:
+    """The headers of a device-experiment variant: `current` (the working tree's), or parts joined by '+',
+    each replacing fp8_gemm.cuh (../.dev/fp8_gemm_<part>.cuh) and/or overlaying the headers in
+    ../.dev/hdr_<part>/."""
+    headers = dict(_base_headers())
+    for part in variant.split("+"):
+        if part == "current":
+            continue
+        kernel = DEV / f"fp8_gemm_{part}.cuh"
+        overlay = DEV / f"hdr_{part}"
+        if not kernel.exists() and not overlay.is_dir():
+            raise SystemExit(f"variant part {part!r}: neither {kernel} nor {overlay}/ exists")
+        if kernel.exists():
+            headers["fp8_gemm.cuh"] = kernel.read_bytes()
+        if overlay.is_dir():
+            headers.update({f.name: f.read_bytes() for f in overlay.glob("*.cuh")})
+    return headers
+
+
+_BASE: list = []
+
+
+def _base_headers() -> dict:
+    """The working tree's headers, read once (before any variant replaces `ptx.headers`)."""
+    if not _BASE:
+        import ptx
+
+        _BASE.append(ptx.headers())
+    return _BASE[0]
+
+
+def use_headers(headers: dict) -> None:
+    """Make dgx compile with `headers` from now on, dropping the launch plans made with others."""
+    import ptx
+    from dgx import gemm, grouped
+
+    _base_headers()
+    ptx.headers = lambda: headers
+    for cache in (gemm._plans, gemm._params, gemm._fast, grouped._plans):
+        cache.clear()

@@ -17,15 +17,12 @@ computed without one.
 import os
 import statistics
 import sys
-from pathlib import Path
 
 import torch
 
 import dgx
-import ptx
-from dgx import gemm
 from dgx.kernels import fp8_gemm as family
-from gpu_gemm_utils import bench_cold_l2, check_dense, make_dense, parse_blocks
+from gpu_gemm_utils import bench_cold_l2, check_dense, make_dense, parse_blocks, use_headers, variant_headers
 
 ROUNDS = int(os.environ.get("PERF_ROUNDS", "3"))  # alternating rounds per config
 
@@ -39,28 +36,6 @@ def parse_run(text: str):
 
 runs = [parse_run(r) for r in sys.argv[1].split(",")]
 shapes = [tuple(int(x) for x in s.split(",")) for s in sys.argv[2:]] or [(4096, 4096, 7168), (4096, 7168, 16384)]
-BASE = ptx.headers()
-DEV = Path(__file__).resolve().parent.parent / ".dev"
-
-
-def variant_headers(variant: str) -> dict:
-    """The headers of `variant`: parts joined by '+', each replacing fp8_gemm.cuh (../.dev/fp8_gemm_<part>.cuh)
-    and/or overlaying the headers in ../.dev/hdr_<part>/."""
-    headers = dict(BASE)
-    for part in variant.split("+"):
-        if part == "current":
-            continue
-        kernel = DEV / f"fp8_gemm_{part}.cuh"
-        overlay = DEV / f"hdr_{part}"
-        if not kernel.exists() and not overlay.is_dir():
-            raise SystemExit(f"variant part {part!r}: neither {kernel} nor {overlay}/ exists")
-        if kernel.exists():
-            headers["fp8_gemm.cuh"] = kernel.read_bytes()
-        if overlay.is_dir():
-            headers.update({f.name: f.read_bytes() for f in overlay.glob("*.cuh")})
-    return headers
-
-
 HEADERS = {v: variant_headers(v) for v in {r[0] for r in runs}}
 family.validate_blocks = lambda *a, **k: ""  # let the experiment reach tiles the validator does not offer yet
 SMEM_WITH_D = family.smem_bytes
@@ -82,11 +57,9 @@ def full_grid(self, units, num_sms):
 
 
 def use(headers, full=False):
-    ptx.headers = lambda: headers
+    use_headers(headers)
     family.smem_bytes = smem_of(headers)
     family.GemmConfig.grid = full_grid if full else BALANCED_GRID
-    for cache in (gemm._plans, gemm._params, gemm._fast):
-        cache.clear()
 
 
 for m, n, k in shapes:

@@ -2,13 +2,14 @@
 (ANCHORS.md: contiguous group sizes m x U(0.7, 1.3), padded to 128 rows; masked counts likewise), in one
 process, in alternating rounds. Every config is checked against the benchmark's reference first.
 
-    python perf_grouped_configs.py BMxBN[sS][pP][gG][d][,...] [[m:]G,M,N,K ...]      (from tests/)
+    python perf_grouped_configs.py [VARIANT:]BMxBN[sS][pP][gG][d][,...] [[m:]G,M,N,K ...]      (from tests/)
 
 S: stages (default as many as fit), P: 1 shares A along N, 2 shares B along M, G: raster band width,
-d: deferred promotion. A shape prefixed `m:` is masked (M: expected rows per group), else contiguous.
-Without shapes: the four contiguous anchors.
+d: deferred promotion; VARIANT as in perf_configs.py (default `current`). A shape prefixed `m:` is masked
+(M: expected rows per group), else contiguous. Without shapes: the four contiguous anchors.
 """
 
+import os
 import statistics
 import sys
 
@@ -19,16 +20,18 @@ from dgx.bench.problems import build_problem, calc_diff
 from dgx.bench.suites import builtin_suite, make_shape
 from dgx.heuristics import max_stages
 from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, LAYOUT_MASKED, GemmConfig
-from gpu_gemm_utils import bench_cold_l2, parse_blocks
+from gpu_gemm_utils import bench_cold_l2, parse_blocks, use_headers, variant_headers
 
-ROUNDS = 3
+ROUNDS = int(os.environ.get("PERF_ROUNDS", "3"))  # alternating rounds per config
 
 
 def parse_run(text: str):
-    return parse_blocks(text.rstrip("d")) + (text.endswith("d"),)
+    variant, _, blk = text.rpartition(":")
+    return (variant or "current",) + parse_blocks(blk.rstrip("d")) + (blk.endswith("d"),)
 
 
 runs = [parse_run(r) for r in sys.argv[1].split(",")]
+HEADERS = {v: variant_headers(v) for v in {r[0] for r in runs}}
 if len(sys.argv) > 2:
     shapes = []
     for text in sys.argv[2:]:
@@ -55,7 +58,8 @@ for shape in shapes:
         def call(cfg):
             return dgx.m_grouped_fp8_gemm_nt_contiguous(a, b, d, idx, config=cfg)
     ok = []
-    for bm, bn, stages, pair, group_n, defer in runs:
+    for variant, bm, bn, stages, pair, group_n, defer in runs:
+        use_headers(HEADERS[variant])
         cfg = GemmConfig(shape.n, shape.k, bm, bn, stages or max_stages(bm, bn), group_n=group_n, pair=pair,
                          layout=layout, defer=defer)
         try:
@@ -65,17 +69,19 @@ for shape in shapes:
             diff = calc_diff(p.valid_rows(d), p.ref)
             if not diff < 1e-3:
                 raise RuntimeError(f"calc_diff {diff}")
-            ok.append(cfg)
+            ok.append((variant, cfg))
         except Exception as exc:
-            print(f"{shape.label} {bm}x{bn}p{pair}: FAILED {str(exc)[:300]}", flush=True)
+            print(f"{shape.label} {variant} {bm}x{bn}p{pair}: FAILED {str(exc)[:300]}", flush=True)
     times = {i: [] for i in range(len(ok))}
     for _ in range(ROUNDS):
-        for i, cfg in enumerate(ok):
+        for i, (variant, cfg) in enumerate(ok):
+            use_headers(HEADERS[variant])
             times[i].append(bench_cold_l2(lambda: call(cfg)))
-    for i, cfg in enumerate(ok):
+    for i, (variant, cfg) in enumerate(ok):
         us = statistics.median(times[i])
         print(
-            f"{shape.label} {cfg.block_m}x{cfg.block_n}s{cfg.stages}p{cfg.pair}g{cfg.group_n}{'d' if cfg.defer else ''}: {us:8.1f} us "
+            f"{shape.label} {variant:>8} {cfg.block_m}x{cfg.block_n}s{cfg.stages}p{cfg.pair}g{cfg.group_n}"
+            f"{'d' if cfg.defer else ''}: {us:8.1f} us "
             f"{shape.flops / us / 1e6:6.0f} TFLOPS  rounds {[round(x, 1) for x in times[i]]}",
             flush=True,
         )

@@ -151,7 +151,7 @@ def test_one_warpgroup_tiles_cap_their_ring():
 
 
 def test_deferred_promotion_where_measured_to_pay():
-    from dgx.heuristics import with_deferred_promotion
+    from dgx.heuristics import tile_cycles, with_deferred_promotion
 
     # Decode anchors: every 64-row tile, and 128-row tiles in one wave, promote deferred; M=4096 tiles
     # (two slices or many waves) and the masked anchors' 128-row tiles (two or more waves) do not.
@@ -163,6 +163,12 @@ def test_deferred_promotion_where_measured_to_pay():
         assert not choose_dense(4096, n, k, 132).config.defer
         for groups, expected in ((1, 1024), (2, 512), (4, 256)):
             assert not choose_grouped(LAYOUT_MASKED, expected, n, k, groups, 132).config.defer
+    # Deferred one-warpgroup tiles pay for a run-time B-scale split (64x56 ran slower than 64x64 on the
+    # M=64, N=7168 anchors): the heuristic takes 64x64 there.
+    assert tile_cycles(64, 56, 2048, defer=True) > tile_cycles(64, 56, 2048)
+    assert tile_cycles(64, 64, 2048, defer=True) == tile_cycles(64, 64, 2048)
+    for k in (2048, 16384):
+        assert choose_dense(64, 7168, k, 132).config.block_n == 64
     one_wave = GemmConfig(n=4096, k=7168, block_m=128, block_n=64, stages=8)
     assert with_deferred_promotion(one_wave, 132, 132).defer
     assert not with_deferred_promotion(one_wave, 133, 132).defer  # a second wave
