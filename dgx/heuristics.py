@@ -42,6 +42,10 @@ TWO_WG_CLK_PER_ELEM = 0.0369
 # BLOCK_N whose split between two B-scale blocks is a run-time value in the kernel (a select per column
 # group): 128x144, 256x80 and 256x88 ran 18-31% slower than the fit.
 TWO_WG_RUNTIME_SPLIT_PENALTY = 1.2
+# The weight gradient with deferred promotion (128 rows, BLOCK_N 64-112): its per-k-block cost fitted to
+# 128x96 and 128x112 on 16384x7168x4096 (PERFLOG exp. 19) has a fixed part of ~240 clk instead of 430, and
+# no chain term (a warpgroup's next MMAs are issued before its promotion).
+WGRAD_DEFERRED_BASE_CLK = 240.0
 STREAM_BYTES_PER_CLK_PER_SM = 57  # what one SM's TMA ring takes in (~100 GB/s)
 # Contiguous MoE GEMMs with 128-row tiles and B shared along M by 2-CTA clusters: 1-7% faster than unshared
 # on the four contiguous anchors (128x160, PERFLOG experiment 12): L2 throughput was the limit (84% of peak
@@ -108,12 +112,12 @@ def _require_positive(what: str, **values: int) -> None:
 
 
 def tile_cycles(block_m: int, block_n: int, k: int, pair: int = PAIR_NONE, pow2_n: bool = False,
-                defer: bool = False) -> float:
+                defer: bool = False, wgrad: bool = False) -> float:
     """Estimated cycles of one tile: k-blocks x per-k-block cost, plus the epilogue. `pow2_n`: charge the
     run-time-split penalty to every BLOCK_N that is not a power of two (kernels measured only with those).
     `defer`: the tile promotes deferred; a one-warpgroup tile then pays the run-time split too (its chain
     no longer hides the per-column-group select: 64x56 and 64x72 ran 2-12% slower than 64x64 on the
-    M=64, N=7168 anchors, PERFLOG exp. 16)."""
+    M=64, N=7168 anchors, PERFLOG exp. 16); a deferred two-warpgroup weight gradient has its own fixed part."""
     k_blocks = -(-k // 128)
     chain = ONE_WG_BASE_CLK + ONE_WG_CLK_PER_COL * (block_n - 16)  # every warpgroup pays this latency
     if block_m == 64:
@@ -121,10 +125,13 @@ def tile_cycles(block_m: int, block_n: int, k: int, pair: int = PAIR_NONE, pow2_
         if defer and not scale_split_compiled_in(block_n):
             mma *= TWO_WG_RUNTIME_SPLIT_PENALTY
     else:
-        rate = TWO_WG_BASE_CLK[block_m] + TWO_WG_CLK_PER_ELEM * block_m * block_n
-        if not scale_split_compiled_in(block_n) or pow2_n and block_n & (block_n - 1):
+        base = WGRAD_DEFERRED_BASE_CLK if defer and wgrad else TWO_WG_BASE_CLK[block_m]
+        rate = base + TWO_WG_CLK_PER_ELEM * block_m * block_n
+        # (The weight gradient scales B per column: no split to select.)
+        if not wgrad and not scale_split_compiled_in(block_n) or pow2_n and block_n & (block_n - 1):
             rate *= TWO_WG_RUNTIME_SPLIT_PENALTY
-        mma = max(chain, rate)
+        # A deferred weight gradient hides the chain behind the other accumulator set's MMAs.
+        mma = rate if defer and wgrad else max(chain, rate)
     load = (block_m + block_n) * 128 / STREAM_BYTES_PER_CLK_PER_SM
     epilogue = block_m * block_n * 2 / EPILOGUE_BYTES_PER_CLK
     return k_blocks * max(mma, load) + epilogue
@@ -169,11 +176,12 @@ def _best(what: str, options, k: int, num_sms: int) -> Choice:
     best: Choice | None = None
     for config, units in options:
         waves = -(-units // (num_sms // config.cluster))
-        # The weight gradient (per-column B scales) was only measured with power-of-two BLOCK_N; masked
-        # groups ran 128x160 18% slower than 128x128 on 2 of the 3 N=7168 anchors (their counts vary
-        # around expected_m, so the wave count the model sees is a guess).
-        pow2_n = config.wgrad or config.layout == LAYOUT_MASKED
-        cycles = waves * tile_cycles(config.block_m, config.block_n, k, config.pair, pow2_n, config.defer)
+        # The plain weight gradient (per-column B scales) ran non-power-of-two BLOCK_N slower (128x96 and
+        # 128x112 4-8% behind 128x128; deferred, they lead); masked groups ran 128x160 18% slower than 128x128
+        # on 2 of the 3 N=7168 anchors (their counts vary around expected_m, so the wave count the model sees
+        # is a guess).
+        pow2_n = config.wgrad and not config.defer or config.layout == LAYOUT_MASKED
+        cycles = waves * tile_cycles(config.block_m, config.block_n, k, config.pair, pow2_n, config.defer, config.wgrad)
         if config.layout == LAYOUT_CONTIGUOUS and config.pair == PAIR_M:
             cycles *= CONTIGUOUS_SHARED_B_FACTOR
         cand = Choice(config, units, waves, cycles)
@@ -250,8 +258,11 @@ def choose_wgrad(m: int, n: int, k: int, num_sms: int, layout: int = LAYOUT_DENS
             # 256-row tiles (256x64, 3 stages: the FP32 tile is 64 KB) ran 4% slower than 128x128 on 7168x2112.
             if pair != PAIR_NONE or bm == 256 or max_stages(bm, bn, wgrad=True) < 3:
                 continue
+            # Deferred promotion wherever the registers allow it: 4-12% on the benchmark's shapes (PERFLOG
+            # exp. 19), where the promotion (a scale per column) is twice the BF16 kernel's work.
+            defer = not validate_blocks(bm, bn, PAIR_NONE, defer=True, wgrad=True)
             config = GemmConfig(n, 0 if layout == LAYOUT_K_GROUPED else k, bm, bn, max_stages(bm, bn, wgrad=True),
-                                layout=layout, wgrad=True)
+                                layout=layout, wgrad=True, defer=defer)
             yield config, config.units(m) * groups
 
     kind = "wgrad (K-grouped)" if layout == LAYOUT_K_GROUPED else "wgrad"

@@ -67,16 +67,16 @@ struct Fp8GemmTraits {
     // sustained load on 4096x7168x16384). Both made one-slice tiles slower (3-10% and 1-3%; PERFLOG exp.
     // 13-15, for reasons not found in their SASS), so those keep the plain k-block and spinning waits.
     static constexpr bool kLean = kMmaPerWG == 2;
-    // Deferred promotion (chosen per config, for latency-bound tiles): each k-block's promotion waits until the
-    // next k-block's MMAs are issued, into a second accumulator set. A k-block of a small tile is a dependent
-    // chain of small MMAs whose latency, not the tensor cores' throughput, sets the pace (decode shapes); the
-    // promotion, the scale reads and the next barrier wait then overlap the MMAs instead of separating two
-    // chains. Costs N/2 registers. The k-loop runs in straight-line chunks of kDeferChunk k-blocks that end
-    // with no MMA in flight: MMAs in flight across a loop's back edge while the other set is read make ptxas
-    // serialise every wgmma (warning C7514).
+    // Deferred promotion (chosen per config): each k-block's promotion waits until the next k-block's MMAs are
+    // issued, into a second accumulator set. A k-block of a small tile is a dependent chain of small MMAs whose
+    // latency, not the tensor cores' throughput, sets the pace (decode shapes); the weight gradient's promotion
+    // (a scale per column) is twice the work of the BF16 kernel's. Deferred, the promotion, the scale reads and
+    // the next barrier wait overlap the MMAs instead of separating two chains. Costs N/2 registers. The k-loop
+    // runs in straight-line chunks of kDeferChunk k-blocks that end with no MMA in flight: MMAs in flight across
+    // a loop's back edge while the other set is read make ptxas serialise every wgmma (warning C7514).
     static constexpr bool kDefer = kDeferred;
     static constexpr int kDeferChunk = 8;
-    static_assert(!kDefer || (kMmaPerWG == 1 && !kWgrad), "deferred promotion is for one-slice BF16 tiles");
+    static_assert(!kDefer || kMmaPerWG == 1, "deferred promotion is for one-slice tiles");
     // 2 math WGs: 2 x 128 x 232 + 128 x 40 = 64512 of the SM's 65536 registers.
     static constexpr uint32_t kMathRegs = 232;
     static constexpr uint32_t kProducerRegs = 40;
@@ -197,6 +197,21 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
             }
         };
 
+        // Weight gradient: result += accum * scale_a[row] * scale_b[col] (scale[0], scale[1]: rows row and row + 8),
+        // the column scales read from stage s (two adjacent columns per load).
+        auto promote_columns = [&](float (&res)[T::kAccum], const float (&acc)[T::kAccum], const float (&scale)[4],
+                                   uint32_t s) {
+            const uint32_t sfb_stage = sfb_base + s * T::kSmemSfbSlot;
+#pragma unroll
+            for (int i = 0; i < kBlockN / 8; ++i) {
+                const F32x2 col = ld_shared_f32x2(sfb_stage + i * 32);
+                res[i * 4 + 0] = fmaf(acc[i * 4 + 0], scale[0] * col.x, res[i * 4 + 0]);
+                res[i * 4 + 1] = fmaf(acc[i * 4 + 1], scale[0] * col.y, res[i * 4 + 1]);
+                res[i * 4 + 2] = fmaf(acc[i * 4 + 2], scale[1] * col.x, res[i * 4 + 2]);
+                res[i * 4 + 3] = fmaf(acc[i * 4 + 3], scale[1] * col.y, res[i * 4 + 3]);
+            }
+        };
+
         // One k-block: wait for its stage, then per m64 slice of this warpgroup's rows: four k32 MMAs into
         // the one accumulator set, wait, promote into the slice's result. While one warpgroup promotes,
         // the other's MMAs keep the tensor cores busy, and a 256-row tile needs one accumulator set, not two.
@@ -262,17 +277,8 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
                 for (int i = 0; i < T::kAccum; ++i) fence_operand(accum[i]);
 
                 if constexpr (kWgrad) {
-                    // result += accum * scale_a[row] * scale_b[col], the column scales read from the stage
-                    // (two adjacent columns per load), so the stage is handed back only after the last slice.
-                    const uint32_t sfb_stage = sfb_base + s * T::kSmemSfbSlot;
-#pragma unroll
-                    for (int i = 0; i < kBlockN / 8; ++i) {
-                        const F32x2 col = ld_shared_f32x2(sfb_stage + i * 32);
-                        result[mm][i * 4 + 0] = fmaf(accum[i * 4 + 0], scale[mm][0] * col.x, result[mm][i * 4 + 0]);
-                        result[mm][i * 4 + 1] = fmaf(accum[i * 4 + 1], scale[mm][0] * col.y, result[mm][i * 4 + 1]);
-                        result[mm][i * 4 + 2] = fmaf(accum[i * 4 + 2], scale[mm][1] * col.x, result[mm][i * 4 + 2]);
-                        result[mm][i * 4 + 3] = fmaf(accum[i * 4 + 3], scale[mm][1] * col.y, result[mm][i * 4 + 3]);
-                    }
+                    // The column scales come from the stage, so it is handed back only after the last slice.
+                    promote_columns(result[mm], accum, scale[mm], s);
                     if (mm == T::kMmaPerWG - 1) release(s);
                 } else {
                     // After the last slice's MMAs the stage is read: hand it back to the producer, then
@@ -318,8 +324,13 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
             wgmma_wait<decltype(pending)::value>();
 #pragma unroll
             for (int i = 0; i < T::kAccum; ++i) fence_operand(accum2[kP][i]);
-            release(stage2[kP]);
-            promote(result[0], accum2[kP], scale2[kP], former);
+            if constexpr (kWgrad) {
+                promote_columns(result[0], accum2[kP], scale2[kP], stage2[kP]);
+                release(stage2[kP]);
+            } else {
+                release(stage2[kP]);
+                promote(result[0], accum2[kP], scale2[kP], former);
+            }
         };
 
         // One straight-line chunk of kCount k-blocks from kb0 (`sb`: kb0's B scales in, the next chunk's out).
@@ -334,18 +345,23 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
             sb = sbs[kCount % 2];
         };
 
-        // Deferred: whole chunks, then the tail. Plain: unrolled by two so the prefetched B scales ping-pong
+        // Deferred: whole chunks, then the tail (num_kb is the kernel's K-blocks but for K-grouped). Plain: unrolled by two so the prefetched B scales ping-pong
         // between two register pairs without moves (a move would wait for the load and put its latency back on
         // the chain).
         auto k_loop = [&](auto former) {
             if constexpr (T::kDefer) {
-                static_assert(kLayout != kLayoutKGrouped, "deferred promotion needs K known at compile time");
-                constexpr int kTail = T::kNumKBlocks % T::kDeferChunk;
                 SfbPair sb = load_sfb(0);
+                int kb = 0;
 #pragma unroll 1
-                for (int kb = 0; kb + T::kDeferChunk <= T::kNumKBlocks; kb += T::kDeferChunk)
-                    chunk(kb, IntConst<T::kDeferChunk>{}, sb, former);
-                if constexpr (kTail > 0) chunk(T::kNumKBlocks - kTail, IntConst<kTail>{}, sb, former);
+                for (; kb + T::kDeferChunk <= num_kb; kb += T::kDeferChunk) chunk(kb, IntConst<T::kDeferChunk>{}, sb, former);
+                if constexpr (kLayout != kLayoutKGrouped) {
+                    constexpr int kTail = T::kNumKBlocks % T::kDeferChunk;
+                    if constexpr (kTail > 0) chunk(kb, IntConst<kTail>{}, sb, former);
+                } else {
+                    // K-grouped: K is a run-time value; a group's last k-blocks run as one-k-block chunks.
+#pragma unroll 1
+                    for (; kb < num_kb; ++kb) chunk(kb, IntConst<1>{}, sb, former);
+                }
             } else {
                 SfbPair sb_even = load_sfb(0), sb_odd;
 #pragma unroll 1

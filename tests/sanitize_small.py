@@ -62,7 +62,8 @@ torch.cuda.synchronize()
 assert torch.isnan(d[2, 41:]).all() and not torch.isnan(d[1]).any()
 print("ok masked")
 
-# Weight gradients: dense FP32 accumulate in place, and K-grouped with an empty group.
+# Weight gradients: dense FP32 accumulate in place, and K-grouped with an empty group (both with deferred
+# promotion, as the heuristic picks; K-grouped with run-time tails of one k-block chunks).
 a_q = dgx.per_token_cast_to_fp8(torch.randn(136, 384, device="cuda", dtype=torch.bfloat16))
 b_q = dgx.per_token_cast_to_fp8(torch.randn(72, 384, device="cuda", dtype=torch.bfloat16))
 d = torch.randn(136, 72, device="cuda")

@@ -16,6 +16,7 @@ from dgx.errors import CompileError
 from dgx.heuristics import candidates, choose_dense, choose_grouped
 from dgx.kernels.fp8_gemm import (
     LAYOUT_CONTIGUOUS,
+    LAYOUT_K_GROUPED,
     LAYOUT_MASKED,
     PAIR_M,
     PAIR_N,
@@ -104,7 +105,8 @@ def test_choose_dense_rejects_nonpositive(args):
         (dict(block_m=256, block_n=64, stages=4, defer=True), "deferred promotion needs one m64 slice"),
         (dict(block_m=128, block_n=136, stages=4, defer=True), "with deferred promotion needs 204 accumulator registers per thread (max 192)"),
         (dict(block_m=64, block_n=144, stages=4, defer=True), "with deferred promotion needs 216 accumulator registers per thread (max 208)"),
-        (dict(block_m=128, block_n=128, stages=4, wgrad=True, defer=True), "deferred promotion is for BF16 outputs"),
+        (dict(block_m=128, block_n=128, stages=4, wgrad=True, defer=True), "needs 192 accumulator registers per thread (max 168)"),
+        (dict(block_m=64, block_n=136, stages=4, wgrad=True, defer=True), "needs 204 accumulator registers per thread (max 192)"),
     ],
 )
 def test_gemm_config_errors(kwargs, message):
@@ -173,13 +175,31 @@ def test_deferred_promotion_where_measured_to_pay():
     assert with_deferred_promotion(one_wave, 132, 132).defer
     assert not with_deferred_promotion(one_wave, 133, 132).defer  # a second wave
     assert with_deferred_promotion(GemmConfig(n=4096, k=7168, block_m=64, block_n=64, stages=8), 500, 132).defer
-    # Never where it does not fit or applies: 64x192 registers, the weight gradient, a compiled-in split (96).
+    # Never where it does not fit or applies: 64x192 registers, the weight gradient (choose_wgrad decides
+    # there), a compiled-in split (96).
     for config in (
         GemmConfig(n=4096, k=7168, block_m=64, block_n=192, stages=5),
         GemmConfig(n=4096, k=7168, block_m=64, block_n=64, stages=4, wgrad=True),
         GemmConfig(n=4096, k=7168, block_m=64, block_n=96, stages=8),
     ):
         assert not with_deferred_promotion(config, 1, 132).defer, config
+
+
+def test_weight_gradient_defers_where_the_registers_allow():
+    from dgx.heuristics import choose_wgrad
+
+    # The benchmark's weight-gradient shapes: every choice promotes deferred, in 128-row tiles of at most
+    # 112 columns (128x120 and wider spill with the second accumulator set and the per-column scales).
+    for k in (4096, 8192):
+        for m, n in ((7168, 2112), (1536, 24576), (512, 32768), (16384, 7168), (7168, 4096), (2048, 7168)):
+            c = choose_wgrad(m, n, k, 132).config
+            assert c.defer and c.block_m == 128 and c.block_n <= 112, (m, n, k, c)
+    for groups in (4, 8):
+        c = choose_wgrad(7168, 4096, 4096, 132, LAYOUT_K_GROUPED, groups).config
+        assert c.defer and c.layout == LAYOUT_K_GROUPED, c
+    # Without room for the second set the weight gradient runs plain.
+    assert not validate_blocks(128, 112, defer=True, wgrad=True)
+    assert validate_blocks(128, 120, defer=True, wgrad=True)
 
 
 # --- NVRTC compiles, checked in the SASS ----------------------------------------------------------
@@ -197,6 +217,7 @@ REPRESENTATIVE = [
     GemmConfig(n=4096, k=0, block_m=128, block_n=128, stages=4, layout=3, wgrad=True),  # K-grouped weight gradient
     GemmConfig(n=7168, k=7000, block_m=64, block_n=56, stages=11, defer=True),  # deferred, run-time split, K tail
     GemmConfig(n=4096, k=7168, block_m=128, block_n=128, stages=5, layout=LAYOUT_MASKED, defer=True),  # 192 accumulators
+    GemmConfig(n=4096, k=0, block_m=128, block_n=112, stages=5, layout=3, wgrad=True, defer=True),  # run-time K, deferred
 ]
 
 

@@ -106,6 +106,46 @@ def test_k_grouped(m, n, ks):
     assert torch.equal(d, d2)
 
 
+@pytest.mark.parametrize("block_m, block_n", [(128, 112), (128, 64), (64, 128)])
+def test_deferred_promotion_matches_plain(block_m, block_n):
+    """The weight gradient with deferred promotion gives bitwise the plain kernel's output on the same tile:
+    dense (K = 1664: a chunk of 8 k-blocks and a tail of 5) and K-grouped (run-time K: groups of 10, 0, 1,
+    5 and 16 k-blocks, the tails as one-k-block chunks)."""
+    import dataclasses
+
+    import dgx
+    from dgx.heuristics import max_stages
+    from dgx.kernels.fp8_gemm import LAYOUT_K_GROUPED, GemmConfig
+
+    m, n, k = 300, 576, 1664
+    a, b = _rows(m, k, 7), _rows(n, k, 8)
+    c = torch.randn(m, n, device="cuda")
+    plain = GemmConfig(n, k, block_m, block_n, min(max_stages(block_m, block_n, wgrad=True), 4), wgrad=True)
+    outs = []
+    for config in (plain, dataclasses.replace(plain, defer=True)):
+        d = c.clone()
+        dgx.fp8_gemm_nt(a, b, d, c=d, config=config)
+        outs.append(d)
+    torch.cuda.synchronize()
+    ref = c.double() + dequantize(*a, 1).double() @ dequantize(*b, 1).double().T
+    assert _rel(outs[1], ref) <= MAX_REL
+    assert torch.equal(outs[0], outs[1])
+
+    ks = [1280, 0, 128, 640, 2048]
+    ka, kb, refs = _k_grouped_inputs(m, n, ks, seed=9)
+    plain = dataclasses.replace(plain, k=0, layout=LAYOUT_K_GROUPED)
+    outs = []
+    for config in (plain, dataclasses.replace(plain, defer=True)):
+        d = torch.zeros(len(ks), m, n, device="cuda")
+        dgx.k_grouped_fp8_gemm_nt_contiguous(ka, kb, d, ks, config=config)
+        outs.append(d)
+    torch.cuda.synchronize()
+    for g, ref in enumerate(refs):
+        if ks[g]:
+            assert _rel(outs[1][g], ref) <= MAX_REL, f"group {g}"
+    assert torch.equal(outs[0], outs[1])
+
+
 def test_k_grouped_graph_capture():
     import dgx
 

@@ -34,7 +34,7 @@ class GemmConfig:
     defer: bool = False
 
     def __post_init__(self) -> None:
-        problems = validate_blocks(self.block_m, self.block_n, self.pair, self.defer)
+        problems = validate_blocks(self.block_m, self.block_n, self.pair, self.defer, self.wgrad)
         if self.layout not in LAYOUT_NAMES:
             problems = problems or f"layout must be one of {sorted(LAYOUT_NAMES)}; got {self.layout}"
         elif self.layout not in (LAYOUT_DENSE, LAYOUT_CONTIGUOUS) and self.pair != PAIR_NONE:
@@ -43,8 +43,6 @@ class GemmConfig:
             problems = problems or "the weight gradient runs without multicast pairs"
         elif (self.layout == LAYOUT_K_GROUPED) != self.wgrad and self.layout != LAYOUT_DENSE:
             problems = problems or "the K-grouped layout is a weight gradient, the M-grouped ones are not"
-        elif self.defer and self.wgrad:
-            problems = problems or "deferred promotion is for BF16 outputs, not the weight gradient"
         if problems:
             raise ValueError(f"invalid GEMM config {self}: {problems}")
         if self.smem_bytes > SMEM_LIMIT:
@@ -165,9 +163,9 @@ def scale_split_compiled_in(block_n: int) -> bool:
     return 128 % block_n == 0 or 128 // gcd(block_n, 128) <= 4
 
 
-def validate_blocks(block_m: int, block_n: int, pair: int = PAIR_NONE, defer: bool = False) -> str:
-    """'' if (block_m, block_n, pair) is a tile the kernel supports (with deferred promotion if `defer`),
-    else what is wrong."""
+def validate_blocks(block_m: int, block_n: int, pair: int = PAIR_NONE, defer: bool = False, wgrad: bool = False) -> str:
+    """'' if (block_m, block_n, pair) is a tile the kernel supports (with deferred promotion if `defer`, as a
+    weight gradient if `wgrad`), else what is wrong."""
     if pair not in (PAIR_NONE, PAIR_N, PAIR_M):
         return f"pair must be 0 (none), 1 (share A along N) or 2 (share B along M); got {pair}"
     if pair == PAIR_M and block_n % 16:
@@ -182,12 +180,19 @@ def validate_blocks(block_m: int, block_n: int, pair: int = PAIR_NONE, defer: bo
     # per m64 slice of its warpgroup's rows (one slice, or two for BLOCK_M 256). One math warpgroup may use
     # up to 255 registers a thread; two get 232 each through setmaxnreg, which holds 160 such registers with
     # one slice and 192 with two (measured in ptxas reports: 128x192 spills, 256x128 does not). Deferred
-    # promotion adds a second accumulator set; 128x128 deferred (192 such registers) compiles without spills.
+    # promotion adds a second accumulator set; 128x128 deferred (192 such registers) compiles without spills,
+    # but the weight gradient's (which also forms a scale per column) spills from 128x120 (180) on, and 64x128
+    # (192) does not.
     slices = 1 if block_m <= 128 else 2
     if defer and slices != 1:
         return f"deferred promotion needs one m64 slice per warpgroup (block_m 64 or 128); got block_m {block_m}"
     per_thread = (1 + slices + defer) * block_n // 2
-    limit = 208 if block_m == 64 else (192 if defer else 160) if block_m == 128 else 192
+    if block_m == 64:
+        limit = 192 if defer and wgrad else 208
+    elif block_m == 128:
+        limit = (168 if wgrad else 192) if defer else 160
+    else:
+        limit = 192
     if per_thread > limit:
         what = " with deferred promotion" if defer else ""
         return f"block_m {block_m} x block_n {block_n}{what} needs {per_thread} accumulator registers per thread (max {limit})"
