@@ -30,7 +30,8 @@ class GemmConfig:
     layout: int = LAYOUT_DENSE  # dense, MoE groups along M (contiguous segments, masked slices) or along K
     wgrad: bool = False  # weight gradient: B scaled per row too, FP32 D = C + A.B^T
     # Deferred promotion: each k-block is promoted after the next one's MMAs are issued, into a second set of
-    # accumulators (one-slice BF16 tiles; pays where a tile's k-blocks are latency-bound).
+    # accumulators (one-slice tiles; pays for latency-bound decode tiles and the weight gradients' heavier
+    # promotion).
     defer: bool = False
 
     def __post_init__(self) -> None:
