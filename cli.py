@@ -438,7 +438,8 @@ def _gemm_cubin(gemm, kind: str, groups: int, num_sms: int, arch: str) -> tuple[
     what = {"dense": "fp8_gemm_nt", "wgrad": "weight gradient"}.get(kind, f"{kind} ({groups} groups)")
     header = (
         f"{what} M={m} N={n} K={k} on {num_sms} SMs ({arch}): block {c.block_m}x{c.block_n}, "
-        f"{c.stages} stages, pair {c.pair}, {src.dynamic_smem} bytes of dynamic shared memory; "
+        f"{c.stages} stages, pair {c.pair}, {'deferred promotion, ' if c.defer else ''}"
+        f"{src.dynamic_smem} bytes of dynamic shared memory; "
         f"{choice.num_tiles} units in {choice.waves} wave(s); "
         f"key {jit.kernel_key(src, arch)[:16]}"
     )

@@ -199,6 +199,16 @@ def test_inspect_grouped_kinds(runner, tmp_cache, kind, groups):
     assert report["spill_instructions"] == 0
 
 
+def test_inspect_gemm_names_deferred_promotion(runner, tmp_cache):
+    # A decode shape: its 64-row tile promotes deferred, and the header says so (a prefill shape's does not).
+    result = runner.invoke(cli.main, ["inspect", "--gemm", "64", "2112", "7168"])
+    assert result.exit_code == 0, result.output
+    assert "block 64x16" in result.output and "deferred promotion" in result.output
+    result = runner.invoke(cli.main, ["inspect", "--gemm", "4096", "7168", "2048"])
+    assert result.exit_code == 0, result.output
+    assert "block 256x128" in result.output and "deferred promotion" not in result.output
+
+
 def test_inspect_usage_errors(runner, tmp_cache):
     result = runner.invoke(cli.main, ["inspect"])
     assert result.exit_code == 2 and "exactly one of --cubin, --key, --gemm" in result.output
