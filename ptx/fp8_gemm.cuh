@@ -212,6 +212,24 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
             }
         };
 
+        // The plain ring's next slot: its stage, and the parity its full barrier completes with.
+        auto next_slot = [&](uint32_t& parity) {
+            const uint32_t slot = it % kNumStages;
+            parity = (it / kNumStages) & 1;
+            ++it;
+            return slot;
+        };
+        // One m64 slice's four k32 MMAs of a k-block into `acc`, committed as one group.
+        auto mma_slice = [&](float (&acc)[T::kAccum], uint64_t desc_a, uint64_t desc_b) {
+#pragma unroll
+            for (int i = 0; i < T::kAccum; ++i) fence_operand(acc[i]);
+            wgmma_fence();
+#pragma unroll
+            for (int j = 0; j < T::kBlockK / 32; ++j)
+                WgmmaE4M3<kBlockN>::mma(advance_desc(desc_a, j * 32), advance_desc(desc_b, j * 32), acc, j > 0);
+            wgmma_commit();
+        };
+
         // One k-block: wait for its stage, then per m64 slice of this warpgroup's rows: four k32 MMAs into
         // the one accumulator set, wait, promote into the slice's result. While one warpgroup promotes,
         // the other's MMAs keep the tensor cores busy, and a 256-row tile needs one accumulator set, not two.
@@ -239,9 +257,8 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
                 desc_a = desc_a0 + s * (T::kSmemA >> 4);
                 desc_b = desc_b0 + s * (T::kSmemB >> 4);
             } else {
-                s = it % kNumStages;
-                const uint32_t parity = (it / kNumStages) & 1;
-                ++it;
+                uint32_t parity;
+                s = next_slot(parity);
                 sb_next = load_sfb(kb + 1 < num_kb ? kb + 1 : kb);
                 mbarrier_wait(&full[s], parity);
                 load_sa(s);
@@ -251,14 +268,7 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
             float scale[T::kMmaPerWG][4];
 #pragma unroll
             for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
-#pragma unroll
-                for (int i = 0; i < T::kAccum; ++i) fence_operand(accum[i]);
-                wgmma_fence();
-#pragma unroll
-                for (int j = 0; j < T::kBlockK / 32; ++j)
-                    WgmmaE4M3<kBlockN>::mma(advance_desc(desc_a, mm * 64 * T::kBlockK + j * 32),
-                                            advance_desc(desc_b, j * 32), accum, j > 0);
-                wgmma_commit();
+                mma_slice(accum, advance_desc(desc_a, mm * 64 * T::kBlockK), desc_b);
                 if (mm == 0) {
                     // The scale products are formed while the first MMAs run.
                     if constexpr (T::kLean) load_sa(s);
@@ -295,22 +305,15 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
         // Deferred promotion, first half: wait for k-block kb's stage and issue its MMAs into accumulator set kP.
         auto issue = [&](int kb, auto set, const SfbPair& sb, SfbPair& sb_next) {
             constexpr int kP = decltype(set)::value;
-            const uint32_t s = it % kNumStages;
-            const uint32_t parity = (it / kNumStages) & 1;
-            ++it;
+            uint32_t parity;
+            const uint32_t s = next_slot(parity);
             sb_next = load_sfb(kb + 1 < num_kb ? kb + 1 : kb);
             mbarrier_wait(&full[s], parity);
             const float sa0 = ld_shared_f32(sfa_base + s * T::kSmemSfa + sfa_offset[0][0]);
             const float sa1 = ld_shared_f32(sfa_base + s * T::kSmemSfa + sfa_offset[0][1]);
             const uint64_t desc_b = make_smem_desc_sw128(smem_b + s * T::kSmemB);
             const uint64_t desc_a = make_smem_desc_sw128(smem_a + s * T::kSmemA + wg * T::kWGRows * T::kBlockK);
-#pragma unroll
-            for (int i = 0; i < T::kAccum; ++i) fence_operand(accum2[kP][i]);
-            wgmma_fence();
-#pragma unroll
-            for (int j = 0; j < T::kBlockK / 32; ++j)
-                WgmmaE4M3<kBlockN>::mma(advance_desc(desc_a, j * 32), advance_desc(desc_b, j * 32), accum2[kP], j > 0);
-            wgmma_commit();
+            mma_slice(accum2[kP], desc_a, desc_b);
             scale2[kP][0] = sa0 * sb.lo;
             scale2[kP][1] = sa1 * sb.lo;
             scale2[kP][2] = sa0 * sb.hi;
@@ -345,15 +348,16 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
             sb = sbs[kCount % 2];
         };
 
-        // Deferred: whole chunks, then the tail (num_kb is the kernel's K-blocks but for K-grouped). Plain: unrolled by two so the prefetched B scales ping-pong
-        // between two register pairs without moves (a move would wait for the load and put its latency back on
-        // the chain).
+        // Deferred: whole chunks, then the tail (num_kb is the kernel's k-blocks but for K-grouped). Plain:
+        // unrolled by two so the prefetched B scales ping-pong between two register pairs without moves (a move
+        // would wait for the load and put its latency back on the chain).
         auto k_loop = [&](auto former) {
             if constexpr (T::kDefer) {
                 SfbPair sb = load_sfb(0);
                 int kb = 0;
 #pragma unroll 1
-                for (; kb + T::kDeferChunk <= num_kb; kb += T::kDeferChunk) chunk(kb, IntConst<T::kDeferChunk>{}, sb, former);
+                for (; kb + T::kDeferChunk <= num_kb; kb += T::kDeferChunk)
+                    chunk(kb, IntConst<T::kDeferChunk>{}, sb, former);
                 if constexpr (kLayout != kLayoutKGrouped) {
                     constexpr int kTail = T::kNumKBlocks % T::kDeferChunk;
                     if constexpr (kTail > 0) chunk(kb, IntConst<kTail>{}, sb, former);
