@@ -86,6 +86,15 @@ def parse_blocks(text: str) -> tuple[int, int, int, int, int]:
     return bm, bn, stages, pair, group_n
 
 
+def parse_run(text: str, flags: str = "d"):
+    """A run spec of the device experiment scripts, [VARIANT:]BMxBN[sS][pP][gG][FLAGS] -> (variant, the
+    parse_blocks tuple, the flag letters given): VARIANT defaults to `current`; FLAGS are letters of `flags`
+    (d: deferred promotion)."""
+    variant, _, blk = text.rpartition(":")
+    spec = blk.rstrip(flags)
+    return variant or "current", parse_blocks(spec), blk[len(spec):]
+
+
 DEV = Path(__file__).resolve().parent.parent / ".dev"
 
 

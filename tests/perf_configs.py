@@ -4,11 +4,11 @@ before timing.
 
     python perf_configs.py RUN[,RUN...] [M,N,K ...]      (from tests/)
 
-RUN is VARIANT:BMxBN[sS][pP][gG][u][d] (S stages, default as many as fit; P: 1 shares A along N, 2 shares B
-along M; G: units per raster band along N, default 16; u: a grid of one CTA per SM instead of the fewest
-CTAs that keep the wave count; d: deferred promotion). VARIANT is `current` (the working tree's headers) or parts joined by '+',
-each naming ../.dev/fp8_gemm_<PART>.cuh and/or a folder ../.dev/hdr_<PART>/ of headers that replace the
-working tree's (e.g. `unif+hint`).
+RUN is [VARIANT:]BMxBN[sS][pP][gG][u][d] (S stages, default as many as fit; P: 1 shares A along N, 2 shares
+B along M; G: units per raster band along N, default 16; u: a grid of one CTA per SM instead of the fewest
+CTAs that keep the wave count; d: deferred promotion). VARIANT is `current` (the working tree's headers, the
+default) or parts joined by '+', each naming ../.dev/fp8_gemm_<PART>.cuh and/or a folder ../.dev/hdr_<PART>/
+of headers that replace the working tree's (e.g. `unif+hint`).
 PERF_ROUNDS (environment, default 3) sets the number of alternating rounds.
 A variant whose kernel stages no BF16 output tile (`kSmemD = kWgrad ? ...`) gets its shared memory
 computed without one.
@@ -22,19 +22,17 @@ import torch
 
 import dgx
 from dgx.kernels import fp8_gemm as family
-from gpu_gemm_utils import bench_cold_l2, check_dense, make_dense, parse_blocks, use_headers, variant_headers
+from gpu_gemm_utils import bench_cold_l2, check_dense, make_dense, parse_run, use_headers, variant_headers
 
 ROUNDS = int(os.environ.get("PERF_ROUNDS", "3"))  # alternating rounds per config
 
 
-def parse_run(text: str):
-    variant, blk = text.split(":")
-    flags = blk[len(blk.rstrip("ud")):]
-    bm, bn, stages, pair, group_n = parse_blocks(blk.rstrip("ud"))
+def run_of(text: str):
+    variant, (bm, bn, stages, pair, group_n), flags = parse_run(text, "ud")
     return variant, bm, bn, stages, pair, "u" in flags, group_n, "d" in flags
 
 
-runs = [parse_run(r) for r in sys.argv[1].split(",")]
+runs = [run_of(r) for r in sys.argv[1].split(",")]
 shapes = [tuple(int(x) for x in s.split(",")) for s in sys.argv[2:]] or [(4096, 4096, 7168), (4096, 7168, 16384)]
 HEADERS = {v: variant_headers(v) for v in {r[0] for r in runs}}
 family.validate_blocks = lambda *a, **k: ""  # let the experiment reach tiles the validator does not offer yet

@@ -20,17 +20,17 @@ from dgx.bench.problems import build_problem, calc_diff
 from dgx.bench.suites import builtin_suite, make_shape
 from dgx.heuristics import max_stages
 from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, LAYOUT_MASKED, GemmConfig
-from gpu_gemm_utils import bench_cold_l2, parse_blocks, use_headers, variant_headers
+from gpu_gemm_utils import bench_cold_l2, parse_run, use_headers, variant_headers
 
 ROUNDS = int(os.environ.get("PERF_ROUNDS", "3"))  # alternating rounds per config
 
 
-def parse_run(text: str):
-    variant, _, blk = text.rpartition(":")
-    return (variant or "current",) + parse_blocks(blk.rstrip("d")) + (blk.endswith("d"),)
+def run_of(text: str):
+    variant, blocks, flags = parse_run(text)
+    return (variant,) + blocks + ("d" in flags,)
 
 
-runs = [parse_run(r) for r in sys.argv[1].split(",")]
+runs = [run_of(r) for r in sys.argv[1].split(",")]
 HEADERS = {v: variant_headers(v) for v in {r[0] for r in runs}}
 if len(sys.argv) > 2:
     shapes = []
