@@ -185,6 +185,23 @@ def test_deferred_promotion_where_measured_to_pay():
         assert not with_deferred_promotion(config, 1, 132).defer, config
 
 
+def test_rendered_kernel_checks_the_shared_memory_size(monkeypatch):
+    """The rendered source asserts that the Python size and the kernel's layout agree: a Python size that is
+    off by 8 bytes fails to compile."""
+    from dgx.kernels import fp8_gemm as family
+
+    config = GemmConfig(n=4096, k=512, block_m=128, block_n=128, stages=4, layout=LAYOUT_CONTIGUOUS)
+    src = config.render()
+    assert f"::kSmemBytes == {config.smem_bytes}," in src.source
+    assert config.smem_bytes == 128 * 128 * 2 + 4 * (128 * 128 * 2 + 128 * 4 + 16)
+    real = family.smem_bytes
+    monkeypatch.setattr(family, "smem_bytes", lambda *a, **k: real(*a, **k) - 8)
+    bad = config.render()
+    with pytest.raises(CompileError) as info:
+        compiler.compile_cubin(bad.source, bad.name, compiler.compile_options("sm_90a"))
+    assert "disagrees with the kernel" in info.value.log
+
+
 def test_weight_gradient_defers_where_the_registers_allow():
     from dgx.heuristics import choose_wgrad
 

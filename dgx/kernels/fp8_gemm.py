@@ -130,6 +130,10 @@ class GemmConfig:
             f"  dgx::fp8_gemm_nt_body<{args}>(tmap_a, tmap_b, tmap_d, tmap_sfa, tmap_sfb, sfb, m, grouped_layout,\n"
             "                              num_groups, d_ptr, ld_d, accumulate != 0, group_maps);\n"
             "}\n"
+            f"static_assert(dgx::Fp8GemmTraits<{self.n}, {self.k}, {self.block_m}, {self.block_n}, {self.stages}, "
+            f"{self.group_n}, {self.d_span}, {self.pair}, {'true' if self.wgrad else 'false'}, "
+            f"{'true' if self.defer else 'false'}>::kSmemBytes == {self.smem_bytes},\n"
+            '              "dgx.kernels.fp8_gemm.smem_bytes disagrees with the kernel\'s shared-memory layout");\n'
         )
         return jit.KernelSource(
             name=self.kernel_name,
