@@ -115,10 +115,12 @@ class GemmConfig:
         return (("family", "fp8_gemm_nt"),) + tuple((f.name, str(getattr(self, f.name))) for f in fields(self))
 
     def render(self) -> jit.KernelSource:
-        args = (
-            f"{self.layout}, {self.n}, {self.k}, {self.block_m}, {self.block_n}, {self.stages}, {self.group_n}, {self.d_span}, "
+        # Fp8GemmTraits' template arguments; the kernel body takes the layout first, then the same.
+        traits = (
+            f"{self.n}, {self.k}, {self.block_m}, {self.block_n}, {self.stages}, {self.group_n}, {self.d_span}, "
             f"{self.pair}, {'true' if self.wgrad else 'false'}, {'true' if self.defer else 'false'}"
         )
+        args = f"{self.layout}, {traits}"
         source = (
             '#include "fp8_gemm.cuh"\n'
             + render_wgmma_e4m3(self.block_n)
@@ -130,9 +132,7 @@ class GemmConfig:
             f"  dgx::fp8_gemm_nt_body<{args}>(tmap_a, tmap_b, tmap_d, tmap_sfa, tmap_sfb, sfb, m, grouped_layout,\n"
             "                              num_groups, d_ptr, ld_d, accumulate != 0, group_maps);\n"
             "}\n"
-            f"static_assert(dgx::Fp8GemmTraits<{self.n}, {self.k}, {self.block_m}, {self.block_n}, {self.stages}, "
-            f"{self.group_n}, {self.d_span}, {self.pair}, {'true' if self.wgrad else 'false'}, "
-            f"{'true' if self.defer else 'false'}>::kSmemBytes == {self.smem_bytes},\n"
+            f"static_assert(dgx::Fp8GemmTraits<{traits}>::kSmemBytes == {self.smem_bytes},\n"
             '              "dgx.kernels.fp8_gemm.smem_bytes disagrees with the kernel\'s shared-memory layout");\n'
         )
         return jit.KernelSource(
