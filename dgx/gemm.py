@@ -122,7 +122,15 @@ def pack_params(config: GemmConfig, ops: Operands) -> runtime.ParamPack:
             tmap_d = runtime.encode_tensor_map_2d(
                 "bfloat16", ops.d, n, ops.d_rows, ops.ldd * 2, span // 2, wg_rows, Swizzle(span if span > 16 else 0)
             )
-            tmap_sfb = tmap_sfa  # unused
+            if config.b_scales_in_stage:  # one row of floats from the 16-byte boundary at or below SFB, boxes of 4
+                if ops.sfb % 4:
+                    raise ValueError(f"SFB: expected a float32 address (4-byte aligned); got 0x{ops.sfb:x}")
+                lead = ops.sfb % 16
+                count = ops.groups * -(-n // 128) * -(-k // 128) + lead // 4
+                # (cuTensorMapEncodeTiled refuses rank 1 as called here, so a map of one row.)
+                tmap_sfb = runtime.encode_tensor_map_2d("float32", ops.sfb - lead, count, 1, -(-count * 4 // 16) * 16, 4, 1)
+            else:
+                tmap_sfb = tmap_sfa  # unused
         pack = runtime.ParamPack(
             [tmap_a, tmap_b, tmap_d, tmap_sfa, tmap_sfb, ("u64", ops.sfb), ("i32", ops.m), ("u64", ops.grouped_layout),
              ("i32", ops.groups), ("u64", ops.d), ("u64", ops.ldd), ("i32", int(ops.accumulate)),

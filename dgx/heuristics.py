@@ -106,6 +106,21 @@ def with_deferred_promotion(config: GemmConfig, units: int, num_sms: int) -> Gem
     return config
 
 
+def with_stage_rounds(config: GemmConfig) -> GemmConfig:
+    """`config` with one stage fewer where that makes its k-block count a multiple of the stage count, for
+    the contiguous layout's BF16 one-slice tiles: their k-loop then runs rounds of compile-time stages (every
+    tile starts at stage 0), 128 instead of 146 instructions per k-block on 128x160. Measured on the four
+    contiguous anchors: 4-6% faster with 4 stages than with 5 (PERFLOG exp. 28, 30). Not taken for the masked
+    layout (128x128, 1-3 tiles per SM: +2% to -4.5%) nor dense 128x96 (12 k-blocks: 3% slower with 6 than 7)."""
+    if config.wgrad or config.defer or config.block_m > 128 or config.layout != LAYOUT_CONTIGUOUS:
+        return config
+    k_blocks = -(-config.k // 128)
+    for stages in (config.stages, config.stages - 1):
+        if stages >= 3 and k_blocks % stages == 0:
+            return replace(config, stages=stages)
+    return config
+
+
 def _require_positive(what: str, **values: int) -> None:
     if any(v <= 0 for v in values.values()):
         raise ValueError(f"{what} needs positive {', '.join(values)}; got {', '.join(str(v) for v in values.values())}")
@@ -165,7 +180,7 @@ def choose_dense(m: int, n: int, k: int, num_sms: int) -> Choice:
                 continue
             config = GemmConfig(n, k, bm, bn, pipeline_stages(bm, bn), pair=pair)
             units = config.units(m)
-            yield with_deferred_promotion(config, units, num_sms), units
+            yield with_stage_rounds(with_deferred_promotion(config, units, num_sms)), units
 
     return _best(f"fp8_gemm_nt M={m} N={n} K={k}", options(), k, num_sms)
 
@@ -239,7 +254,7 @@ def choose_grouped(layout: int, m: int, n: int, k: int, groups: int, num_sms: in
                 continue  # measured only where every SM runs many tiles; a short grid gains no L2 relief
             config = GemmConfig(n, k, bm, bn, pipeline_stages(bm, bn), pair=pair, layout=layout)
             units = config.units(m) * (groups if layout == LAYOUT_MASKED else 1)
-            yield with_deferred_promotion(config, units, num_sms), units
+            yield with_stage_rounds(with_deferred_promotion(config, units, num_sms)), units
 
     name = "contiguous" if layout == LAYOUT_CONTIGUOUS else "masked"
     return _best(f"grouped ({name}) M={m} N={n} K={k} groups={groups}", options(), k, num_sms)

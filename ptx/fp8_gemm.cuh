@@ -6,6 +6,11 @@
 // accumulation error from building up over long K). The epilogue packs BF16 into swizzled shared memory
 // with stmatrix and stores it with TMA while the producer already loads the next tile.
 //
+// The B scales of a one-slice BF16 tile travel with the stage as the A scales do: the producer loads the
+// k-block's (at most two) B scales into the stage with TMA, and the stage is full once they have landed too.
+// Such a tile whose k-block count is a multiple of the stage count runs its k-loop in rounds of compile-time
+// stages.
+//
 // The weight-gradient variant (kWgrad) scales B per row too (one scale per column of D per 128 of K,
 // loaded with TMA into each stage like A's) and writes FP32 D = C + A . B^T with TMA reduce-adds into D
 // (which holds C). Its K-grouped layout runs each group over its own range of K.
@@ -53,13 +58,26 @@ struct Fp8GemmTraits {
     // Scales travel with their stage: TMA loads the k-block's BLOCK_M floats of the M-major A scales
     // (and for the weight gradient BLOCK_N floats of the N-major B scales).
     static constexpr uint32_t kSmemSfa = kBlockM * 4;
-    static constexpr uint32_t kSmemSfb = kWgrad ? kBlockN * 4 : 0;
-    static constexpr uint32_t kSmemSfbSlot = (kSmemSfb + 127) / 128 * 128;  // TMA destinations: 128-byte aligned
+    // A tile spans at most two 128-wide B-scale blocks (the heuristic only picks such BLOCK_N).
+    static constexpr bool kSingleSfb = 128 % kBlockN == 0;
+    // BF16 one-slice tiles: the k-block's B scale of each block the tile spans, loaded with TMA in the box of 4
+    // floats (16 bytes) that holds it, into a 128-byte aligned destination each. The map sees the whole scale
+    // tensor as one row (elements past its end read as zeros; a map with a row per block would need scale rows
+    // 16-byte aligned, K % 512 == 0); a box must start 16-byte aligned (an unaligned start faulted as an
+    // illegal instruction), so the reader picks the scale out of its box. Not cp.async or plain bulk copies:
+    // racecheck does not see the full barrier order their stores before the readers' loads and reports every
+    // slot reuse (PERFLOG exp. 29). Deferred tiles reserve the slot too (the stage count is chosen before
+    // deferral) but load their B scales from global memory one k-block ahead: they were measured only that way.
+    static constexpr bool kSfbSlot = !kWgrad && kMmaPerWG == 1;
+    static constexpr bool kSfbInStage = kSfbSlot && !kDeferred;
+    static constexpr uint32_t kSfbBox = 16;  // bytes per B-scale box
+    static constexpr uint32_t kSmemSfb = kWgrad ? kBlockN * 4 : (kSfbInStage ? (kSingleSfb ? 1 : 2) * kSfbBox : 0);
+    // TMA destinations: 128-byte aligned (the hi block's box 128 bytes after the lo block's).
+    static constexpr uint32_t kSmemSfbSlot =
+        kWgrad ? (kSmemSfb + 127) / 128 * 128 : (kSfbSlot ? (kSingleSfb ? 128 : 256) : 0);
     static constexpr uint32_t kStageBytes = kSmemA + kSmemB + kSmemSfa + kSmemSfb;  // what TMA lands per stage
     static constexpr uint32_t kSmemBytes =
         kSmemD + kNumStages * (kSmemA + kSmemB + kSmemSfa + kSmemSfbSlot) + kNumStages * 2 * 8;
-    // A tile spans at most two 128-wide B-scale blocks (the heuristic only picks such BLOCK_N).
-    static constexpr bool kSingleSfb = 128 % kBlockN == 0;
     // Two-slice (256-row) warpgroups run a leaner k-block: the ring position kept as a counter, the stage's
     // descriptors as stage 0's plus an offset, the A scales read once the first MMAs are issued, and the next
     // stage's full barrier probed before the promotion so its answer is back when needed (2-3% faster on the
@@ -76,6 +94,13 @@ struct Fp8GemmTraits {
     // a loop's back edge while the other set is read make ptxas serialise every wgmma (warning C7514).
     static constexpr bool kDefer = kDeferred;
     static constexpr int kDeferChunk = 8;
+    // Stage rounds: with the B scales in the stage and a k-block count that is a multiple of the stage count,
+    // every tile starts at stage 0, so the k-loop runs rounds of kNumStages k-blocks whose stages, barriers and
+    // descriptors are compile-time offsets, and the parity flips once a round (on 128x160 contiguous tiles
+    // 128 instead of 146 instructions per k-block, 4-6% faster; PERFLOG exp. 28, 30).
+    static constexpr bool kRounds = kSfbInStage && kNumKBlocks % kNumStages == 0;
+    static_assert((kSmemD + kNumStages * (kSmemA + kSmemB + kSmemSfa)) % 128 == 0 && kSmemSfbSlot % 128 == 0,
+                  "the B-scale slots are TMA destinations: 128-byte aligned");
     static_assert(!kDefer || kMmaPerWG == 1, "deferred promotion is for one-slice tiles");
     // 2 math WGs: 2 x 128 x 232 + 128 x 40 = 64512 of the SM's 65536 registers.
     static constexpr uint32_t kMathRegs = 232;
@@ -128,7 +153,7 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
     uint32_t stage2[2];          // ... and their stages, handed back once promoted
 
     uint32_t it = 0;  // plain: k-blocks consumed so far (the ring runs on across tiles)
-    uint32_t stage = 0, phase = 0;  // lean: the ring position of the next k-block
+    uint32_t stage = 0, phase = 0;  // lean: the ring position of the next k-block; rounds: phase of this round
     bool ready = false;             // lean: that stage is known full
     const uint64_t desc_a0 = make_smem_desc_sw128(smem_a + wg * T::kWGRows * T::kBlockK);
     const uint64_t desc_b0 = make_smem_desc_sw128(smem_b);
@@ -155,8 +180,12 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
         const float* sfb_group = sfb + tile.group * (T::kNumSfbRows * T::kNumKBlocks);
         const float* sfb0 = sfb_group + sfb_row0 * T::kNumKBlocks;
         const float* sfb1 = sfb_group + sfb_row1 * T::kNumKBlocks;
-        // Those scales come from global memory (L1-resident: one line holds 32 k-blocks), one k-block ahead:
-        // loaded in the same iteration, their latency would sit between the MMAs and the promotion.
+        // B scales in the stage: where k-block 0's scales sit in their boxes (k-block kb's: kb further, mod 4).
+        const uint32_t sfb_spot_lo = static_cast<uint32_t>(reinterpret_cast<uint64_t>(sfb0)) / 4;
+        const uint32_t sfb_spot_hi = static_cast<uint32_t>(reinterpret_cast<uint64_t>(sfb1)) / 4;
+        // Where they do not travel with the stage, those scales come from global memory (L1-resident: one line
+        // holds 32 k-blocks), one k-block ahead: loaded in the same iteration, their latency would sit between
+        // the MMAs and the promotion.
         auto load_sfb = [&](int kb) {
             if constexpr (kWgrad) {
                 return SfbPair{1.0f, 1.0f};  // per-column scales come from the stage instead
@@ -233,7 +262,9 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
         // One k-block: wait for its stage, then per m64 slice of this warpgroup's rows: four k32 MMAs into
         // the one accumulator set, wait, promote into the slice's result. While one warpgroup promotes,
         // the other's MMAs keep the tensor cores busy, and a 256-row tile needs one accumulator set, not two.
-        auto k_block = [&](int kb, const SfbPair& sb, SfbPair& sb_next, auto former) {
+        // `fixed`: the stage as a compile-time constant (stage rounds), or -1 (the ring's next slot).
+        auto k_block = [&](int kb, const SfbPair& sb, SfbPair& sb_next, auto former, auto fixed) {
+            constexpr int kFixed = decltype(fixed)::value;
             // The stage's A scales (every read of a stage comes before it is handed back).
             float sa[T::kMmaPerWG][2];
             auto load_sa = [&](uint32_t s) {
@@ -258,26 +289,49 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
                 desc_b = desc_b0 + s * (T::kSmemB >> 4);
             } else {
                 uint32_t parity;
-                s = next_slot(parity);
-                sb_next = load_sfb(kb + 1 < num_kb ? kb + 1 : kb);
+                if constexpr (kFixed >= 0) {
+                    s = kFixed;
+                    parity = phase;
+                } else {
+                    s = next_slot(parity);
+                }
+                if constexpr (!T::kSfbInStage) sb_next = load_sfb(kb + 1 < num_kb ? kb + 1 : kb);
                 mbarrier_wait(&full[s], parity);
                 load_sa(s);
-                desc_b = make_smem_desc_sw128(smem_b + s * T::kSmemB);
-                desc_a = make_smem_desc_sw128(smem_a + s * T::kSmemA + wg * T::kWGRows * T::kBlockK);
+                if constexpr (kFixed >= 0) {
+                    desc_a = desc_a0 + s * (T::kSmemA >> 4);
+                    desc_b = desc_b0 + s * (T::kSmemB >> 4);
+                } else {
+                    desc_b = make_smem_desc_sw128(smem_b + s * T::kSmemB);
+                    desc_a = make_smem_desc_sw128(smem_a + s * T::kSmemA + wg * T::kWGRows * T::kBlockK);
+                }
             }
             float scale[T::kMmaPerWG][4];
 #pragma unroll
             for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
                 mma_slice(accum, advance_desc(desc_a, mm * 64 * T::kBlockK), desc_b);
                 if (mm == 0) {
-                    // The scale products are formed while the first MMAs run.
+                    // The scale products are formed while the first MMAs run. B scales that travel with the
+                    // stage are read only now: read with the A scales, they stay live across the descriptor
+                    // setup, and the stage-round loop of 128x160 no longer fits its registers (spills).
                     if constexpr (T::kLean) load_sa(s);
+                    SfbPair b = sb;
+                    if constexpr (T::kSfbInStage) {
+                        const uint32_t slot = smem_addr(smem_sfb) + s * T::kSmemSfbSlot;
+                        const uint32_t lo = slot + (sfb_spot_lo + kb) % 4 * 4;
+                        b.lo = ld_shared_f32(lo);
+                        if constexpr (T::kSingleSfb)
+                            b.hi = b.lo;
+                        else  // the two blocks' rows lie a multiple of 16 bytes apart when K % 512 == 0
+                            b.hi = ld_shared_f32(T::kNumKBlocks % 4 == 0 ? lo + 128
+                                                                         : slot + 128 + (sfb_spot_hi + kb) % 4 * 4);
+                    }
 #pragma unroll
                     for (int m2 = 0; m2 < T::kMmaPerWG; ++m2) {
-                        scale[m2][0] = sa[m2][0] * sb.lo;
-                        scale[m2][1] = sa[m2][1] * sb.lo;
-                        scale[m2][2] = sa[m2][0] * sb.hi;
-                        scale[m2][3] = sa[m2][1] * sb.hi;
+                        scale[m2][0] = sa[m2][0] * b.lo;
+                        scale[m2][1] = sa[m2][1] * b.lo;
+                        scale[m2][2] = sa[m2][0] * b.hi;
+                        scale[m2][3] = sa[m2][1] * b.hi;
                     }
                 }
 #pragma unroll
@@ -348,9 +402,11 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
             sb = sbs[kCount % 2];
         };
 
-        // Deferred: whole chunks, then the tail (num_kb is the kernel's k-blocks but for K-grouped). Plain:
-        // unrolled by two so the prefetched B scales ping-pong between two register pairs without moves (a move
-        // would wait for the load and put its latency back on the chain).
+        // Deferred: whole chunks, then the tail (num_kb is the kernel's k-blocks but for K-grouped). Stage
+        // rounds: every tile starts at stage 0 (the producer's ring position is a multiple of kNumStages at every
+        // tile start, as each tile takes a multiple of kNumStages k-blocks). Plain: unrolled by two so the
+        // prefetched B scales ping-pong between two register pairs without moves (a move would wait for the load
+        // and put its latency back on the chain).
         auto k_loop = [&](auto former) {
             if constexpr (T::kDefer) {
                 SfbPair sb = load_sfb(0);
@@ -366,14 +422,23 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
 #pragma unroll 1
                     for (; kb < num_kb; ++kb) chunk(kb, IntConst<1>{}, sb, former);
                 }
+            } else if constexpr (T::kRounds) {
+                SfbPair unused{};  // the B scales come with the stage
+#pragma unroll 1
+                for (int kb = 0; kb < T::kNumKBlocks; kb += kNumStages) {
+                    static_for<0, kNumStages>(
+                        [&](auto st) { k_block(kb + decltype(st)::value, unused, unused, former, st); });
+                    phase ^= 1;
+                }
             } else {
-                SfbPair sb_even = load_sfb(0), sb_odd;
+                SfbPair sb_even{}, sb_odd{};
+                if constexpr (!T::kSfbInStage) sb_even = load_sfb(0);
 #pragma unroll 1
                 for (int kb = 0; kb + 1 < num_kb; kb += 2) {
-                    k_block(kb, sb_even, sb_odd, former);
-                    k_block(kb + 1, sb_odd, sb_even, former);
+                    k_block(kb, sb_even, sb_odd, former, IntConst<-1>{});
+                    k_block(kb + 1, sb_odd, sb_even, former, IntConst<-1>{});
                 }
-                if (num_kb % 2 == 1) k_block(num_kb - 1, sb_even, sb_odd, former);
+                if (num_kb % 2 == 1) k_block(num_kb - 1, sb_even, sb_odd, former, IntConst<-1>{});
             }
         };
         if constexpr (T::kSingleSfb || kWgrad) {
@@ -481,11 +546,12 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
 
 // `tmap_sfa` covers the A scales in the M-major layout: a row of M floats per k-block (rows 16-byte
 // aligned; masked: the groups' k-blocks one after another), loaded in boxes of BLOCK_M x 1; `tmap_sfb`
-// the weight gradient's B scales likewise (N-major). `m` is the number of rows (masked, K-grouped: per
-// group), `grouped_layout` m_indices, masked_m or the K-grouped groups' K, `d_ptr`/`ld_d` D for the stores
-// done from the registers (partial masked blocks), `accumulate` whether the weight gradient adds to D
-// (which holds C) instead of overwriting it, `group_maps` (K-grouped) the groups' maps of A and B, two
-// per group, in global memory.
+// the weight gradient's B scales likewise (N-major), or for BF16 one-slice tiles the B scales `sfb` as one
+// row of floats from the 16-byte boundary at or below `sfb`, in 16-byte aligned boxes of 4 x 1. `m` is the
+// number of rows (masked, K-grouped: per group), `grouped_layout` m_indices, masked_m or the K-grouped
+// groups' K, `d_ptr`/`ld_d` D for the stores done from the registers (partial masked blocks), `accumulate`
+// whether the weight gradient adds to D (which holds C) instead of overwriting it, `group_maps` (K-grouped)
+// the groups' maps of A and B, two per group, in global memory.
 template <int kLayout, int kN, int kK, int kBlockM, int kBlockN, int kNumStages, int kGroupN, int kDSpan, int kPair,
           bool kWgrad, bool kDefer>
 __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const TensorMap& tmap_b,
@@ -515,9 +581,9 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const 
         prefetch_tensor_map(&tmap_b);
         prefetch_tensor_map(&tmap_sfa);
         prefetch_tensor_map(&tmap_d);
-        if constexpr (kWgrad) prefetch_tensor_map(&tmap_sfb);
+        if constexpr (kWgrad || T::kSfbInStage) prefetch_tensor_map(&tmap_sfb);
         for (int s = 0; s < kNumStages; ++s) {
-            mbarrier_init(&full[s], 1);
+            mbarrier_init(&full[s], 1);  // the producer's expect-tx arrival
             // One arrival per math warp of every CTA that reads this stage's multicast data.
             mbarrier_init(&empty[s], T::kNumMathWG * 4 * T::kCluster);
         }
@@ -541,6 +607,19 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const 
                 const TensorMap* map_a = kLayout == kLayoutKGrouped ? group_maps + 2 * tile.group : &tmap_a;
                 const TensorMap* map_b = kLayout == kLayoutKGrouped ? group_maps + 2 * tile.group + 1 : &tmap_b;
                 const int k_first = kLayout == kLayoutKGrouped ? 0 : tile.kb0;
+                // B scales in the stage: the element of `tmap_sfb` that starts the tile's row of its first
+                // 128-column block, and how far on the row of the block it ends in lies (0 when both are one;
+                // clamped: a pair's second tile may lie past N). The map starts at the 16-byte boundary at or
+                // below `sfb`.
+                int sfb_lo = 0, sfb_hi_offset = 0;
+                if constexpr (T::kSfbInStage) {
+                    const int n_start = tile.n_block * kBlockN;
+                    const int row0 = min(n_start / 128, T::kNumSfbRows - 1);
+                    const int row1 = min((n_start + kBlockN - 1) / 128, T::kNumSfbRows - 1);
+                    const int lead = static_cast<int>(reinterpret_cast<uint64_t>(sfb) % 16 / 4);
+                    sfb_lo = lead + (tile.group * T::kNumSfbRows + row0) * T::kNumKBlocks;
+                    sfb_hi_offset = (row1 - row0) * T::kNumKBlocks;
+                }
                 for (int kb = 0; kb < num_kb; ++kb, ++it) {
                     const uint32_t s = it % kNumStages;
                     const uint32_t phase = (it / kNumStages) & 1;
@@ -570,6 +649,12 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const 
                     if constexpr (kWgrad)
                         tma_load_2d(&tmap_sfb, &full[s], smem_sfb + s * T::kSmemSfbSlot, tile.n_block * kBlockN,
                                     tile.kb0 + kb);
+                    if constexpr (T::kSfbInStage) {
+                        uint8_t* slot = smem_sfb + s * T::kSmemSfbSlot;
+                        tma_load_2d(&tmap_sfb, &full[s], slot, (sfb_lo + kb) & ~3, 0);
+                        if constexpr (!T::kSingleSfb)
+                            tma_load_2d(&tmap_sfb, &full[s], slot + 128, (sfb_lo + kb + sfb_hi_offset) & ~3, 0);
+                    }
                 }
             }
         }

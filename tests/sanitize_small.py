@@ -18,6 +18,7 @@ FAMILIES = [
     (257, 136, 256, 256, 64, 1),
     (300, 480, 384, 256, 128, 0),
     (200, 480, 384, 128, 160, 0),
+    (200, 480, 512, 128, 160, 2),  # 4 k-blocks, 4 stages: rounds of compile-time stages, B shared
     (130, 264, 384, 256, 88, 0),
     (65, 256, 1280, 64, 56, 0, True),  # deferred: a chunk of 8 k-blocks and a tail of 2
     (129, 576, 640, 128, 64, 2, True),
@@ -29,6 +30,17 @@ for m, n, k, bm, bn, pair, *defer in FAMILIES:
     torch.cuda.synchronize()
     check_dense(d, a, b, a_fp8, b_fp8)
     print("ok", cfg.kernel_name)
+
+# B scales starting 12 bytes into their buffer: the scale map, and the boxes the producer loads, begin before them.
+a, b, a_fp8, b_fp8, d = make_dense(200, 480, 576)
+buf = torch.zeros(b_fp8[1].numel() + 3, device="cuda")
+sfb = buf[3:].view(b_fp8[1].shape)
+sfb.copy_(b_fp8[1])
+cfg = GemmConfig(480, 576, 128, 160, 4)
+dgx.fp8_gemm_nt(a_fp8, (b_fp8[0], sfb), d, config=cfg)
+torch.cuda.synchronize()
+check_dense(d, a, b, a_fp8, b_fp8)
+print("ok shifted B scales", cfg.kernel_name)
 
 # Grouped layouts: contiguous with padding, an empty group and a bad index; masked with a count of 0,
 # one past M_max and a partial last block (stored row by row).
@@ -51,6 +63,17 @@ dgx.m_grouped_fp8_gemm_nt_contiguous(a_q, b_q, d, m_indices, config=cfg)
 torch.cuda.synchronize()
 assert torch.isnan(d[128:256]).all() and not torch.isnan(d[:100]).any()
 print("ok contiguous pairs")
+# Stage rounds on the contiguous layout (K = 512: 4 k-blocks, 4 stages), pairs as above.
+a16 = torch.randn(384, 512, device="cuda", dtype=torch.bfloat16)
+a_r = dgx.per_token_cast_to_fp8(a16)
+b_parts = [dgx.per_block_cast_to_fp8(torch.randn(320, 512, device="cuda", dtype=torch.bfloat16)) for _ in range(3)]
+b_r = (torch.stack([q for q, _ in b_parts]), torch.stack([s for _, s in b_parts]))
+d_r = torch.full((384, 320), float("nan"), device="cuda", dtype=torch.bfloat16)
+cfg = GemmConfig(320, 512, 128, 160, 4, pair=2, layout=LAYOUT_CONTIGUOUS)
+dgx.m_grouped_fp8_gemm_nt_contiguous(a_r, b_r, d_r, m_indices, config=cfg)
+torch.cuda.synchronize()
+assert torch.isnan(d_r[128:256]).all() and not torch.isnan(d_r[:100]).any()
+print("ok contiguous stage rounds")
 
 a16 = torch.randn(3, 72, 320, device="cuda", dtype=torch.bfloat16)
 parts = [dgx.per_token_cast_to_fp8(a16[g], mn_major=False) for g in range(3)]

@@ -185,21 +185,66 @@ def test_deferred_promotion_where_measured_to_pay():
         assert not with_deferred_promotion(config, 1, 132).defer, config
 
 
+def test_contiguous_tiles_take_a_stage_count_that_divides_their_k_blocks():
+    from dgx.heuristics import max_stages, with_stage_rounds
+
+    # The contiguous anchors: 128x160 sharing B, 4 stages (not the 5 that fit) for 56 and 16 k-blocks.
+    for groups, m, n, k in ((4, 8192, 4096, 7168), (4, 8192, 7168, 2048), (8, 4096, 4096, 7168), (8, 4096, 7168, 2048)):
+        c = choose_grouped(LAYOUT_CONTIGUOUS, groups * m, n, k, groups, 132).config
+        assert (c.block_m, c.block_n, c.pair, c.stages) == (128, 160, PAIR_M, 4), c
+        assert max_stages(128, 160) == 5
+    base = GemmConfig(n=4096, k=7168, block_m=128, block_n=160, stages=5, pair=PAIR_M, layout=LAYOUT_CONTIGUOUS)
+    assert with_stage_rounds(base).stages == 4
+    assert with_stage_rounds(GemmConfig(n=4096, k=640, block_m=128, block_n=160, stages=5, layout=LAYOUT_CONTIGUOUS)).stages == 5
+    # No divisor among the two largest counts (7 k-blocks): as many stages as fit.
+    assert with_stage_rounds(GemmConfig(n=4096, k=896, block_m=128, block_n=160, stages=5, layout=LAYOUT_CONTIGUOUS)).stages == 5
+    # Only measured to pay on the contiguous layout's plain one-slice tiles.
+    for config in (
+        GemmConfig(n=4096, k=7168, block_m=128, block_n=128, stages=5, layout=LAYOUT_MASKED),
+        GemmConfig(n=4096, k=7168, block_m=128, block_n=160, stages=5),
+        GemmConfig(n=4096, k=7168, block_m=128, block_n=128, stages=5, layout=LAYOUT_CONTIGUOUS, defer=True),
+    ):
+        assert with_stage_rounds(config) == config, config
+
+
 def test_rendered_kernel_checks_the_shared_memory_size(monkeypatch):
-    """The rendered source asserts that the Python size and the kernel's layout agree: a Python size that is
-    off by 8 bytes fails to compile."""
+    """The rendered source asserts that the Python size and the kernel's layout agree: a Python size off by
+    8 bytes fails to compile."""
     from dgx.kernels import fp8_gemm as family
 
     config = GemmConfig(n=4096, k=512, block_m=128, block_n=128, stages=4, layout=LAYOUT_CONTIGUOUS)
     src = config.render()
     assert f"::kSmemBytes == {config.smem_bytes}," in src.source
-    assert config.smem_bytes == 128 * 128 * 2 + 4 * (128 * 128 * 2 + 128 * 4 + 16)
+    # One-slice BF16 tiles reserve the B-scale slot per stage; 256-row and weight-gradient tiles do not.
+    assert config.smem_bytes == 128 * 128 * 2 + 4 * (128 * 128 * 2 + 128 * 4 + 16 + 128)
+    assert family.smem_bytes(256, 128, 3) == 256 * 128 * 2 + 3 * (256 * 128 + 128 * 128 + 256 * 4 + 16)
     real = family.smem_bytes
     monkeypatch.setattr(family, "smem_bytes", lambda *a, **k: real(*a, **k) - 8)
     bad = config.render()
     with pytest.raises(CompileError) as info:
         compiler.compile_cubin(bad.source, bad.name, compiler.compile_options("sm_90a"))
     assert "disagrees with the kernel" in info.value.log
+
+
+def test_rendered_kernel_checks_where_the_b_scales_come_from(monkeypatch):
+    """Python encodes the B-scale map only for tiles whose kernel loads the B scales into the stage; the
+    rendered source asserts the two agree, so a Python answer that differs fails to compile."""
+    from dgx.kernels import fp8_gemm as family
+
+    plain = GemmConfig(n=4096, k=576, block_m=128, block_n=160, stages=4)
+    assert plain.b_scales_in_stage
+    for config in (
+        GemmConfig(n=4096, k=576, block_m=256, block_n=128, stages=3),  # two m64 slices per warpgroup
+        GemmConfig(n=4096, k=576, block_m=128, block_n=128, stages=4, defer=True),
+        GemmConfig(n=4096, k=576, block_m=128, block_n=64, stages=4, wgrad=True),
+    ):
+        assert not config.b_scales_in_stage, config
+    assert "::kSfbInStage == true," in plain.render().source
+    monkeypatch.setattr(family.GemmConfig, "b_scales_in_stage", property(lambda self: False))
+    bad = plain.render()
+    with pytest.raises(CompileError) as info:
+        compiler.compile_cubin(bad.source, bad.name, compiler.compile_options("sm_90a"))
+    assert "b_scales_in_stage" in info.value.log
 
 
 def test_weight_gradient_defers_where_the_registers_allow():
@@ -228,6 +273,7 @@ REPRESENTATIVE = [
     GemmConfig(n=4096, k=7168, block_m=256, block_n=128, stages=3),  # two m64 slices per warpgroup, 192 accumulators
     GemmConfig(n=4096, k=7168, block_m=128, block_n=160, stages=5, layout=LAYOUT_CONTIGUOUS),  # compiled-in scale split
     GemmConfig(n=4096, k=7168, block_m=128, block_n=160, stages=5, pair=PAIR_M, layout=LAYOUT_CONTIGUOUS),  # MoE, B shared
+    GemmConfig(n=4096, k=7168, block_m=128, block_n=160, stages=4, pair=PAIR_M, layout=LAYOUT_CONTIGUOUS),  # stage rounds
     GemmConfig(n=4096, k=7168, block_m=128, block_n=128, stages=5, layout=LAYOUT_CONTIGUOUS),  # MoE contiguous
     GemmConfig(n=7168, k=2048, block_m=64, block_n=160, stages=7, layout=LAYOUT_MASKED),  # MoE masked
     GemmConfig(n=2112, k=4096, block_m=128, block_n=128, stages=4, wgrad=True),  # weight gradient, FP32 out

@@ -155,3 +155,32 @@ def test_sfa_layouts_converted(layout):
     torch.cuda.synchronize()
     check_dense(d, a, b, a_fp8, b_fp8)
     assert torch.equal(d, ref)
+
+
+# One-slice BF16 tiles copy the 16-byte chunk holding each B scale into the stage and pick the scale out by
+# its place in the chunk. SFB starting 4, 8 or 12 bytes into its buffer moves every scale's place: same output.
+# K = 576 (5 k-blocks: the two scale rows' places differ) and 1024 (8: they agree); tiles spanning two B-scale
+# blocks (160) or one (128, 64).
+@pytest.mark.parametrize("bm,bn", [(128, 160), (128, 128), (64, 64)])
+@pytest.mark.parametrize("k", [576, 1024])
+def test_sfb_at_any_place_in_its_chunk(bm, bn, k):
+    import dgx
+    from dgx.heuristics import max_stages
+    from dgx.kernels.fp8_gemm import GemmConfig
+
+    m, n = 200, 1000
+    a, b, a_fp8, b_fp8, d = make_dense(m, n, k)
+    B, sfb = b_fp8
+    config = GemmConfig(n, k, bm, bn, min(max_stages(bm, bn), 4))
+    ref = torch.full_like(d, float("nan"))
+    dgx.fp8_gemm_nt(a_fp8, b_fp8, ref, config=config)
+    torch.cuda.synchronize()
+    check_dense(ref, a, b, a_fp8, b_fp8)
+    for shift in (1, 2, 3):
+        buf = torch.full((sfb.numel() + 4,), float("nan"), device="cuda")
+        moved = buf[shift : shift + sfb.numel()].view(sfb.shape)
+        moved.copy_(sfb)
+        d.fill_(float("nan"))
+        dgx.fp8_gemm_nt(a_fp8, (B, moved), d, config=config)
+        torch.cuda.synchronize()
+        assert torch.equal(d, ref), shift

@@ -208,6 +208,57 @@ def test_masked_deferred_promotion(block_m, block_n):
     _check_masked(a, b, d, counts, m_max)
 
 
+def _bits(t):
+    return t.view(torch.int16)  # BF16 bit patterns: NaN poison compares equal to itself
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "masked"])
+def test_stage_rounds_match_the_ring(layout):
+    """One-slice BF16 tiles take their B scales with the stage. With a k-block count that is a multiple of the
+    stage count they run rounds of compile-time stages (every tile from stage 0), otherwise the ring: the same
+    tile gives bitwise the same output both ways, and the right one. Contiguous: 128x160 sharing B over pairs
+    of one group, of two groups, with padding and a bad index (8 k-blocks: 4 stages run rounds, 5 the ring);
+    masked: 128x128 (6 k-blocks: 3 stages run rounds, 5 the ring), with counts of 0, partial and M_max."""
+    import dgx
+    from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, LAYOUT_MASKED, GemmConfig
+
+    outs = []
+    if layout == "contiguous":
+        groups, n, k, rows = 7, 576, 1024, 128 * len(PAIR_CHUNKS)
+        idx = []
+        for g, valid in PAIR_CHUNKS:
+            idx += [g] * valid + [-1 if g != 99 else 99] * (128 - valid)
+        m_indices = torch.tensor(idx, device="cuda", dtype=torch.int32)
+        a = per_token_cast_to_fp8(torch.randn(rows, k, device="cuda", dtype=torch.bfloat16))
+        b = _weights(groups, n, k)
+        for stages in (4, 5):
+            d = torch.full((rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            config = GemmConfig(n, k, 128, 160, stages, pair=2, layout=LAYOUT_CONTIGUOUS)
+            dgx.m_grouped_fp8_gemm_nt_contiguous(a, b, d, m_indices, config=config)
+            torch.cuda.synchronize()
+            for start in range(0, rows, 128):
+                first = idx[start]
+                if not 0 <= first < groups:
+                    assert torch.isnan(d[start : start + 128]).all(), f"{stages} stages: skipped block {start} written"
+                    continue
+                mine = [r for r in range(start, start + 128) if idx[r] == first]
+                rel = _rel(d[mine], _ref(a[0][mine], a[1][mine], b[0][first], b[1][first]))
+                assert rel <= MAX_REL, f"{stages} stages, block at row {start}: relative error {rel}"
+            outs.append(d)
+    else:
+        counts, m_max, n, k = [0, 37, 300, 384], 384, 1024, 768
+        a, b, d0 = _masked_inputs(len(counts), m_max, n, k)
+        masked_m = torch.tensor(counts, device="cuda", dtype=torch.int32)
+        for stages in (3, 5):
+            d = d0.clone()
+            config = GemmConfig(n, k, 128, 128, stages, layout=LAYOUT_MASKED)
+            dgx.m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, 180, config=config)
+            torch.cuda.synchronize()
+            _check_masked(a, b, d, counts, m_max)
+            outs.append(d)
+    assert torch.equal(_bits(outs[0]), _bits(outs[1])), "stage rounds and the ring disagree"
+
+
 def test_masked_graph_replay_follows_new_counts():
     import dgx
 

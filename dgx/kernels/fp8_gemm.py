@@ -14,6 +14,7 @@ LAYOUT_NAMES = {LAYOUT_DENSE: "dense", LAYOUT_CONTIGUOUS: "contiguous", LAYOUT_M
 SMEM_LIMIT = 232448  # bytes of shared memory one block may use on Hopper (227 KB)
 BARRIER_BYTES = 16  # full + empty mbarrier per stage
 SFA_SLOT_BYTES_PER_ROW = 4  # A scales per stage: BLOCK_M floats
+SFB_BOX_SLOT_BYTES = 128  # BF16 tiles of 64 or 128 rows: a 128-byte aligned TMA box of B scales per block spanned
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,12 @@ class GemmConfig:
         return d_span_bytes(self.block_n, 4 if self.wgrad else 2)
 
     @property
+    def b_scales_in_stage(self) -> bool:
+        """Whether the producer loads the B scales into each stage with TMA (BF16 one-slice tiles that promote
+        as they go; Fp8GemmTraits::kSfbInStage), through a map over the scale tensor as one row of floats."""
+        return not self.wgrad and self.block_m <= 128 and not self.defer
+
+    @property
     def smem_bytes(self) -> int:
         return smem_bytes(self.block_m, self.block_n, self.stages, self.wgrad)
 
@@ -134,6 +141,8 @@ class GemmConfig:
             "}\n"
             f"static_assert(dgx::Fp8GemmTraits<{traits}>::kSmemBytes == {self.smem_bytes},\n"
             '              "dgx.kernels.fp8_gemm.smem_bytes disagrees with the kernel\'s shared-memory layout");\n'
+            f"static_assert(dgx::Fp8GemmTraits<{traits}>::kSfbInStage == {'true' if self.b_scales_in_stage else 'false'},\n"
+            '              "GemmConfig.b_scales_in_stage (whether tmap_sfb maps the B scales) disagrees with the kernel");\n'
         )
         return jit.KernelSource(
             name=self.kernel_name,
@@ -157,6 +166,8 @@ def smem_bytes(block_m: int, block_n: int, stages: int, wgrad: bool = False) -> 
     per_stage = block_m * 128 + block_n * 128 + block_m * SFA_SLOT_BYTES_PER_ROW + BARRIER_BYTES
     if wgrad:  # B scales per stage (128-byte aligned slot); an FP32 output tile
         return block_m * block_n * 4 + stages * (per_stage + -(-block_n * 4 // 128) * 128)
+    if block_m <= 128:  # one m64 slice per warpgroup: the B scales travel with the stage (Fp8GemmTraits::kSfbSlot)
+        per_stage += SFB_BOX_SLOT_BYTES * (1 if 128 % block_n == 0 else 2)
     return block_m * block_n * 2 + stages * per_stage
 
 
