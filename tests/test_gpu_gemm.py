@@ -157,8 +157,8 @@ def test_sfa_layouts_converted(layout):
     assert torch.equal(d, ref)
 
 
-# One-slice BF16 tiles copy the 16-byte chunk holding each B scale into the stage and pick the scale out by
-# its place in the chunk. SFB starting 4, 8 or 12 bytes into its buffer moves every scale's place: same output.
+# One-slice BF16 tiles load the 16-byte aligned TMA box holding each B scale into the stage and pick the scale
+# out by its place in the box. SFB starting 4, 8 or 12 bytes into its buffer moves every scale's place: same output.
 # K = 576 (5 k-blocks: the two scale rows' places differ) and 1024 (8: they agree); tiles spanning two B-scale
 # blocks (160) or one (128, 64).
 @pytest.mark.parametrize("bm,bn", [(128, 160), (128, 128), (64, 64)])
