@@ -126,9 +126,10 @@ def pack_params(config: GemmConfig, ops: Operands) -> runtime.ParamPack:
                 if ops.sfb % 4:
                     raise ValueError(f"SFB: expected a float32 address (4-byte aligned); got 0x{ops.sfb:x}")
                 lead = ops.sfb % 16
-                count = ops.groups * -(-n // 128) * -(-k // 128) + lead // 4
+                count = ops.groups * ceil_div(n, 128) * ceil_div(k, 128) + lead // 4
                 # (cuTensorMapEncodeTiled refuses rank 1 as called here, so a map of one row.)
-                tmap_sfb = runtime.encode_tensor_map_2d("float32", ops.sfb - lead, count, 1, -(-count * 4 // 16) * 16, 4, 1)
+                row_bytes = ceil_div(count * 4, 16) * 16
+                tmap_sfb = runtime.encode_tensor_map_2d("float32", ops.sfb - lead, count, 1, row_bytes, 4, 1)
             else:
                 tmap_sfb = tmap_sfa  # unused
         pack = runtime.ParamPack(

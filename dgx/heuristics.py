@@ -112,7 +112,7 @@ def with_stage_rounds(config: GemmConfig) -> GemmConfig:
     tile starts at stage 0), 128 instead of 146 instructions per k-block on 128x160. Measured on the four
     contiguous anchors: 4-6% faster with 4 stages than with 5 (PERFLOG exp. 28, 30). Not taken for the masked
     layout (128x128, 1-3 tiles per SM: +2% to -4.5%) nor dense 128x96 (12 k-blocks: 3% slower with 6 than 7)."""
-    if config.wgrad or config.defer or config.block_m > 128 or config.layout != LAYOUT_CONTIGUOUS:
+    if not config.b_scales_in_stage or config.layout != LAYOUT_CONTIGUOUS:
         return config
     k_blocks = -(-config.k // 128)
     for stages in (config.stages, config.stages - 1):

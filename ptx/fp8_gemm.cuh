@@ -48,6 +48,14 @@ struct Fp8GemmTraits {
     static constexpr int kNumKBlocks = (kK + kBlockK - 1) / kBlockK;  // K of the kernel (per group: run time)
     static constexpr int kNumNBlocks = (kN + kBlockN - 1) / kBlockN;
     static constexpr int kNumSfbRows = (kN + 127) / 128;
+    // The B-scale rows (128-column blocks) of the first and the last column of the tile starting at column
+    // n_start. Clamped: a pair's second tile may lie past N (nothing of it is stored).
+    struct SfbRows {
+        int lo, hi;
+    };
+    static DGX_DEVICE SfbRows sfb_rows(int n_start) {
+        return {min(n_start / 128, kNumSfbRows - 1), min((n_start + kBlockN - 1) / 128, kNumSfbRows - 1)};
+    }
     static constexpr int kAccum = kBlockN / 2;  // FP32 accumulators per thread per m64 MMA
     static constexpr int kMathThreads = kNumMathWG * 128;
     static constexpr int kThreads = kMathThreads + 128;
@@ -173,9 +181,8 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
         const int num_kb = kLayout == kLayoutKGrouped ? tile.num_kb : T::kNumKBlocks;
 
         // Block-scaled B (not the weight gradient): the tile's columns below `boundary` use scale row
-        // sfb_row0, the rest sfb_row1. Clamped: a pair's second tile may lie past N (nothing of it is stored).
-        const int sfb_row0 = min(n_start / 128, T::kNumSfbRows - 1);
-        const int sfb_row1 = min((n_start + kBlockN - 1) / 128, T::kNumSfbRows - 1);
+        // sfb_row0, the rest sfb_row1.
+        const auto [sfb_row0, sfb_row1] = T::sfb_rows(n_start);
         const int boundary = (sfb_row0 + 1) * 128 - n_start;
         const float* sfb_group = sfb + tile.group * (T::kNumSfbRows * T::kNumKBlocks);
         const float* sfb0 = sfb_group + sfb_row0 * T::kNumKBlocks;
@@ -608,14 +615,11 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const 
                 const TensorMap* map_b = kLayout == kLayoutKGrouped ? group_maps + 2 * tile.group + 1 : &tmap_b;
                 const int k_first = kLayout == kLayoutKGrouped ? 0 : tile.kb0;
                 // B scales in the stage: the element of `tmap_sfb` that starts the tile's row of its first
-                // 128-column block, and how far on the row of the block it ends in lies (0 when both are one;
-                // clamped: a pair's second tile may lie past N). The map starts at the 16-byte boundary at or
-                // below `sfb`.
+                // 128-column block, and how far on the row of the block it ends in lies (0 when both are one).
+                // The map starts at the 16-byte boundary at or below `sfb`.
                 int sfb_lo = 0, sfb_hi_offset = 0;
                 if constexpr (T::kSfbInStage) {
-                    const int n_start = tile.n_block * kBlockN;
-                    const int row0 = min(n_start / 128, T::kNumSfbRows - 1);
-                    const int row1 = min((n_start + kBlockN - 1) / 128, T::kNumSfbRows - 1);
+                    const auto [row0, row1] = T::sfb_rows(tile.n_block * kBlockN);
                     const int lead = static_cast<int>(reinterpret_cast<uint64_t>(sfb) % 16 / 4);
                     sfb_lo = lead + (tile.group * T::kNumSfbRows + row0) * T::kNumKBlocks;
                     sfb_hi_offset = (row1 - row0) * T::kNumKBlocks;
