@@ -9,7 +9,7 @@
 // The B scales of a one-slice BF16 tile travel with the stage as the A scales do: the producer loads the
 // k-block's (at most two) B scales into the stage with TMA, and the stage is full once they have landed too.
 // Such a tile whose k-block count is a multiple of the stage count runs its k-loop in rounds of compile-time
-// stages.
+// stages, as do most 256-row tiles.
 //
 // The weight-gradient variant (kWgrad) scales B per row too (one scale per column of D per 128 of K,
 // loaded with TMA into each stage like A's) and writes FP32 D = C + A . B^T with TMA reduce-adds into D
@@ -93,6 +93,14 @@ struct Fp8GemmTraits {
     // sustained load on 4096x7168x16384). Both made one-slice tiles slower (3-10% and 1-3%; PERFLOG exp.
     // 13-15, for reasons not found in their SASS), so those keep the plain k-block and spinning waits.
     static constexpr bool kLean = kMmaPerWG == 2;
+    // 256x128 tiles with a compile-time K long enough run their k-loop in stage rounds too: every tile starts at
+    // stage 0, and the producer completes the stages a tile's last round leaves unused with a bare arrival (the
+    // math warps wait for them and hand them back). Stages, barriers and descriptors are then compile-time
+    // offsets: 176 instead of 195 instructions per k-block, 1-2% faster with no unused stage or one per 56
+    // k-blocks, but 2% (16 k-blocks) to 11% (4 k-blocks) slower with two unused stages per tile. 256x64 (4
+    // stages, none unused) and 256x96 (four B-scale splits) were 1-2% slower in rounds (PERFLOG exp. 31).
+    static constexpr int kUnusedStages = (kNumStages - kNumKBlocks % kNumStages) % kNumStages;
+    static constexpr bool kLeanRounds = kLean && kBlockN == 128 && kK > 0 && kNumKBlocks >= 32 * kUnusedStages;
     // Deferred promotion (chosen per config): each k-block's promotion waits until the next k-block's MMAs are
     // issued, into a second accumulator set. A k-block of a small tile is a dependent chain of small MMAs whose
     // latency, not the tensor cores' throughput, sets the pace (decode shapes); the weight gradient's promotion
@@ -162,7 +170,7 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
 
     uint32_t it = 0;  // plain: k-blocks consumed so far (the ring runs on across tiles)
     uint32_t stage = 0, phase = 0;  // lean: the ring position of the next k-block; rounds: phase of this round
-    bool ready = false;             // lean: that stage is known full
+    bool ready = false;             // lean: the next k-block's stage is known full
     const uint64_t desc_a0 = make_smem_desc_sw128(smem_a + wg * T::kWGRows * T::kBlockK);
     const uint64_t desc_b0 = make_smem_desc_sw128(smem_b);
 
@@ -269,7 +277,9 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
         // One k-block: wait for its stage, then per m64 slice of this warpgroup's rows: four k32 MMAs into
         // the one accumulator set, wait, promote into the slice's result. While one warpgroup promotes,
         // the other's MMAs keep the tensor cores busy, and a 256-row tile needs one accumulator set, not two.
-        // `fixed`: the stage as a compile-time constant (stage rounds), or -1 (the ring's next slot).
+        // `fixed`: the stage as a compile-time constant (stage rounds), or -1 (the ring's next slot). The lean
+        // k-block in rounds takes its B scales `sb` as loaded by the caller in the same k-block (the first MMAs
+        // hide the load), not one k-block ahead.
         auto k_block = [&](int kb, const SfbPair& sb, SfbPair& sb_next, auto former, auto fixed) {
             constexpr int kFixed = decltype(fixed)::value;
             // The stage's A scales (every read of a stage comes before it is handed back).
@@ -284,13 +294,19 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
             uint32_t s;
             uint64_t desc_a, desc_b;
             if constexpr (T::kLean) {
-                if (!ready) mbarrier_wait<true>(&full[stage], phase);
-                s = stage;
-                if (++stage == kNumStages) {
-                    stage = 0;
-                    phase ^= 1;
+                if constexpr (kFixed >= 0) {
+                    if (!ready) mbarrier_wait<true>(&full[kFixed], phase);
+                    s = kFixed;
+                    if constexpr (kFixed == kNumStages - 1) phase ^= 1;
+                } else {
+                    if (!ready) mbarrier_wait<true>(&full[stage], phase);
+                    s = stage;
+                    if (++stage == kNumStages) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
+                    sb_next = load_sfb(kb + 1 < num_kb ? kb + 1 : kb);
                 }
-                sb_next = load_sfb(kb + 1 < num_kb ? kb + 1 : kb);
                 // Shared-memory addresses stay below 256 KB, so the 14-bit start-address field never carries.
                 desc_a = desc_a0 + s * (T::kSmemA >> 4);
                 desc_b = desc_b0 + s * (T::kSmemB >> 4);
@@ -356,7 +372,8 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
                     // promote: result += accum * scale_a[row] * scale_b[block].
                     if (mm == T::kMmaPerWG - 1) {
                         release(s);
-                        if constexpr (T::kLean) ready = mbarrier_test_wait(&full[stage], phase);
+                        if constexpr (T::kLean)
+                            ready = mbarrier_test_wait(&full[kFixed >= 0 ? (kFixed + 1) % kNumStages : stage], phase);
                     }
                     promote(result[mm], accum, scale[mm], former);
                 }
@@ -409,8 +426,8 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
             sb = sbs[kCount % 2];
         };
 
-        // Deferred: whole chunks, then the tail (num_kb is the kernel's k-blocks but for K-grouped). Stage
-        // rounds: every tile starts at stage 0 (the producer's ring position is a multiple of kNumStages at every
+        // Deferred: whole chunks, then the tail (num_kb is the kernel's k-blocks but for K-grouped). Lean stage
+        // rounds: see kLeanRounds. Stage rounds: every tile starts at stage 0 (the producer's ring position is a multiple of kNumStages at every
         // tile start, as each tile takes a multiple of kNumStages k-blocks). Plain: unrolled by two so the
         // prefetched B scales ping-pong between two register pairs without moves (a move would wait for the load
         // and put its latency back on the chain).
@@ -429,6 +446,26 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
 #pragma unroll 1
                     for (; kb < num_kb; ++kb) chunk(kb, IntConst<1>{}, sb, former);
                 }
+            } else if constexpr (T::kLeanRounds) {
+                constexpr int kTail = T::kNumKBlocks % kNumStages;
+                SfbPair unused{};
+                int kb = 0;
+#pragma unroll 1
+                for (; kb + kNumStages <= T::kNumKBlocks; kb += kNumStages)
+                    static_for<0, kNumStages>([&](auto j) {
+                        k_block(kb + decltype(j)::value, load_sfb(kb + decltype(j)::value), unused, former, j);
+                    });
+                static_for<0, kTail>([&](auto j) {
+                    k_block(kb + decltype(j)::value, load_sfb(kb + decltype(j)::value), unused, former, j);
+                });
+                // The stages the producer completed with no data: wait for each, hand it back.
+                static_for<kTail == 0 ? kNumStages : kTail, kNumStages>([&](auto j) {
+                    constexpr int kJ = decltype(j)::value;
+                    if (!ready) mbarrier_wait<true>(&full[kJ], phase);
+                    release(kJ);
+                    ready = kJ + 1 < kNumStages && mbarrier_test_wait(&full[kJ + 1], phase);
+                    if constexpr (kJ == kNumStages - 1) phase ^= 1;
+                });
             } else if constexpr (T::kRounds) {
                 SfbPair unused{};  // the B scales come with the stage
 #pragma unroll 1
@@ -658,6 +695,15 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const 
                         tma_load_2d(&tmap_sfb, &full[s], slot, (sfb_lo + kb) & ~3, 0);
                         if constexpr (!T::kSingleSfb)
                             tma_load_2d(&tmap_sfb, &full[s], slot + 128, (sfb_lo + kb + sfb_hi_offset) & ~3, 0);
+                    }
+                }
+                // Lean stage rounds start every tile at stage 0: the stages this tile's last round leaves unused
+                // are completed with a bare arrival (no bytes) once the math warps have handed them back.
+                if constexpr (T::kLeanRounds) {
+                    for (int unused = 0; unused < T::kUnusedStages; ++unused, ++it) {
+                        const uint32_t s = it % kNumStages;
+                        mbarrier_wait<true>(&empty[s], ((it / kNumStages) & 1) ^ 1);
+                        mbarrier_arrive(&full[s]);
                     }
                 }
             }

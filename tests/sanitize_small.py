@@ -1,6 +1,7 @@
 """Small fp8_gemm_nt runs for compute-sanitizer: one per config family (1 or 2 math warpgroups, no
 cluster, 2-CTA clusters sharing A or B (dense and contiguous), BLOCK_N with two B-scale blocks per tile,
-selected at run time or compiled in, 256-row tiles as two m64 slices per warpgroup, an odd number of
+selected at run time or compiled in, 256-row tiles as two m64 slices per warpgroup (in stage rounds with
+and without unused stages), an odd number of
 8-column groups ending the stmatrix epilogue with a two-matrix store, deferred promotion with one or two
 math warpgroups, alone or in a cluster)."""
 
@@ -20,6 +21,7 @@ FAMILIES = [
     (200, 480, 384, 128, 160, 0),
     (200, 480, 512, 128, 160, 2),  # 4 k-blocks, 4 stages: rounds of compile-time stages, B shared
     (130, 264, 384, 256, 88, 0),
+    (300, 256, 4480, 256, 128, 1),  # 35 k-blocks, 3 stages: lean stage rounds with an unused stage, A shared
     (65, 256, 1280, 64, 56, 0, True),  # deferred: a chunk of 8 k-blocks and a tail of 2
     (129, 576, 640, 128, 64, 2, True),
 ]

@@ -324,6 +324,28 @@ def test_dense_kernel_compiles_without_spills(config, tmp_path):
     assert bool(re.search(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x1\b", sass.stdout)) == config.defer
 
 
+def test_lean_stage_rounds_where_measured_faster():
+    """256x128 tiles run in stage rounds where that was measured faster: no stage of a tile's last round
+    unused, or one per >= 32 k-blocks (K = 1536, 7168, 16384); not with two unused per 16 or 4 k-blocks (K =
+    2048, 512), a run-time K, or other 256-row widths (slower in rounds), nor one-slice tiles (their own rule)."""
+    cases = [  # (n, k, block_m, block_n, stages, d span) -> kLeanRounds
+        ((4096, 7168, 256, 128, 3, 128), True),
+        ((7168, 16384, 256, 128, 3, 128), True),
+        ((24576, 1536, 256, 128, 3, 128), True),
+        ((7168, 2048, 256, 128, 3, 128), False),
+        ((32768, 512, 256, 128, 3, 128), False),
+        ((4096, 0, 256, 128, 3, 128), False),
+        ((2112, 7168, 256, 64, 4, 128), False),
+        ((2112, 7168, 256, 96, 3, 64), False),
+        ((4096, 7168, 128, 128, 3, 128), False),
+    ]
+    lines = ['#include "fp8_gemm.cuh"']
+    for (n, k, bm, bn, stages, span), expected in cases:
+        traits = f"dgx::Fp8GemmTraits<{n}, {k}, {bm}, {bn}, {stages}, 16, {span}, 0, false, false>"
+        lines.append(f'static_assert({traits}::kLeanRounds == {str(expected).lower()}, "{n}x{k} {bm}x{bn}s{stages}");')
+    compiler.compile_cubin("\n".join(lines) + "\n", "dgx_lean_rounds_probe", compiler.compile_options("sm_90a"))
+
+
 def test_compile_error_carries_log_and_source(monkeypatch, tmp_path):
     monkeypatch.setenv("DGX_JIT_DUMP_DIR", str(tmp_path / "dump"))
     source = 'extern "C" __global__ void dgx_broken() { int x = undefined_name; }\n'

@@ -146,6 +146,49 @@ def test_deferred_promotion_matches_plain(block_m, block_n):
     assert torch.equal(outs[0], outs[1])
 
 
+def test_two_slice_stage_rounds_match_one_slice():
+    """256-row tiles with a long enough compile-time K run their k-loop in stage rounds from stage 0, the
+    producer completing the stages a tile's last round leaves unused with no data; with a run-time K they keep
+    the ring. The weight gradient on 256x128 (its FP32 tile leaves room for one stage) against 128x128: dense
+    with K = 4480 (rounds of one stage) and K-grouped (groups of 10, 0, 1, 5 and 16 k-blocks). Each element's
+    sum runs the same k-blocks in the same order through the same MMA width, so the outputs agree bitwise.
+    (The dense GPU tests and the sanitizer runs cover rounds with unused stages.)"""
+    import dataclasses
+
+    import dgx
+    from dgx.kernels.fp8_gemm import LAYOUT_K_GROUPED, GemmConfig
+
+    m, n, k = 300, 576, 4480
+    a, b = _rows(m, k, 11), _rows(n, k, 12)
+    c = torch.randn(m, n, device="cuda")
+    one = GemmConfig(n, k, 128, 128, 4, wgrad=True)
+    two = dataclasses.replace(one, block_m=256, stages=1)
+    outs = []
+    for config in (one, two):
+        d = c.clone()
+        dgx.fp8_gemm_nt(a, b, d, c=d, config=config)
+        outs.append(d)
+    torch.cuda.synchronize()
+    ref = c.double() + dequantize(*a, 1).double() @ dequantize(*b, 1).double().T
+    assert _rel(outs[1], ref) <= MAX_REL
+    assert torch.equal(outs[0], outs[1])
+
+    ks = [1280, 0, 128, 640, 2048]
+    ka, kb, refs = _k_grouped_inputs(m, n, ks, seed=13)
+    outs = []
+    for config in (one, two):
+        d = torch.zeros(len(ks), m, n, device="cuda")
+        dgx.k_grouped_fp8_gemm_nt_contiguous(ka, kb, d, ks, config=dataclasses.replace(config, k=0, layout=LAYOUT_K_GROUPED))
+        outs.append(d)
+    torch.cuda.synchronize()
+    for g, ref in enumerate(refs):
+        if ks[g]:
+            assert _rel(outs[1][g], ref) <= MAX_REL, f"group {g}"
+        else:
+            assert not outs[1][g].any(), "a group with K = 0 adds nothing"
+    assert torch.equal(outs[0], outs[1])
+
+
 def test_k_grouped_graph_capture():
     import dgx
 
