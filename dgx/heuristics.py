@@ -95,9 +95,13 @@ def pipeline_stages(block_m: int, block_n: int) -> int:
 
 
 def with_deferred_promotion(config: GemmConfig, units: int, num_sms: int) -> GemmConfig:
-    """`config`, with deferred promotion where it pays (see DEFER_MAX_WAVES_TWO_WG) and fits in registers."""
-    if config.wgrad or validate_blocks(config.block_m, config.block_n, config.pair, defer=True):
+    """`config`, with deferred promotion where it pays and fits in registers: every weight gradient (its promotion,
+    a scale per column, is twice the BF16 kernel's work: 4-12% on the benchmark's shapes, PERFLOG exp. 19); BF16
+    tiles as DEFER_MAX_WAVES_TWO_WG says, but not where the B-scale split is compiled in."""
+    if validate_blocks(config.block_m, config.block_n, config.pair, defer=True, wgrad=config.wgrad):
         return config
+    if config.wgrad:
+        return replace(config, defer=True)
     if 128 % config.block_n and scale_split_compiled_in(config.block_n):
         return config  # the k-loop is compiled once per B-scale split: 7x the compile time (6 s on 64x96)
     waves = -(-units // max(num_sms // config.cluster, 1))
@@ -273,12 +277,10 @@ def choose_wgrad(m: int, n: int, k: int, num_sms: int, layout: int = LAYOUT_DENS
             # 256-row tiles (256x64, 3 stages: the FP32 tile is 64 KB) ran 4% slower than 128x128 on 7168x2112.
             if pair != PAIR_NONE or bm == 256 or max_stages(bm, bn, wgrad=True) < 3:
                 continue
-            # Deferred promotion wherever the registers allow it: 4-12% on the benchmark's shapes (PERFLOG
-            # exp. 19), where the promotion (a scale per column) is twice the BF16 kernel's work.
-            defer = not validate_blocks(bm, bn, PAIR_NONE, defer=True, wgrad=True)
             config = GemmConfig(n, 0 if layout == LAYOUT_K_GROUPED else k, bm, bn, max_stages(bm, bn, wgrad=True),
-                                layout=layout, wgrad=True, defer=defer)
-            yield config, config.units(m) * groups
+                                layout=layout, wgrad=True)
+            units = config.units(m) * groups
+            yield with_deferred_promotion(config, units, num_sms), units
 
     kind = "wgrad (K-grouped)" if layout == LAYOUT_K_GROUPED else "wgrad"
     return _best(f"{kind} M={m} N={n} K={k} groups={groups}", options(), k, num_sms)

@@ -175,11 +175,13 @@ def test_deferred_promotion_where_measured_to_pay():
     assert with_deferred_promotion(one_wave, 132, 132).defer
     assert not with_deferred_promotion(one_wave, 133, 132).defer  # a second wave
     assert with_deferred_promotion(GemmConfig(n=4096, k=7168, block_m=64, block_n=64, stages=8), 500, 132).defer
-    # Never where it does not fit or applies: 64x192 registers, the weight gradient (choose_wgrad decides
-    # there), a compiled-in split (96).
+    # The weight gradient defers in any number of waves, where its registers allow.
+    wgrad = GemmConfig(n=4096, k=7168, block_m=128, block_n=112, stages=4, wgrad=True)
+    assert with_deferred_promotion(wgrad, 1000, 132).defer
+    # Never where it does not fit: 64x192 and weight-gradient 128x120 registers; nor with a compiled-in split (96).
     for config in (
         GemmConfig(n=4096, k=7168, block_m=64, block_n=192, stages=5),
-        GemmConfig(n=4096, k=7168, block_m=64, block_n=64, stages=4, wgrad=True),
+        GemmConfig(n=4096, k=7168, block_m=128, block_n=120, stages=4, wgrad=True),
         GemmConfig(n=4096, k=7168, block_m=64, block_n=96, stages=8),
     ):
         assert not with_deferred_promotion(config, 1, 132).defer, config
