@@ -9,7 +9,7 @@
 // The B scales of a one-slice BF16 tile travel with the stage as the A scales do: the producer loads the
 // k-block's (at most two) B scales into the stage with TMA, and the stage is full once they have landed too.
 // Such a tile whose k-block count is a multiple of the stage count runs its k-loop in rounds of compile-time
-// stages, as do most 256-row tiles.
+// stages, as do 256x128 tiles whose K allows (see kLeanRounds).
 //
 // The weight-gradient variant (kWgrad) scales B per row too (one scale per column of D per 128 of K,
 // loaded with TMA into each stage like A's) and writes FP32 D = C + A . B^T with TMA reduce-adds into D
@@ -427,10 +427,11 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
         };
 
         // Deferred: whole chunks, then the tail (num_kb is the kernel's k-blocks but for K-grouped). Lean stage
-        // rounds: see kLeanRounds. Stage rounds: every tile starts at stage 0 (the producer's ring position is a multiple of kNumStages at every
-        // tile start, as each tile takes a multiple of kNumStages k-blocks). Plain: unrolled by two so the
-        // prefetched B scales ping-pong between two register pairs without moves (a move would wait for the load
-        // and put its latency back on the chain).
+        // rounds: whole rounds, the tail, then the unused stages (see kLeanRounds). Stage rounds: every tile starts
+        // at stage 0 (the producer's ring position is a multiple of kNumStages at every tile start, as each tile
+        // takes a multiple of kNumStages k-blocks). Plain: unrolled by two so the prefetched B scales ping-pong
+        // between two register pairs without moves (a move would wait for the load and put its latency back on
+        // the chain).
         auto k_loop = [&](auto former) {
             if constexpr (T::kDefer) {
                 SfbPair sb = load_sfb(0);

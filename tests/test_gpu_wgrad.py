@@ -178,7 +178,8 @@ def test_two_slice_stage_rounds_match_one_slice():
     outs = []
     for config in (one, two):
         d = torch.zeros(len(ks), m, n, device="cuda")
-        dgx.k_grouped_fp8_gemm_nt_contiguous(ka, kb, d, ks, config=dataclasses.replace(config, k=0, layout=LAYOUT_K_GROUPED))
+        grouped = dataclasses.replace(config, k=0, layout=LAYOUT_K_GROUPED)
+        dgx.k_grouped_fp8_gemm_nt_contiguous(ka, kb, d, ks, config=grouped)
         outs.append(d)
     torch.cuda.synchronize()
     for g, ref in enumerate(refs):
