@@ -106,23 +106,20 @@ def test_k_grouped(m, n, ks):
     assert torch.equal(d, d2)
 
 
-@pytest.mark.parametrize("block_m, block_n", [(128, 112), (128, 64), (64, 128)])
-def test_deferred_promotion_matches_plain(block_m, block_n):
-    """The weight gradient with deferred promotion gives bitwise the plain kernel's output on the same tile:
-    dense (K = 1664: a chunk of 8 k-blocks and a tail of 5) and K-grouped (run-time K: groups of 10, 0, 1,
-    5 and 16 k-blocks, the tails as one-k-block chunks)."""
+def _assert_bitwise_alike(first, second, m: int, seed: int):
+    """The weight gradient under two configs of one BLOCK_N: dense (K = first.k) and K-grouped (groups of 10,
+    0, 1, 5 and 16 k-blocks, run-time K): the second within MAX_REL of the float64 reference, a group without K
+    left as it was, and bitwise the first's output."""
     import dataclasses
 
     import dgx
-    from dgx.heuristics import max_stages
-    from dgx.kernels.fp8_gemm import LAYOUT_K_GROUPED, GemmConfig
+    from dgx.kernels.fp8_gemm import LAYOUT_K_GROUPED
 
-    m, n, k = 300, 576, 1664
-    a, b = _rows(m, k, 7), _rows(n, k, 8)
+    n, k = first.n, first.k
+    a, b = _rows(m, k, seed), _rows(n, k, seed + 1)
     c = torch.randn(m, n, device="cuda")
-    plain = GemmConfig(n, k, block_m, block_n, min(max_stages(block_m, block_n, wgrad=True), 4), wgrad=True)
     outs = []
-    for config in (plain, dataclasses.replace(plain, defer=True)):
+    for config in (first, second):
         d = c.clone()
         dgx.fp8_gemm_nt(a, b, d, c=d, config=config)
         outs.append(d)
@@ -132,51 +129,9 @@ def test_deferred_promotion_matches_plain(block_m, block_n):
     assert torch.equal(outs[0], outs[1])
 
     ks = [1280, 0, 128, 640, 2048]
-    ka, kb, refs = _k_grouped_inputs(m, n, ks, seed=9)
-    plain = dataclasses.replace(plain, k=0, layout=LAYOUT_K_GROUPED)
+    ka, kb, refs = _k_grouped_inputs(m, n, ks, seed=seed + 2)
     outs = []
-    for config in (plain, dataclasses.replace(plain, defer=True)):
-        d = torch.zeros(len(ks), m, n, device="cuda")
-        dgx.k_grouped_fp8_gemm_nt_contiguous(ka, kb, d, ks, config=config)
-        outs.append(d)
-    torch.cuda.synchronize()
-    for g, ref in enumerate(refs):
-        if ks[g]:
-            assert _rel(outs[1][g], ref) <= MAX_REL, f"group {g}"
-    assert torch.equal(outs[0], outs[1])
-
-
-def test_two_slice_stage_rounds_match_one_slice():
-    """256-row tiles with a long enough compile-time K run their k-loop in stage rounds from stage 0, the
-    producer completing the stages a tile's last round leaves unused with no data; with a run-time K they keep
-    the ring. The weight gradient on 256x128 (its FP32 tile leaves room for one stage) against 128x128: dense
-    with K = 4480 (rounds of one stage) and K-grouped (groups of 10, 0, 1, 5 and 16 k-blocks). Each element's
-    sum runs the same k-blocks in the same order through the same MMA width, so the outputs agree bitwise.
-    (The dense GPU tests and the sanitizer runs cover rounds with unused stages.)"""
-    import dataclasses
-
-    import dgx
-    from dgx.kernels.fp8_gemm import LAYOUT_K_GROUPED, GemmConfig
-
-    m, n, k = 300, 576, 4480
-    a, b = _rows(m, k, 11), _rows(n, k, 12)
-    c = torch.randn(m, n, device="cuda")
-    one = GemmConfig(n, k, 128, 128, 4, wgrad=True)
-    two = dataclasses.replace(one, block_m=256, stages=1)
-    outs = []
-    for config in (one, two):
-        d = c.clone()
-        dgx.fp8_gemm_nt(a, b, d, c=d, config=config)
-        outs.append(d)
-    torch.cuda.synchronize()
-    ref = c.double() + dequantize(*a, 1).double() @ dequantize(*b, 1).double().T
-    assert _rel(outs[1], ref) <= MAX_REL
-    assert torch.equal(outs[0], outs[1])
-
-    ks = [1280, 0, 128, 640, 2048]
-    ka, kb, refs = _k_grouped_inputs(m, n, ks, seed=13)
-    outs = []
-    for config in (one, two):
+    for config in (first, second):
         d = torch.zeros(len(ks), m, n, device="cuda")
         grouped = dataclasses.replace(config, k=0, layout=LAYOUT_K_GROUPED)
         dgx.k_grouped_fp8_gemm_nt_contiguous(ka, kb, d, ks, config=grouped)
@@ -186,8 +141,37 @@ def test_two_slice_stage_rounds_match_one_slice():
         if ks[g]:
             assert _rel(outs[1][g], ref) <= MAX_REL, f"group {g}"
         else:
-            assert not outs[1][g].any(), "a group with K = 0 adds nothing"
+            assert not outs[1][g].any(), "a group without K adds nothing"
     assert torch.equal(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("block_m, block_n", [(128, 112), (128, 64), (64, 128)])
+def test_deferred_promotion_matches_plain(block_m, block_n):
+    """The weight gradient with deferred promotion gives bitwise the plain kernel's output on the same tile:
+    dense (K = 1664: a chunk of 8 k-blocks and a tail of 5) and K-grouped (run-time K, the tails as
+    one-k-block chunks)."""
+    import dataclasses
+
+    from dgx.heuristics import max_stages
+    from dgx.kernels.fp8_gemm import GemmConfig
+
+    plain = GemmConfig(576, 1664, block_m, block_n, min(max_stages(block_m, block_n, wgrad=True), 4), wgrad=True)
+    _assert_bitwise_alike(plain, dataclasses.replace(plain, defer=True), 300, seed=7)
+
+
+def test_two_slice_stage_rounds_match_one_slice():
+    """256-row tiles with a long enough compile-time K run their k-loop in stage rounds from stage 0, the
+    producer completing the stages a tile's last round leaves unused with no data; with a run-time K they keep
+    the ring. The weight gradient on 256x128 (its FP32 tile leaves room for one stage) against 128x128: dense
+    with K = 4480 (rounds of one stage) and K-grouped. Each element's sum runs the same k-blocks in the same
+    order through the same MMA width, so the outputs agree bitwise. (The dense GPU tests and the sanitizer
+    runs cover rounds with unused stages.)"""
+    import dataclasses
+
+    from dgx.kernels.fp8_gemm import GemmConfig
+
+    one = GemmConfig(576, 4480, 128, 128, 4, wgrad=True)
+    _assert_bitwise_alike(one, dataclasses.replace(one, block_m=256, stages=1), 300, seed=11)
 
 
 def test_k_grouped_graph_capture():
