@@ -74,15 +74,14 @@ struct Fp8GemmTraits {
     // 16-byte aligned, K % 512 == 0); a box must start 16-byte aligned (an unaligned start faulted as an
     // illegal instruction), so the reader picks the scale out of its box. Not cp.async or plain bulk copies:
     // racecheck does not see the full barrier order their stores before the readers' loads and reports every
-    // slot reuse (PERFLOG exp. 29). Deferred tiles reserve the slot too (the stage count is chosen before
-    // deferral) but load their B scales from global memory one k-block ahead: they were measured only that way.
-    static constexpr bool kSfbSlot = !kWgrad && kMmaPerWG == 1;
-    static constexpr bool kSfbInStage = kSfbSlot && !kDeferred;
+    // slot reuse (PERFLOG exp. 29). Deferred tiles load their B scales from global memory one k-block ahead
+    // (they were measured only that way), so they have no slot; they run the stage count of their plain twin.
+    static constexpr bool kSfbInStage = !kWgrad && kMmaPerWG == 1 && !kDeferred;
     static constexpr uint32_t kSfbBox = 16;  // bytes per B-scale box
     static constexpr uint32_t kSmemSfb = kWgrad ? kBlockN * 4 : (kSfbInStage ? (kSingleSfb ? 1 : 2) * kSfbBox : 0);
     // TMA destinations: 128-byte aligned (the hi block's box 128 bytes after the lo block's).
     static constexpr uint32_t kSmemSfbSlot =
-        kWgrad ? (kSmemSfb + 127) / 128 * 128 : (kSfbSlot ? (kSingleSfb ? 128 : 256) : 0);
+        kWgrad ? (kSmemSfb + 127) / 128 * 128 : (kSfbInStage ? (kSingleSfb ? 128 : 256) : 0);
     static constexpr uint32_t kStageBytes = kSmemA + kSmemB + kSmemSfa + kSmemSfb;  // what TMA lands per stage
     static constexpr uint32_t kSmemBytes =
         kSmemD + kNumStages * (kSmemA + kSmemB + kSmemSfa + kSmemSfbSlot) + kNumStages * 2 * 8;

@@ -69,6 +69,15 @@ def bench_cold_l2(fn, warm: int = 5, reps: int = 30) -> float:
     return statistics.median(times)
 
 
+def round_order(count: int, round_index: int) -> list[int]:
+    """The order to time `count` implementations in, one bench_cold_l2 each, in round `round_index`: forward in
+    even rounds, backward in odd ones. Back-to-back measurements of a 12-20 µs kernel alternated between two
+    speeds about 5% apart (the GPU's clock, PERFLOG exp. 33), so with an even count and a fixed order each
+    implementation always landed on the same one; reversing every other round gives each both."""
+    order = list(range(count))
+    return order if round_index % 2 == 0 else order[::-1]
+
+
 def parse_blocks(text: str) -> tuple[int, int, int, int, int]:
     """A tile spec of the device experiment scripts, BMxBN[sS][pP][gG] -> (block_m, block_n, stages or 0,
     pair, group_n): S stages, P 1 shares A along N and 2 shares B along M, G the raster band width."""

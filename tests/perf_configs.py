@@ -22,7 +22,7 @@ import torch
 
 import dgx
 from dgx.kernels import fp8_gemm as family
-from gpu_gemm_utils import bench_cold_l2, check_dense, make_dense, parse_run, use_headers, variant_headers
+from gpu_gemm_utils import bench_cold_l2, check_dense, make_dense, parse_run, round_order, use_headers, variant_headers
 
 ROUNDS = int(os.environ.get("PERF_ROUNDS", "3"))  # alternating rounds per config
 
@@ -78,8 +78,9 @@ for m, n, k in shapes:
         except Exception as exc:
             print(f"{m}x{n}x{k} {variant:>8} {bm}x{bn}p{pair}: FAILED {str(exc)[:300]}", flush=True)
     times = {i: [] for i in range(len(ok))}
-    for _ in range(ROUNDS):
-        for i, (variant, cfg, full) in enumerate(ok):
+    for r in range(ROUNDS):
+        for i in round_order(len(ok), r):
+            variant, cfg, full = ok[i]
             use(HEADERS[variant], full)
             times[i].append(bench_cold_l2(lambda: dgx.fp8_gemm_nt(a_fp8, b_fp8, d, config=cfg)))
     for i, (variant, cfg, full) in enumerate(ok):

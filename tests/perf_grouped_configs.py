@@ -20,7 +20,7 @@ from dgx.bench.problems import build_problem, calc_diff
 from dgx.bench.suites import builtin_suite, make_shape
 from dgx.heuristics import max_stages
 from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, LAYOUT_MASKED, GemmConfig
-from gpu_gemm_utils import bench_cold_l2, parse_run, use_headers, variant_headers
+from gpu_gemm_utils import bench_cold_l2, parse_run, round_order, use_headers, variant_headers
 
 ROUNDS = int(os.environ.get("PERF_ROUNDS", "3"))  # alternating rounds per config
 
@@ -73,8 +73,9 @@ for shape in shapes:
         except Exception as exc:
             print(f"{shape.label} {variant} {bm}x{bn}p{pair}: FAILED {str(exc)[:300]}", flush=True)
     times = {i: [] for i in range(len(ok))}
-    for _ in range(ROUNDS):
-        for i, (variant, cfg) in enumerate(ok):
+    for r in range(ROUNDS):
+        for i in round_order(len(ok), r):
+            variant, cfg = ok[i]
             use_headers(HEADERS[variant])
             times[i].append(bench_cold_l2(lambda: call(cfg)))
     for i, (variant, cfg) in enumerate(ok):

@@ -217,8 +217,11 @@ def test_rendered_kernel_checks_the_shared_memory_size(monkeypatch):
     config = GemmConfig(n=4096, k=512, block_m=128, block_n=128, stages=4, layout=LAYOUT_CONTIGUOUS)
     src = config.render()
     assert f"::kSmemBytes == {config.smem_bytes}," in src.source
-    # One-slice BF16 tiles reserve the B-scale slot per stage; 256-row and weight-gradient tiles do not.
+    # One-slice BF16 tiles have a B-scale slot per stage; deferred, 256-row and weight-gradient tiles do not.
     assert config.smem_bytes == 128 * 128 * 2 + 4 * (128 * 128 * 2 + 128 * 4 + 16 + 128)
+    deferred = GemmConfig(n=4096, k=7168, block_m=64, block_n=96, stages=8, defer=True)
+    assert deferred.smem_bytes == 64 * 96 * 2 + 8 * (64 * 128 + 96 * 128 + 64 * 4 + 16)
+    assert f"::kSmemBytes == {deferred.smem_bytes}," in deferred.render().source
     assert family.smem_bytes(256, 128, 3) == 256 * 128 * 2 + 3 * (256 * 128 + 128 * 128 + 256 * 4 + 16)
     real = family.smem_bytes
     monkeypatch.setattr(family, "smem_bytes", lambda *a, **k: real(*a, **k) - 8)

@@ -101,7 +101,7 @@ class GemmConfig:
 
     @property
     def smem_bytes(self) -> int:
-        return smem_bytes(self.block_m, self.block_n, self.stages, self.wgrad)
+        return smem_bytes(self.block_m, self.block_n, self.stages, self.wgrad, self.defer)
 
     @property
     def kernel_name(self) -> str:
@@ -161,12 +161,13 @@ def d_span_bytes(block_n: int, elem_bytes: int = 2) -> int:
     return 16
 
 
-def smem_bytes(block_m: int, block_n: int, stages: int, wgrad: bool = False) -> int:
-    """Dynamic shared memory of a config (ptx/fp8_gemm.cuh Fp8GemmTraits::kSmemBytes)."""
+def smem_bytes(block_m: int, block_n: int, stages: int, wgrad: bool = False, defer: bool = False) -> int:
+    """Dynamic shared memory of a config (ptx/fp8_gemm.cuh Fp8GemmTraits::kSmemBytes). Stage counts are chosen
+    for the plain tile (defer False), so a deferred tile runs its plain twin's count in a little less."""
     per_stage = block_m * 128 + block_n * 128 + block_m * SFA_SLOT_BYTES_PER_ROW + BARRIER_BYTES
     if wgrad:  # B scales per stage (128-byte aligned slot); an FP32 output tile
         return block_m * block_n * 4 + stages * (per_stage + -(-block_n * 4 // 128) * 128)
-    if block_m <= 128:  # one m64 slice per warpgroup: the B scales travel with the stage (Fp8GemmTraits::kSfbSlot)
+    if block_m <= 128 and not defer:  # the B scales travel with the stage (GemmConfig.b_scales_in_stage)
         per_stage += SFB_BOX_SLOT_BYTES * (1 if 128 % block_n == 0 else 2)
     return block_m * block_n * 2 + stages * per_stage
 
