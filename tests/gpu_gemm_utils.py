@@ -72,7 +72,7 @@ def bench_cold_l2(fn, warm: int = 5, reps: int = 30) -> float:
 def round_order(count: int, round_index: int) -> list[int]:
     """The order to time `count` implementations in, one bench_cold_l2 each, in round `round_index`: forward in
     even rounds, backward in odd ones. Back-to-back measurements of a 12-20 µs kernel alternated between two
-    speeds about 5% apart (the GPU's clock, PERFLOG exp. 33), so with an even count and a fixed order each
+    speeds about 5% apart (cause not found, PERFLOG exp. 33), so with an even count and a fixed order each
     implementation always landed on the same one; reversing every other round gives each both."""
     order = list(range(count))
     return order if round_index % 2 == 0 else order[::-1]
