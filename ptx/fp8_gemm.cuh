@@ -425,12 +425,11 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
             sb = sbs[kCount % 2];
         };
 
-        // Deferred: whole chunks, then the tail (num_kb is the kernel's k-blocks but for K-grouped). Lean stage
-        // rounds: whole rounds, the tail, then the unused stages (see kLeanRounds). Stage rounds: every tile starts
-        // at stage 0 (the producer's ring position is a multiple of kNumStages at every tile start, as each tile
-        // takes a multiple of kNumStages k-blocks). Plain: unrolled by two so the prefetched B scales ping-pong
-        // between two register pairs without moves (a move would wait for the load and put its latency back on
-        // the chain).
+        // Deferred: whole chunks, then the tail (num_kb is the kernel's k-blocks but for K-grouped). Stage rounds
+        // (kRounds, kLeanRounds): every tile starts at stage 0 (one-slice tiles take a multiple of kNumStages
+        // k-blocks; 256x128 tiles end with a tail and the stages the producer completes with no data). Plain:
+        // unrolled by two so the prefetched B scales ping-pong between two register pairs without moves (a move
+        // would wait for the load and put its latency back on the chain).
         auto k_loop = [&](auto former) {
             if constexpr (T::kDefer) {
                 SfbPair sb = load_sfb(0);
@@ -446,19 +445,24 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
 #pragma unroll 1
                     for (; kb < num_kb; ++kb) chunk(kb, IntConst<1>{}, sb, former);
                 }
-            } else if constexpr (T::kLeanRounds) {
+            } else if constexpr (T::kRounds || T::kLeanRounds) {
+                // The B scales come with the stage, or (lean) from global memory in their own k-block. The unused
+                // stages: wait for each, hand it back.
                 constexpr int kTail = T::kNumKBlocks % kNumStages;
                 SfbPair unused{};
+                auto round_block = [&](int kb, auto j) {
+                    if constexpr (T::kSfbInStage)
+                        k_block(kb, unused, unused, former, j);
+                    else
+                        k_block(kb, load_sfb(kb), unused, former, j);
+                };
                 int kb = 0;
 #pragma unroll 1
-                for (; kb + kNumStages <= T::kNumKBlocks; kb += kNumStages)
-                    static_for<0, kNumStages>([&](auto j) {
-                        k_block(kb + decltype(j)::value, load_sfb(kb + decltype(j)::value), unused, former, j);
-                    });
-                static_for<0, kTail>([&](auto j) {
-                    k_block(kb + decltype(j)::value, load_sfb(kb + decltype(j)::value), unused, former, j);
-                });
-                // The stages the producer completed with no data: wait for each, hand it back.
+                for (; kb + kNumStages <= T::kNumKBlocks; kb += kNumStages) {
+                    static_for<0, kNumStages>([&](auto j) { round_block(kb + decltype(j)::value, j); });
+                    if constexpr (!T::kLean) phase ^= 1;  // the lean k-block flips it before probing the next stage
+                }
+                static_for<0, kTail>([&](auto j) { round_block(kb + decltype(j)::value, j); });
                 static_for<kTail == 0 ? kNumStages : kTail, kNumStages>([&](auto j) {
                     constexpr int kJ = decltype(j)::value;
                     if (!ready) mbarrier_wait<true>(&full[kJ], phase);
@@ -466,14 +470,6 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
                     ready = kJ + 1 < kNumStages && mbarrier_test_wait(&full[kJ + 1], phase);
                     if constexpr (kJ == kNumStages - 1) phase ^= 1;
                 });
-            } else if constexpr (T::kRounds) {
-                SfbPair unused{};  // the B scales come with the stage
-#pragma unroll 1
-                for (int kb = 0; kb < T::kNumKBlocks; kb += kNumStages) {
-                    static_for<0, kNumStages>(
-                        [&](auto st) { k_block(kb + decltype(st)::value, unused, unused, former, st); });
-                    phase ^= 1;
-                }
             } else {
                 SfbPair sb_even{}, sb_odd{};
                 if constexpr (!T::kSfbInStage) sb_even = load_sfb(0);
