@@ -97,7 +97,7 @@ class GemmConfig:
     def b_scales_in_stage(self) -> bool:
         """Whether the producer loads the B scales into each stage with TMA (BF16 one-slice tiles that promote
         as they go; Fp8GemmTraits::kSfbInStage), through a map over the scale tensor as one row of floats."""
-        return not self.wgrad and self.block_m <= 128 and not self.defer
+        return b_scales_in_stage(self.block_m, self.wgrad, self.defer)
 
     @property
     def smem_bytes(self) -> int:
@@ -161,13 +161,18 @@ def d_span_bytes(block_n: int, elem_bytes: int = 2) -> int:
     return 16
 
 
+def b_scales_in_stage(block_m: int, wgrad: bool, defer: bool) -> bool:
+    """Whether a config's B scales travel with the stage (GemmConfig.b_scales_in_stage)."""
+    return not wgrad and block_m <= 128 and not defer
+
+
 def smem_bytes(block_m: int, block_n: int, stages: int, wgrad: bool = False, defer: bool = False) -> int:
     """Dynamic shared memory of a config (ptx/fp8_gemm.cuh Fp8GemmTraits::kSmemBytes). Stage counts are chosen
     for the plain tile (defer False), so a deferred tile runs its plain twin's count in a little less."""
     per_stage = block_m * 128 + block_n * 128 + block_m * SFA_SLOT_BYTES_PER_ROW + BARRIER_BYTES
     if wgrad:  # B scales per stage (128-byte aligned slot); an FP32 output tile
         return block_m * block_n * 4 + stages * (per_stage + -(-block_n * 4 // 128) * 128)
-    if block_m <= 128 and not defer:  # the B scales travel with the stage (GemmConfig.b_scales_in_stage)
+    if b_scales_in_stage(block_m, wgrad, defer):
         per_stage += SFB_BOX_SLOT_BYTES * (1 if 128 % block_n == 0 else 2)
     return block_m * block_n * 2 + stages * per_stage
 
