@@ -133,7 +133,8 @@ def pack_params(config: GemmConfig, ops: Operands) -> runtime.ParamPack:
             else:
                 tmap_sfb = tmap_sfa  # unused
         pack = runtime.ParamPack(
-            [tmap_a, tmap_b, tmap_d, tmap_sfa, tmap_sfb, ("u64", ops.sfb), ("i32", ops.m), ("u64", ops.grouped_layout),
+            [tmap_a, tmap_b, tmap_d, tmap_sfa, tmap_sfb, ("u64", ops.sfb), ("u64", ops.sfa), ("i32", sfa.m),
+             ("i32", sfa.row_stride // 4), ("i32", ops.m), ("u64", ops.grouped_layout),
              ("i32", ops.groups), ("u64", ops.d), ("u64", ops.ldd), ("i32", int(ops.accumulate)),
              ("u64", ops.group_maps)]
         )

@@ -116,6 +116,21 @@ DGX_DEVICE float ld_global_nc(const float* ptr) {
     return v;
 }
 
+struct F32x4 {
+    float x, y, z, w;
+};
+
+DGX_DEVICE void st_shared_v4_f32(uint32_t addr, const F32x4& v) {
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
+                 : "memory");
+}
+
+DGX_DEVICE F32x4 ld_global_nc_f32x4(const float* ptr) {
+    F32x4 v;
+    asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(ptr));
+    return v;
+}
+
 // Two floats packed into one bf16x2 word, round to nearest even: `lo` in the low half.
 DGX_DEVICE uint32_t pack_bf16x2(float lo, float hi) {
     uint32_t packed;

@@ -9,7 +9,10 @@
 // The B scales of a one-slice BF16 tile travel with the stage as the A scales do: the producer loads the
 // k-block's (at most two) B scales into the stage with TMA, and the stage is full once they have landed too.
 // Such a tile whose k-block count is a multiple of the stage count runs its k-loop in rounds of compile-time
-// stages, as do 256x128 tiles whose K allows (see kLeanRounds).
+// stages, as do 256x128 tiles whose K allows (see kLeanRounds). Those 256x128 BF16 tiles take their A scales
+// already multiplied by the B scale: the producer warpgroup's three idle warps, one per stage, load the A scales
+// with plain loads and store the products into the stage (kSfaTimesSfb), so the math warps' k-block holds no
+// B-scale load and no scale product.
 //
 // The weight-gradient variant (kWgrad) scales B per row too (one scale per column of D per 128 of K,
 // loaded with TMA into each stage like A's) and writes FP32 D = C + A . B^T with TMA reduce-adds into D
@@ -82,7 +85,6 @@ struct Fp8GemmTraits {
     // TMA destinations: 128-byte aligned (the hi block's box 128 bytes after the lo block's).
     static constexpr uint32_t kSmemSfbSlot =
         kWgrad ? (kSmemSfb + 127) / 128 * 128 : (kSfbInStage ? (kSingleSfb ? 128 : 256) : 0);
-    static constexpr uint32_t kStageBytes = kSmemA + kSmemB + kSmemSfa + kSmemSfb;  // what TMA lands per stage
     static constexpr uint32_t kSmemBytes =
         kSmemD + kNumStages * (kSmemA + kSmemB + kSmemSfa + kSmemSfbSlot) + kNumStages * 2 * 8;
     // Two-slice (256-row) warpgroups run a leaner k-block: the ring position kept as a counter, the stage's
@@ -100,6 +102,16 @@ struct Fp8GemmTraits {
     // stages, none unused) and 256x96 (four B-scale splits) were 1-2% slower in rounds (PERFLOG exp. 31).
     static constexpr int kUnusedStages = (kNumStages - kNumKBlocks % kNumStages) % kNumStages;
     static constexpr bool kLeanRounds = kLean && kBlockN == 128 && kK > 0 && kNumKBlocks >= 32 * kUnusedStages;
+    // BF16 tiles in lean rounds take their B scale multiplied into the A scales: for each stage one otherwise idle
+    // warp of the producer warpgroup reads the k-block's A scales from global memory, multiplies them by the
+    // tile's B scale and stores the products into the stage's A-scale slot; its 32 lanes' arrivals join the
+    // producer's on the full barrier. The math warps' k-block then has no B-scale load and no scale product
+    // (0.6-1% fewer cycles on 4096x7168x16384 than loading the B scale there; PERFLOG exp. 35).
+    static constexpr bool kSfaTimesSfb = kLeanRounds && !kWgrad;
+    static_assert(!kSfaTimesSfb || kNumStages <= 3, "the producer warpgroup has three idle warps, one per stage");
+    static constexpr uint32_t kFullArrivals = kSfaTimesSfb ? 1 + 32 : 1;
+    // What TMA lands per stage.
+    static constexpr uint32_t kStageBytes = kSmemA + kSmemB + (kSfaTimesSfb ? 0 : kSmemSfa) + kSmemSfb;
     // Deferred promotion (chosen per config): each k-block's promotion waits until the next k-block's MMAs are
     // issued, into a second accumulator set. A k-block of a small tile is a dependent chain of small MMAs whose
     // latency, not the tensor cores' throughput, sets the pace (decode shapes); the weight gradient's promotion
@@ -154,7 +166,6 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
                                               const TensorMap& tmap_d, const float* __restrict__ sfb, void* d_ptr,
                                               int64_t ld_d, bool accumulate, uint32_t warp, uint32_t lane) {
     Tile tile;
-    if constexpr (T::kNumMathWG == 2) setmaxnreg_inc<T::kMathRegs>();
     // The warpgroup index, broadcast from lane 0 so the compiler knows it is warp-uniform: the shared-memory
     // descriptors derived from it are then computed in uniform registers and feed wgmma directly, instead of
     // per-thread arithmetic and register-to-uniform moves before every MMA (4-10% faster, PERFLOG exp. 9).
@@ -214,8 +225,19 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
 #pragma unroll
             for (int i = 0; i < T::kAccum; ++i) result[mm][i] = 0.0f;
 
+        // A stage is handed back with one arrival per warp (per warp of both CTAs of a pair), or - where the A-scale
+        // warps write the next round's scales with plain stores (kSfaTimesSfb) - with every lane's, so that each
+        // thread's reads are ordered before those stores (racecheck reports them otherwise; no slower).
         auto release = [&](uint32_t s) {
-            if constexpr (T::kCluster == 1) {
+            if constexpr (T::kSfaTimesSfb) {
+#pragma unroll
+                for (uint32_t rank = 0; rank < T::kCluster; ++rank) {
+                    if constexpr (T::kCluster == 1)
+                        mbarrier_arrive(&empty[s]);
+                    else
+                        mbarrier_arrive_cluster(&empty[s], rank);
+                }
+            } else if constexpr (T::kCluster == 1) {
                 if (lane == 0) mbarrier_arrive(&empty[s]);
             } else {
                 if (lane < T::kCluster) mbarrier_arrive_cluster(&empty[s], lane);
@@ -453,6 +475,8 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
                 auto round_block = [&](int kb, auto j) {
                     if constexpr (T::kSfbInStage)
                         k_block(kb, unused, unused, former, j);
+                    else if constexpr (T::kSfaTimesSfb)
+                        k_block(kb, SfbPair{1.0f, 1.0f}, unused, former, j);  // in the A scales already
                     else
                         k_block(kb, load_sfb(kb), unused, former, j);
                 };
@@ -584,6 +608,61 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
     if (threadIdx.x % 128 == 0) tma_store_wait_all();
 }
 
+// An A-scale warp of kSfaTimesSfb: for its stage of the ring, in each round of every tile, the k-block's BLOCK_M A
+// scales (from row `sfa_row` of the M-major scales' k-block row; `sfa_rows` floats are valid per row, rows lie
+// `sfa_stride` floats apart) times the tile's B scale, into the stage's A-scale slot; then its lanes' arrivals on
+// the full barrier (also for a stage the tile's last round leaves unused). One warp per stage, so a round's loads
+// are issued as soon as the warp has handed over the previous round, a whole ring ahead of the stage. (Staged two
+// rounds ahead through shared memory, with cp.async or TMA, it was 2-3% slower; PERFLOG exp. 35.)
+template <typename T, int kBlockM, int kBlockN, int kNumStages, typename Scheduler>
+__device__ __forceinline__ void sfa_times_sfb(Scheduler& scheduler, uint32_t stage, uint8_t* smem_sfa, uint64_t* full,
+                                              uint64_t* empty, const float* __restrict__ sfa, int sfa_rows,
+                                              int sfa_stride, const float* __restrict__ sfb, uint32_t lane) {
+    static_assert(kBlockM % 128 == 0 && T::kSingleSfb, "a lane takes 4 rows of every 128; one B scale per tile");
+    constexpr int kRuns = kBlockM / 128;
+    constexpr int kRoundBlocks = (T::kNumKBlocks + kNumStages - 1) / kNumStages * kNumStages;  // unused ones too
+    const uint32_t slot = smem_addr(smem_sfa) + stage * T::kSmemSfa + lane * 16;
+    uint32_t phase = 0;
+    Tile tile;
+    while (scheduler.next_tile(tile)) {
+        const float* sfb_tile =
+            sfb + (tile.group * T::kNumSfbRows + T::sfb_rows(tile.n_block * kBlockN).lo) * T::kNumKBlocks;
+        // This lane's rows: 4 from `first` in each run of 128. 16-byte aligned: the scales' base and row stride
+        // are (TMA layout), and tiles start at multiples of 128 rows.
+        const int first = tile.sfa_row + static_cast<int>(lane) * 4;
+        const float* sfa_tile = sfa + static_cast<int64_t>(tile.sfa_kb0 + tile.kb0) * sfa_stride + first;
+        for (int kb = static_cast<int>(stage); kb < kRoundBlocks; kb += kNumStages) {
+            const bool used = kb < T::kNumKBlocks;
+            // The products are formed before the wait, so that once the stage is free only the stores remain.
+            F32x4 p[kRuns];
+            if (used) {
+                const float* src = sfa_tile + static_cast<int64_t>(kb) * sfa_stride;
+                const float sb = ld_global_nc(sfb_tile + kb);
+#pragma unroll
+                for (int r = 0; r < kRuns; ++r) {
+                    const int valid = min(max(sfa_rows - first - r * 128, 0), 4);
+                    F32x4 v{0.0f, 0.0f, 0.0f, 0.0f};  // rows past the last: zeros, as TMA fills them
+                    if (valid == 4) {
+                        v = ld_global_nc_f32x4(src + r * 128);
+                    } else {
+                        if (valid > 0) v.x = ld_global_nc(src + r * 128 + 0);
+                        if (valid > 1) v.y = ld_global_nc(src + r * 128 + 1);
+                        if (valid > 2) v.z = ld_global_nc(src + r * 128 + 2);
+                    }
+                    p[r] = F32x4{v.x * sb, v.y * sb, v.z * sb, v.w * sb};
+                }
+            }
+            mbarrier_wait<true>(&empty[stage], phase ^ 1);
+            phase ^= 1;
+            if (used) {
+#pragma unroll
+                for (int r = 0; r < kRuns; ++r) st_shared_v4_f32(slot + r * 512, p[r]);
+            }
+            mbarrier_arrive(&full[stage]);  // every lane, each after its own stores
+        }
+    }
+}
+
 // `tmap_sfa` covers the A scales in the M-major layout: a row of M floats per k-block (rows 16-byte
 // aligned; masked: the groups' k-blocks one after another), loaded in boxes of BLOCK_M x 1; `tmap_sfb`
 // the weight gradient's B scales likewise (N-major), or for BF16 one-slice tiles the B scales `sfb` as one
@@ -591,12 +670,14 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
 // number of rows (masked, K-grouped: per group), `grouped_layout` m_indices, masked_m or the K-grouped
 // groups' K, `d_ptr`/`ld_d` D for the stores done from the registers (partial masked blocks), `accumulate`
 // whether the weight gradient adds to D (which holds C) instead of overwriting it, `group_maps` (K-grouped)
-// the groups' maps of A and B, two per group, in global memory.
+// the groups' maps of A and B, two per group, in global memory. `sfa`, `sfa_rows` and `sfa_stride` are what
+// `tmap_sfa` maps (its base, floats per row, row stride in floats), for the A-scale warps' plain loads.
 template <int kLayout, int kN, int kK, int kBlockM, int kBlockN, int kNumStages, int kGroupN, int kDSpan, int kPair,
           bool kWgrad, bool kDefer>
 __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const TensorMap& tmap_b,
                                                  const TensorMap& tmap_d, const TensorMap& tmap_sfa,
-                                                 const TensorMap& tmap_sfb, const float* __restrict__ sfb, int m,
+                                                 const TensorMap& tmap_sfb, const float* __restrict__ sfb,
+                                                 const float* __restrict__ sfa, int sfa_rows, int sfa_stride, int m,
                                                  const int* grouped_layout, int num_groups, void* d_ptr, int64_t ld_d,
                                                  bool accumulate, const TensorMap* group_maps) {
     using T = Fp8GemmTraits<kN, kK, kBlockM, kBlockN, kNumStages, kGroupN, kDSpan, kPair, kWgrad, kDefer>;
@@ -623,21 +704,22 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const 
         prefetch_tensor_map(&tmap_d);
         if constexpr (kWgrad || T::kSfbInStage) prefetch_tensor_map(&tmap_sfb);
         for (int s = 0; s < kNumStages; ++s) {
-            mbarrier_init(&full[s], 1);  // the producer's expect-tx arrival
-            // One arrival per math warp of every CTA that reads this stage's multicast data.
-            mbarrier_init(&empty[s], T::kNumMathWG * 4 * T::kCluster);
+            mbarrier_init(&full[s], T::kFullArrivals);  // the producer's expect-tx arrival (+ A-scale warp lanes)
+            // One arrival per math warp (or thread: kSfaTimesSfb) of every CTA that reads this stage's multicast data.
+            mbarrier_init(&empty[s], T::kNumMathWG * 4 * T::kCluster * (T::kSfaTimesSfb ? 32 : 1));
         }
         fence_barrier_init();
     }
     // The peer's barriers must be initialised before our multicast can signal them.
     if constexpr (T::kCluster > 1) cluster_sync(); else __syncthreads();
 
-    Scheduler scheduler(m, grouped_layout, num_groups);
+    // Each role builds its scheduler after its register reallocation: built before, its state stayed live across
+    // setmaxnreg, and ptxas spilled it.
     Tile tile;
-
     if (threadIdx.x >= T::kMathThreads) {
         // Producer warpgroup: one elected thread issues every load.
         if constexpr (T::kNumMathWG == 2) setmaxnreg_dec<T::kProducerRegs>();
+        Scheduler scheduler(m, grouped_layout, num_groups);
         if (warp == kProducerWarp && elect_one()) {
             uint32_t it = 0;
             while (scheduler.next_tile(tile)) {
@@ -681,8 +763,9 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const 
                     load_operand(map_a, smem_a + s * T::kSmemA, tile.a_row, T::kHalfRowsA, kPair == kPairN);
                     load_operand(map_b, smem_b + s * T::kSmemB, tile.b_row, T::kHalfRowsB, kPair == kPairM);
                     // A scales are per row, so each CTA of a pair loads its own (never multicast).
-                    tma_load_2d(&tmap_sfa, &full[s], smem_sfa + s * T::kSmemSfa, tile.sfa_row,
-                                tile.sfa_kb0 + tile.kb0 + kb);
+                    if constexpr (!T::kSfaTimesSfb)
+                        tma_load_2d(&tmap_sfa, &full[s], smem_sfa + s * T::kSmemSfa, tile.sfa_row,
+                                    tile.sfa_kb0 + tile.kb0 + kb);
                     if constexpr (kWgrad)
                         tma_load_2d(&tmap_sfb, &full[s], smem_sfb + s * T::kSmemSfbSlot, tile.n_block * kBlockN,
                                     tile.kb0 + kb);
@@ -703,9 +786,15 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const 
                     }
                 }
             }
+        } else if (warp > kProducerWarp && warp <= kProducerWarp + kNumStages) {
+            if constexpr (T::kSfaTimesSfb)
+                sfa_times_sfb<T, kBlockM, kBlockN, kNumStages>(scheduler, warp - kProducerWarp - 1, smem_sfa, full,
+                                                               empty, sfa, sfa_rows, sfa_stride, sfb, lane);
         }
         __syncwarp();
     } else {
+        if constexpr (T::kNumMathWG == 2) setmaxnreg_inc<T::kMathRegs>();
+        Scheduler scheduler(m, grouped_layout, num_groups);
         fp8_gemm_math<T, Scheduler, kLayout, kBlockM, kBlockN, kNumStages, kDSpan, kN, kWgrad>(
             scheduler, smem_d, smem_a, smem_b, smem_sfa, smem_sfb, full, empty, tmap_d, sfb, d_ptr, ld_d, accumulate,
             warp, lane);

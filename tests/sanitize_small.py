@@ -22,6 +22,7 @@ FAMILIES = [
     (200, 480, 512, 128, 160, 2),  # 4 k-blocks, 4 stages: rounds of compile-time stages, B shared
     (130, 264, 384, 256, 88, 0),
     (300, 256, 4480, 256, 128, 1),  # 35 k-blocks, 3 stages: lean stage rounds with an unused stage, A shared
+    (259, 384, 4480, 256, 128, 0),  # the A-scale warp's loads end inside a row's last 16 bytes (M % 4 = 3)
     (65, 256, 1280, 64, 56, 0, True),  # deferred: a chunk of 8 k-blocks and a tail of 2
     (129, 576, 640, 128, 64, 2, True),
 ]

@@ -348,7 +348,28 @@ def test_lean_stage_rounds_where_measured_faster():
     for (n, k, bm, bn, stages, span), expected in cases:
         traits = f"dgx::Fp8GemmTraits<{n}, {k}, {bm}, {bn}, {stages}, 16, {span}, 0, false, false>"
         lines.append(f'static_assert({traits}::kLeanRounds == {str(expected).lower()}, "{n}x{k} {bm}x{bn}s{stages}");')
+        # BF16 tiles in lean rounds take their A scales multiplied by the B scale from the producer warpgroup.
+        assert GemmConfig(n, k, bm, bn, stages).sfa_times_sfb == expected, (n, k, bm, bn, stages)
     compiler.compile_cubin("\n".join(lines) + "\n", "dgx_lean_rounds_probe", compiler.compile_options("sm_90a"))
+    # The weight gradient's 256x128 tiles run lean rounds too, but scale B per column in the math warps.
+    from dgx.kernels.fp8_gemm import sfa_times_sfb
+
+    assert not sfa_times_sfb(256, 128, 7168, 2, wgrad=True)
+
+
+def test_rendered_kernel_checks_who_multiplies_the_scales(monkeypatch):
+    """The rendered source asserts that Python and the kernel agree on which tiles take their A scales already
+    multiplied by the B scale (their stage bytes and full-barrier arrivals differ), so a differing Python answer
+    fails to compile."""
+    from dgx.kernels import fp8_gemm as family
+
+    lean = GemmConfig(n=7168, k=16384, block_m=256, block_n=128, stages=3)
+    assert lean.sfa_times_sfb and "::kSfaTimesSfb == true," in lean.render().source
+    monkeypatch.setattr(family.GemmConfig, "sfa_times_sfb", property(lambda self: False))
+    bad = lean.render()
+    with pytest.raises(CompileError) as info:
+        compiler.compile_cubin(bad.source, bad.name, compiler.compile_options("sm_90a"))
+    assert "sfa_times_sfb" in info.value.log
 
 
 def test_compile_error_carries_log_and_source(monkeypatch, tmp_path):

@@ -58,6 +58,27 @@ def test_forced_tiles(bm, bn, m, n, k):
     check_dense(d, a, b, a_fp8, b_fp8)
 
 
+# 256x128 tiles in lean stage rounds take A scales already multiplied by the B scale, written into the stage by
+# a warp of the producer warpgroup with plain loads. The product is the one every other BF16 tile forms
+# (a_scale * b_scale, then one FMA per element), so the output equals 128x128's bitwise. M = 259 ends the
+# scale rows inside one 16-byte load; K = 4480 (35 k-blocks) and 16384 leave a stage unused per tile; the pairs
+# share A (the two CTAs' B scales differ) or B.
+@pytest.mark.parametrize("pair", [0, 1, 2])
+@pytest.mark.parametrize("m,n,k", [(259, 384, 4480), (1000, 1000, 7168), (520, 256, 16384)])
+def test_lean_rounds_scale_products_match_128_rows(pair, m, n, k):
+    import dgx
+    from dgx.kernels.fp8_gemm import GemmConfig
+
+    a, b, a_fp8, b_fp8, d = make_dense(m, n, k)
+    dgx.fp8_gemm_nt(a_fp8, b_fp8, d, config=GemmConfig(n, k, 256, 128, 3, pair=pair))
+    torch.cuda.synchronize()
+    check_dense(d, a, b, a_fp8, b_fp8)
+    expected = torch.full_like(d, float("nan"))
+    dgx.fp8_gemm_nt(a_fp8, b_fp8, expected, config=GemmConfig(n, k, 128, 128, 4))
+    torch.cuda.synchronize()
+    assert torch.equal(d, expected)
+
+
 # Deferred promotion (a second accumulator set) against the plain k-block on the same tile: the same MMAs and
 # the same promotion order, so bitwise the same output. K = 128 (one k-block), 1664 (a chunk of 8 k-blocks and
 # a tail of 5), 2112 (17, the last partial), 7168 (7 whole chunks); tiles with one B-scale block (16, 64, 128),

@@ -100,6 +100,12 @@ class GemmConfig:
         return b_scales_in_stage(self.block_m, self.wgrad, self.defer)
 
     @property
+    def sfa_times_sfb(self) -> bool:
+        """Whether warps of the producer warpgroup multiply the A scales by the B scale into the stage
+        (Fp8GemmTraits::kSfaTimesSfb)."""
+        return sfa_times_sfb(self.block_m, self.block_n, self.k, self.stages, self.wgrad)
+
+    @property
     def smem_bytes(self) -> int:
         return smem_bytes(self.block_m, self.block_n, self.stages, self.wgrad, self.defer)
 
@@ -134,15 +140,19 @@ class GemmConfig:
             + f'extern "C" __global__ void __launch_bounds__({self.threads}, 1) {self.kernel_name}(\n'
             "    const __grid_constant__ dgx::TensorMap tmap_a, const __grid_constant__ dgx::TensorMap tmap_b,\n"
             "    const __grid_constant__ dgx::TensorMap tmap_d, const __grid_constant__ dgx::TensorMap tmap_sfa,\n"
-            "    const __grid_constant__ dgx::TensorMap tmap_sfb, const float* sfb, int m, const int* grouped_layout,\n"
-            "    int num_groups, void* d_ptr, long long ld_d, int accumulate, const dgx::TensorMap* group_maps) {\n"
-            f"  dgx::fp8_gemm_nt_body<{args}>(tmap_a, tmap_b, tmap_d, tmap_sfa, tmap_sfb, sfb, m, grouped_layout,\n"
-            "                              num_groups, d_ptr, ld_d, accumulate != 0, group_maps);\n"
+            "    const __grid_constant__ dgx::TensorMap tmap_sfb, const float* sfb, const float* sfa, int sfa_rows,\n"
+            "    int sfa_stride, int m, const int* grouped_layout, int num_groups, void* d_ptr, long long ld_d,\n"
+            "    int accumulate, const dgx::TensorMap* group_maps) {\n"
+            f"  dgx::fp8_gemm_nt_body<{args}>(tmap_a, tmap_b, tmap_d, tmap_sfa, tmap_sfb, sfb, sfa, sfa_rows,\n"
+            "                              sfa_stride, m, grouped_layout, num_groups, d_ptr, ld_d, accumulate != 0,\n"
+            "                              group_maps);\n"
             "}\n"
             f"static_assert(dgx::Fp8GemmTraits<{traits}>::kSmemBytes == {self.smem_bytes},\n"
             '              "dgx.kernels.fp8_gemm.smem_bytes disagrees with the kernel\'s shared-memory layout");\n'
             f"static_assert(dgx::Fp8GemmTraits<{traits}>::kSfbInStage == {'true' if self.b_scales_in_stage else 'false'},\n"
             '              "GemmConfig.b_scales_in_stage (whether tmap_sfb maps the B scales) disagrees with the kernel");\n'
+            f"static_assert(dgx::Fp8GemmTraits<{traits}>::kSfaTimesSfb == {'true' if self.sfa_times_sfb else 'false'},\n"
+            '              "GemmConfig.sfa_times_sfb disagrees with the kernel");\n'
         )
         return jit.KernelSource(
             name=self.kernel_name,
@@ -164,6 +174,16 @@ def d_span_bytes(block_n: int, elem_bytes: int = 2) -> int:
 def b_scales_in_stage(block_m: int, wgrad: bool, defer: bool) -> bool:
     """Whether a config's B scales travel with the stage (GemmConfig.b_scales_in_stage)."""
     return not wgrad and block_m <= 128 and not defer
+
+
+def sfa_times_sfb(block_m: int, block_n: int, k: int, stages: int, wgrad: bool = False) -> bool:
+    """Whether a config's A scales reach the stage already multiplied by the B scale (GemmConfig.sfa_times_sfb):
+    BF16 256x128 tiles that run their k-loop in stage rounds (Fp8GemmTraits::kLeanRounds: a compile-time K with
+    no stage of a tile's last round unused, or one per >= 32 k-blocks)."""
+    if wgrad or block_m != 256 or block_n != 128 or k <= 0:
+        return False
+    k_blocks = -(-k // 128)
+    return k_blocks >= 32 * ((stages - k_blocks % stages) % stages)
 
 
 def smem_bytes(block_m: int, block_n: int, stages: int, wgrad: bool = False, defer: bool = False) -> int:
