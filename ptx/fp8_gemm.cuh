@@ -106,8 +106,9 @@ struct Fp8GemmTraits {
     // warp of the producer warpgroup reads the k-block's A scales from global memory, multiplies them by the
     // tile's B scale and stores the products into the stage's A-scale slot; its 32 lanes' arrivals join the
     // producer's on the full barrier. The math warps' k-block then has no B-scale load and no scale product
-    // (0.6-1% fewer cycles on 4096x7168x16384 than loading the B scale there; PERFLOG exp. 35).
-    static constexpr bool kSfaTimesSfb = kLeanRounds && !kWgrad;
+    // (0.6-1% fewer cycles on 4096x7168x16384 than loading the B scale there, even on 4096x4096x7168). With few
+    // k-blocks per tile it lost (2% on 4096x24576x1536, 12 k-blocks), so it needs 32 (PERFLOG exp. 35).
+    static constexpr bool kSfaTimesSfb = kLeanRounds && !kWgrad && kNumKBlocks >= 32;
     static_assert(!kSfaTimesSfb || kNumStages <= 3, "the producer warpgroup has three idle warps, one per stage");
     static constexpr uint32_t kFullArrivals = kSfaTimesSfb ? 1 + 32 : 1;
     // What TMA lands per stage.

@@ -179,11 +179,11 @@ def b_scales_in_stage(block_m: int, wgrad: bool, defer: bool) -> bool:
 def sfa_times_sfb(block_m: int, block_n: int, k: int, stages: int, wgrad: bool = False) -> bool:
     """Whether a config's A scales reach the stage already multiplied by the B scale (GemmConfig.sfa_times_sfb):
     BF16 256x128 tiles that run their k-loop in stage rounds (Fp8GemmTraits::kLeanRounds: a compile-time K with
-    no stage of a tile's last round unused, or one per >= 32 k-blocks)."""
+    no stage of a tile's last round unused, or one per >= 32 k-blocks) over at least 32 k-blocks."""
     if wgrad or block_m != 256 or block_n != 128 or k <= 0:
         return False
     k_blocks = -(-k // 128)
-    return k_blocks >= 32 * ((stages - k_blocks % stages) % stages)
+    return k_blocks >= 32 and k_blocks >= 32 * ((stages - k_blocks % stages) % stages)
 
 
 def smem_bytes(block_m: int, block_n: int, stages: int, wgrad: bool = False, defer: bool = False) -> int:
