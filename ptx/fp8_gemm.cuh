@@ -59,6 +59,8 @@ struct Fp8GemmTraits {
     static DGX_DEVICE SfbRows sfb_rows(int n_start) {
         return {min(n_start / 128, kNumSfbRows - 1), min((n_start + kBlockN - 1) / 128, kNumSfbRows - 1)};
     }
+    // Index of k-block 0's B scale of 128-column block `row` of group `group` (scales [groups, rows, k-blocks]).
+    static DGX_DEVICE int sfb_index(int group, int row) { return (group * kNumSfbRows + row) * kNumKBlocks; }
     static constexpr int kAccum = kBlockN / 2;  // FP32 accumulators per thread per m64 MMA
     static constexpr int kMathThreads = kNumMathWG * 128;
     static constexpr int kThreads = kMathThreads + 128;
@@ -136,6 +138,10 @@ struct Fp8GemmTraits {
     // 2-CTA clusters share A (pair along N) or B (pair along M): each CTA loads half of the shared tile
     // and multicasts it to both, which halves the L2 reads of that operand.
     static constexpr int kCluster = kPair == kPairNone ? 1 : 2;
+    // A stage is handed back with one arrival per math warp of every CTA that reads its multicast data, or - where
+    // the A-scale warps write the next round's scales with plain stores - one per lane, so that each thread's
+    // reads are ordered before those stores (racecheck reports them otherwise; no slower).
+    static constexpr uint32_t kEmptyArrivals = kNumMathWG * 4 * kCluster * (kSfaTimesSfb ? 32 : 1);
     static constexpr int kHalfRowsA = kPair == kPairN ? kBlockM / 2 : kBlockM;
     static constexpr int kHalfRowsB = kPair == kPairM ? kBlockN / 2 : kBlockN;
     static_assert(kHalfRowsA * 128 % 1024 == 0 && kHalfRowsB * 128 % 1024 == 0,
@@ -203,6 +209,8 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
         // sfb_row0, the rest sfb_row1.
         const auto [sfb_row0, sfb_row1] = T::sfb_rows(n_start);
         const int boundary = (sfb_row0 + 1) * 128 - n_start;
+        // (T::sfb_index's values, grouped as before: written through sfb_index, the M-grouped kernels' SASS
+        // changes, and it was not measured.)
         const float* sfb_group = sfb + tile.group * (T::kNumSfbRows * T::kNumKBlocks);
         const float* sfb0 = sfb_group + sfb_row0 * T::kNumKBlocks;
         const float* sfb1 = sfb_group + sfb_row1 * T::kNumKBlocks;
@@ -226,20 +234,14 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
 #pragma unroll
             for (int i = 0; i < T::kAccum; ++i) result[mm][i] = 0.0f;
 
-        // A stage is handed back with one arrival per warp (per warp of both CTAs of a pair), or - where the A-scale
-        // warps write the next round's scales with plain stores (kSfaTimesSfb) - with every lane's, so that each
-        // thread's reads are ordered before those stores (racecheck reports them otherwise; no slower).
+        // Hands stage s back (T::kEmptyArrivals): lane 0 of each warp, or each lane (kSfaTimesSfb); in a pair on
+        // both CTAs' barriers (lane r on rank r's, or each lane on both).
         auto release = [&](uint32_t s) {
-            if constexpr (T::kSfaTimesSfb) {
+            if constexpr (T::kCluster == 1) {
+                if (T::kSfaTimesSfb || lane == 0) mbarrier_arrive(&empty[s]);
+            } else if constexpr (T::kSfaTimesSfb) {
 #pragma unroll
-                for (uint32_t rank = 0; rank < T::kCluster; ++rank) {
-                    if constexpr (T::kCluster == 1)
-                        mbarrier_arrive(&empty[s]);
-                    else
-                        mbarrier_arrive_cluster(&empty[s], rank);
-                }
-            } else if constexpr (T::kCluster == 1) {
-                if (lane == 0) mbarrier_arrive(&empty[s]);
+                for (uint32_t rank = 0; rank < T::kCluster; ++rank) mbarrier_arrive_cluster(&empty[s], rank);
             } else {
                 if (lane < T::kCluster) mbarrier_arrive_cluster(&empty[s], lane);
             }
@@ -626,8 +628,7 @@ __device__ __forceinline__ void sfa_times_sfb(Scheduler& scheduler, uint32_t sta
     uint32_t phase = 0;
     Tile tile;
     while (scheduler.next_tile(tile)) {
-        const float* sfb_tile =
-            sfb + (tile.group * T::kNumSfbRows + T::sfb_rows(tile.n_block * kBlockN).lo) * T::kNumKBlocks;
+        const float* sfb_tile = sfb + T::sfb_index(tile.group, T::sfb_rows(tile.n_block * kBlockN).lo);
         // This lane's rows: 4 from `first` in each run of 128. 16-byte aligned: the scales' base and row stride
         // are (TMA layout), and tiles start at multiples of 128 rows.
         const int first = tile.sfa_row + static_cast<int>(lane) * 4;
@@ -706,8 +707,7 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const 
         if constexpr (kWgrad || T::kSfbInStage) prefetch_tensor_map(&tmap_sfb);
         for (int s = 0; s < kNumStages; ++s) {
             mbarrier_init(&full[s], T::kFullArrivals);  // the producer's expect-tx arrival (+ A-scale warp lanes)
-            // One arrival per math warp (or thread: kSfaTimesSfb) of every CTA that reads this stage's multicast data.
-            mbarrier_init(&empty[s], T::kNumMathWG * 4 * T::kCluster * (T::kSfaTimesSfb ? 32 : 1));
+            mbarrier_init(&empty[s], T::kEmptyArrivals);
         }
         fence_barrier_init();
     }
@@ -737,7 +737,7 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const 
                 if constexpr (T::kSfbInStage) {
                     const auto [row0, row1] = T::sfb_rows(tile.n_block * kBlockN);
                     const int lead = static_cast<int>(reinterpret_cast<uint64_t>(sfb) % 16 / 4);
-                    sfb_lo = lead + (tile.group * T::kNumSfbRows + row0) * T::kNumKBlocks;
+                    sfb_lo = lead + T::sfb_index(tile.group, row0);
                     sfb_hi_offset = (row1 - row0) * T::kNumKBlocks;
                 }
                 for (int kb = 0; kb < num_kb; ++kb, ++it) {

@@ -183,7 +183,8 @@ def sfa_times_sfb(block_m: int, block_n: int, k: int, stages: int, wgrad: bool =
     if wgrad or block_m != 256 or block_n != 128 or k <= 0:
         return False
     k_blocks = -(-k // 128)
-    return k_blocks >= 32 and k_blocks >= 32 * ((stages - k_blocks % stages) % stages)
+    unused_stages = (stages - k_blocks % stages) % stages
+    return k_blocks >= 32 * max(unused_stages, 1)
 
 
 def smem_bytes(block_m: int, block_n: int, stages: int, wgrad: bool = False, defer: bool = False) -> int:
