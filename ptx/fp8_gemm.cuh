@@ -209,11 +209,8 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
         // sfb_row0, the rest sfb_row1.
         const auto [sfb_row0, sfb_row1] = T::sfb_rows(n_start);
         const int boundary = (sfb_row0 + 1) * 128 - n_start;
-        // (T::sfb_index's values, grouped as before: written through sfb_index, the M-grouped kernels' SASS
-        // changes, and it was not measured.)
-        const float* sfb_group = sfb + tile.group * (T::kNumSfbRows * T::kNumKBlocks);
-        const float* sfb0 = sfb_group + sfb_row0 * T::kNumKBlocks;
-        const float* sfb1 = sfb_group + sfb_row1 * T::kNumKBlocks;
+        const float* sfb0 = sfb + T::sfb_index(tile.group, sfb_row0);
+        const float* sfb1 = sfb + T::sfb_index(tile.group, sfb_row1);
         // B scales in the stage: where k-block 0's scales sit in their boxes (k-block kb's: kb further, mod 4).
         const uint32_t sfb_spot_lo = static_cast<uint32_t>(reinterpret_cast<uint64_t>(sfb0)) / 4;
         const uint32_t sfb_spot_hi = static_cast<uint32_t>(reinterpret_cast<uint64_t>(sfb1)) / 4;
