@@ -257,6 +257,19 @@ class ParamPack:
         self._pointers = (ctypes.c_void_p * len(addresses))(*addresses)
         self.address = ctypes.addressof(self._pointers)
 
+    @classmethod
+    def of_struct(cls, image: bytes) -> "ParamPack":
+        """The single parameter of a kernel that takes one struct (dgx.kernels.interface): `image` is its
+        bytes, copied into 64-byte aligned storage (the alignment of the tensor maps inside it)."""
+        pack = cls.__new__(cls)
+        raw = ctypes.create_string_buffer(len(image) + 64)
+        aligned = (ctypes.addressof(raw) + 63) & ~63
+        ctypes.memmove(aligned, image, len(image))
+        pack._storage = [(raw, aligned)]
+        pack._pointers = (ctypes.c_void_p * 1)(aligned)
+        pack.address = ctypes.addressof(pack._pointers)
+        return pack
+
 
 @dataclass(frozen=True)
 class LaunchShape:
