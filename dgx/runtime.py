@@ -230,6 +230,40 @@ def encode_tensor_map_2d(
     )
 
 
+def encode_tensor_map_3d(
+    dtype: str,
+    address: int,
+    dims: tuple[int, int, int],
+    strides_bytes: tuple[int, int],
+    box: tuple[int, int, int],
+    swizzle: Swizzle = Swizzle.NONE,
+):
+    """A CUtensorMap over a 3-D region: dims (innermost first) with the byte strides of dims 1 and 2, tiles of
+    `box`. Out-of-bounds reads (negative coordinates too) fill zeros."""
+    drv = _driver()
+    for stride in strides_bytes:
+        if stride % 16:
+            raise ValueError(f"TMA needs strides that are multiples of 16 bytes; got {strides_bytes}")
+    if address % 16:
+        raise ValueError(f"TMA needs a 16-byte aligned base address; got 0x{address:x}")
+    return check(
+        drv.cuTensorMapEncodeTiled(
+            getattr(drv.CUtensorMapDataType, _DTYPES[dtype]),
+            3,
+            address,
+            [drv.cuuint64_t(d) for d in dims],
+            [drv.cuuint64_t(s) for s in strides_bytes],
+            [drv.cuuint32_t(b) for b in box],
+            [drv.cuuint32_t(1)] * 3,
+            drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            getattr(drv.CUtensorMapSwizzle, _SWIZZLES[Swizzle(swizzle)]),
+            drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        ),
+        "cuTensorMapEncodeTiled",
+    )
+
+
 class ParamPack:
     """Kernel parameters packed once into C storage, with the void* array cuLaunchKernelEx takes.
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 #: dtype names dgx recognises.
-DTYPES = ("float8_e4m3fn", "bfloat16", "float32", "int32")
-_ITEMSIZE = {"float8_e4m3fn": 1, "bfloat16": 2, "float32": 4, "int32": 4}
+DTYPES = ("float8_e4m3fn", "bfloat16", "float32", "int32", "uint8")
+_ITEMSIZE = {"float8_e4m3fn": 1, "bfloat16": 2, "float32": 4, "int32": 4, "uint8": 1}
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def _torch_dtypes() -> dict[Any, str]:
     if _TORCH_DTYPES is None:
         import torch
 
-        table = {torch.bfloat16: "bfloat16", torch.float32: "float32", torch.int32: "int32"}
+        table = {torch.bfloat16: "bfloat16", torch.float32: "float32", torch.int32: "int32", torch.uint8: "uint8"}
         if hasattr(torch, "float8_e4m3fn"):
             table[torch.float8_e4m3fn] = "float8_e4m3fn"
         _TORCH_DTYPES = table
@@ -104,6 +104,7 @@ _DL_DTYPES = {
     (_DL_BFLOAT, 16): "bfloat16",
     (_DL_FLOAT, 32): "float32",
     (_DL_INT, 32): "int32",
+    (_DL_UINT, 8): "uint8",
 }
 _DL_CUDA, _DL_CUDA_MANAGED = 2, 13
 _DL_DEVICE_NAMES = {1: "cpu", 2: "cuda", 3: "cuda_host", 13: "cuda_managed", 10: "rocm"}

@@ -18,6 +18,15 @@ DGX_DEVICE void tma_load_2d(const TensorMap* map, uint64_t* bar, void* dst, int3
         : "memory");
 }
 
+// 3-D tile load into our own shared memory (e.g. one block of a paged cache: [blocks, rows, bytes]).
+DGX_DEVICE void tma_load_3d(const TensorMap* map, uint64_t* bar, void* dst, int32_t c0, int32_t c1, int32_t c2) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];" ::
+            "r"(smem_addr(dst)),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
+        : "memory");
+}
+
 // 2-D tile load delivered to the same shared-memory offset (data and barrier) in every CTA of `cta_mask`.
 DGX_DEVICE void tma_load_2d_multicast(const TensorMap* map, uint64_t* bar, void* dst, int32_t c0, int32_t c1,
                                       uint16_t cta_mask) {

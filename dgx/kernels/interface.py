@@ -83,12 +83,15 @@ class KernelInterface:
         object.__setattr__(self, "size", -(-offset // align) * align)
 
     def render_struct(self) -> str:
-        """The struct's C++ definition, with its layout checked against :attr:`offsets` at compile time."""
+        """The struct's C++ definition. Members of a standard-layout struct sit in order, each at the next multiple
+        of its alignment, so checking every member type's size and alignment (and the total) at compile time pins
+        the offsets :attr:`offsets` computed. (NVRTC 13.0 has no usable offsetof to check them one by one.)"""
         members = "".join(f"    {p.ctype} {p.name};\n" for p in self.params)
+        types = {p.ctype: p for p in self.params}
         checks = "".join(
-            f'static_assert(__builtin_offsetof({self.struct_name}, {p.name}) == {off}, "{self.struct_name}.{p.name}: '
-            'dgx.kernels.interface places it elsewhere");\n'
-            for p, off in zip(self.params, self.offsets)
+            f"static_assert(sizeof({t}) == {p.size} && alignof({t}) == {p.align}, "
+            f'"{self.struct_name}: dgx.kernels.interface lays out {t} differently");\n'
+            for t, p in types.items()
         )
         return (
             f"struct {self.struct_name} {{\n{members}}};\n{checks}"

@@ -1,0 +1,246 @@
+"""The MQA-logits family (ptx/mqa_logits.cuh): the indexer's logits kernel (prefill and paged decode), the
+kernel that writes -inf outside the windows, and the decode schedule kernel. Configs, rendering, interfaces."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from functools import lru_cache
+
+from .. import jit
+from .interface import TENSOR_MAP, KernelInterface, Param
+from .wgmma_render import render_wgmma_e4m3
+
+SMEM_LIMIT = 232448  # bytes of shared memory one block may use on Hopper (227 KB)
+HEADS = (32, 64)
+HEAD_DIMS = (32, 64, 128)
+PAGED_BLOCK_KV = 64  # tokens per block of the paged cache (the kernel's KV block)
+NEXT_NS = (1, 2)
+SCHEDULE_THREADS = 1024
+CLEAN_THREADS = 256
+
+MQA_INTERFACE = KernelInterface(
+    "MqaLogitsParams",
+    (
+        Param("tmap_q", TENSOR_MAP),  # Q as [tokens * H, D] fp8, boxes of one group's rows
+        Param("tmap_kv", TENSOR_MAP),  # prefill: KV [S_kv, D]; decode: the cache's values [blocks, 64, D]
+        Param("tmap_scales", TENSOR_MAP),  # prefill: [1, S_kv] floats; decode: [blocks, 64] floats in the cache
+        Param("weights", "const float*"),
+        Param("ks", "const int*"),
+        Param("ke", "const int*"),
+        Param("context_lens", "const int*"),
+        Param("block_table", "const int*"),
+        Param("schedule", "const int*"),
+        Param("logits", "void*"),
+        Param("logits_stride", "long long"),
+        Param("table_stride", "long long"),
+        Param("weights_stride", "int"),
+        Param("seq_len", "int"),
+        Param("seq_len_kv", "int"),
+        Param("max_seqlen_k", "int"),
+        Param("batch", "int"),
+        Param("table_width", "int"),
+        Param("context_2d", "int"),
+        Param("max_context_len", "int"),
+    ),
+)
+
+CLEAN_INTERFACE = KernelInterface(
+    "MqaCleanParams",
+    (
+        Param("logits", "void*"),
+        Param("logits_stride", "long long"),
+        Param("ks", "const int*"),
+        Param("ke", "const int*"),
+        Param("lens", "const int*"),
+        Param("seq_len_kv", "int"),
+        Param("width", "int"),
+        Param("context_2d", "int"),
+    ),
+)
+
+SCHEDULE_INTERFACE = KernelInterface(
+    "PagedScheduleParams",
+    (
+        Param("lens", "const int*"),
+        Param("schedule", "int*"),
+        Param("batch", "int"),
+        Param("next_n", "int"),
+        Param("context_2d", "int"),
+        Param("num_ctas", "int"),
+    ),
+)
+
+
+def _flag(v: bool) -> str:
+    return "true" if v else "false"
+
+
+@dataclass(frozen=True)
+class MqaLogitsConfig:
+    """Everything compile-time about one MQA-logits kernel. Sequence lengths and the batch are run-time."""
+
+    heads: int
+    head_dim: int
+    block_q: int  # query tokens per group: prefill 128 / heads (wgmma N = 128), decode next_n
+    kv_stages: int
+    paged: bool = False
+    compressed: bool = False  # prefill only: logits[i, j - ks[i]] in a [S, max_seqlen_k] output
+    bf16: bool = False  # BF16 logits (else FP32)
+    math_wgs: int = 2  # math warpgroups, taking the KV blocks in turns
+    double_acc: bool = True  # two accumulator sets per math warpgroup (the next block's MMAs overlap a block's sums)
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.heads not in HEADS:
+            problems.append(f"heads must be one of {HEADS}")
+        if self.head_dim not in HEAD_DIMS:
+            problems.append(f"head_dim must be one of {HEAD_DIMS}")
+        n = self.block_q * self.heads
+        if self.block_q < 1 or n > 256 or n % 32:
+            problems.append(f"block_q x heads must be a multiple of 32 up to 256 (wgmma N); got {n}")
+        if self.paged and self.block_q not in NEXT_NS:
+            problems.append(f"a paged kernel's block_q is next_n, one of {NEXT_NS}")
+        if self.paged and self.compressed:
+            problems.append("the paged kernel has no compressed form")
+        if not 2 <= self.kv_stages <= 32:
+            problems.append("kv_stages must be in 2..32")
+        if self.math_wgs not in (2, 3):
+            problems.append("math_wgs must be 2 or 3")
+        elif self.kv_stages % self.math_wgs:
+            problems.append("kv_stages must be a multiple of math_wgs (each math warpgroup has its own stages)")
+        # Registers a math thread holds across a block: the accumulator set(s) and its heads' weights; the rest of
+        # the budget (232 with two math warpgroups, 152 with three) goes to addresses and the sums.
+        held = (2 if self.double_acc else 1) * n // 2 + n // 4
+        if held > (200 if self.math_wgs == 2 else 120):
+            problems.append(f"{held} registers of accumulators and weights per thread do not fit {self.math_wgs} math warpgroups")
+        if problems:
+            raise ValueError(f"invalid MQA-logits config {self}: {'; '.join(problems)}")
+        if self.smem_bytes > SMEM_LIMIT:
+            raise ValueError(f"MQA-logits config {self} needs {self.smem_bytes} bytes of shared memory; the limit is {SMEM_LIMIT}")
+
+    @property
+    def n(self) -> int:
+        return self.block_q * self.heads
+
+    @property
+    def threads(self) -> int:
+        return 128 * (self.math_wgs + 1)
+
+    @property
+    def smem_bytes(self) -> int:
+        """ptx/mqa_logits.cuh MqaTraits::kSmemBytes: two Q stages, the KV ring (values and scales), barriers."""
+        return 2 * self.n * self.head_dim + self.kv_stages * (64 * self.head_dim + 256) + 8 * (4 + 2 * self.kv_stages)
+
+    @property
+    def kernel_name(self) -> str:
+        kind = "paged_mqa_logits" if self.paged else "mqa_logits"
+        name = f"dgx_{kind}_h{self.heads}_d{self.head_dim}_q{self.block_q}_s{self.kv_stages}"
+        name += f"_w{self.math_wgs}" + ("" if self.double_acc else "_single")
+        return name + ("_c" if self.compressed else "") + ("_bf16" if self.bf16 else "")
+
+    @property
+    def kind(self) -> str:
+        return "paged_mqa_logits" if self.paged else "mqa_logits"
+
+    def describe(self) -> tuple[tuple[str, str], ...]:
+        return (("family", self.kind),) + tuple((f.name, str(getattr(self, f.name))) for f in fields(self))
+
+    def render(self) -> jit.KernelSource:
+        return _render_logits(self)
+
+
+@lru_cache(maxsize=None)
+def _render_logits(config: MqaLogitsConfig) -> jit.KernelSource:
+    """The kernel source of `self` (rendered once per config)."""
+    traits = (
+        f"dgx::MqaTraits<{config.heads}, {config.head_dim}, {config.block_q}, {config.kv_stages}, {_flag(config.paged)}, "
+        f"{_flag(config.compressed)}, {_flag(config.bf16)}, {config.math_wgs}, {_flag(config.double_acc)}>"
+    )
+    source = (
+        '#include "mqa_logits.cuh"\n'
+        + render_wgmma_e4m3(config.n)
+        + MQA_INTERFACE.render_entry(config.kernel_name, config.threads, f"dgx::mqa_logits_body<{traits}>")
+        + f"static_assert({traits}::kSmemBytes == {config.smem_bytes}, "
+        '"dgx.kernels.mqa_logits smem_bytes disagrees with the kernel");\n'
+        + f"static_assert({traits}::kThreads == {config.threads}, \"thread count\");\n"
+    )
+    shape = {"heads": config.heads, "head_dim": config.head_dim}
+    if config.paged:
+        shape["next_n"] = config.block_q
+    return jit.KernelSource(
+        name=config.kernel_name,
+        source=source,
+        dynamic_smem=config.smem_bytes,
+        summary=config.describe(),
+        warmup_hint="--shapes FILE with " + str({"kind": config.kind, **shape}).replace("'", '"'),
+    )
+
+
+@dataclass(frozen=True)
+class MqaCleanConfig:
+    """The kernel that writes -inf outside the windows (one CTA per row of logits)."""
+
+    paged: bool
+    compressed: bool = False
+    bf16: bool = False
+    next_n: int = 1  # paged: query tokens per sequence
+
+    threads = CLEAN_THREADS
+    smem_bytes = 0
+
+    @property
+    def kernel_name(self) -> str:
+        kind = f"paged_n{self.next_n}" if self.paged else ("compressed" if self.compressed else "full")
+        return f"dgx_mqa_clean_{kind}" + ("_bf16" if self.bf16 else "")
+
+    @lru_cache(maxsize=None)
+    def render(self) -> jit.KernelSource:
+        body = (f"dgx::mqa_clean_body<{_flag(self.paged)}, {_flag(self.compressed)}, {_flag(self.bf16)}, "
+                f"{self.next_n}>")
+        return jit.KernelSource(
+            name=self.kernel_name,
+            source='#include "mqa_logits.cuh"\n' + CLEAN_INTERFACE.render_entry(self.kernel_name, CLEAN_THREADS, body),
+            summary=(("family", "mqa_clean"),) + tuple((f.name, str(getattr(self, f.name))) for f in fields(self)),
+        )
+
+
+@dataclass(frozen=True)
+class PagedScheduleConfig:
+    """The decode schedule kernel (one CTA)."""
+
+    threads = SCHEDULE_THREADS
+    smem_bytes = 0
+
+    @property
+    def kernel_name(self) -> str:
+        return "dgx_paged_mqa_schedule"
+
+    @lru_cache(maxsize=None)
+    def render(self) -> jit.KernelSource:
+        return jit.KernelSource(
+            name=self.kernel_name,
+            source='#include "mqa_logits.cuh"\n'
+            + SCHEDULE_INTERFACE.render_entry(self.kernel_name, SCHEDULE_THREADS,
+                                              f"dgx::paged_schedule_body<{SCHEDULE_THREADS}>"),
+            summary=(("family", "paged_mqa_schedule"),),
+        )
+
+
+def prefill_config(heads: int, head_dim: int, compressed: bool, bf16: bool) -> MqaLogitsConfig:
+    """The prefill kernel for (H, D): groups of 128 / H query tokens (wgmma N = 128), three math warpgroups with
+    one accumulator set each (faster than two with two sets: PERFLOG, MQA logits), five KV stages each."""
+    return MqaLogitsConfig(heads, head_dim, 128 // heads, _stages(128, head_dim, 3), False, compressed, bf16,
+                           math_wgs=3, double_acc=False)
+
+
+def paged_config(heads: int, head_dim: int, next_n: int, bf16: bool) -> MqaLogitsConfig:
+    """The decode kernel: memory-bound, so a deep KV ring keeps enough bytes in flight per SM."""
+    return MqaLogitsConfig(heads, head_dim, next_n, _stages(next_n * heads, head_dim, 2), True, False, bf16)
+
+
+def _stages(n: int, head_dim: int, math_wgs: int, most: int = 16) -> int:
+    """KV stages for a tile of N = n: as many as shared memory holds up to `most`, a multiple of `math_wgs`."""
+    fixed = 2 * n * head_dim + 8 * 4
+    per_stage = 64 * head_dim + 256 + 16
+    stages = min(most, (SMEM_LIMIT - fixed) // per_stage)
+    return max(math_wgs, stages - stages % math_wgs)

@@ -1,0 +1,342 @@
+"""The FP8 MQA logits of the DeepSeek-V3.2 indexer: prefill (contiguous KV) and decode (paged KV cache).
+
+    logits[i, j] = sum_h weights[i, h] * relu(scale[j] * (q[i, h, :] . kv[j, :]))
+
+for the key tokens j that query token i may see. Names, arguments and layouts follow DeepGEMM's
+``fp8_mqa_logits`` / ``get_paged_mqa_logits_metadata`` / ``fp8_paged_mqa_logits``, so a caller switches by
+changing the import. Outputs are allocated with torch unless ``out=`` gives one (any DLPack tensor).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from . import jit, runtime
+from .checks import ceil_div, expect_contiguous, expect_dtype, expect_ndim, expect_shape, views_on_one_device
+from .device import get_num_sms
+from .kernels.mqa_logits import (
+    CLEAN_INTERFACE,
+    HEAD_DIMS,
+    HEADS,
+    MQA_INTERFACE,
+    NEXT_NS,
+    PAGED_BLOCK_KV,
+    SCHEDULE_INTERFACE,
+    MqaCleanConfig,
+    MqaLogitsConfig,
+    PagedScheduleConfig,
+    paged_config,
+    prefill_config,
+)
+from .runtime import Swizzle
+from .streams import resolve_stream
+from .tensors import TensorView, as_view
+
+INT32_LIMIT = 2**31 - 1
+
+
+_launchers: dict[tuple, runtime.Launcher] = {}
+
+
+def _launcher(config, device: int, grid: int) -> runtime.Launcher:
+    """The loaded kernel of `config` (an MQA-family config: render(), threads, smem_bytes) with `grid` CTAs."""
+    key = (config, device, grid)
+    launcher = _launchers.get(key)
+    if launcher is None:
+        kernel = jit.get_kernel(config.render(), device)
+        shape = runtime.LaunchShape((grid, 1, 1), (config.threads, 1, 1), (1, 1, 1), config.smem_bytes)
+        launcher = runtime.Launcher(kernel, shape)
+        if len(_launchers) >= 1024:
+            _launchers.clear()
+        _launchers[key] = launcher
+    return launcher
+
+
+def _logits_dtype(logits_dtype) -> str:
+    """'float32' or 'bfloat16' from a torch dtype, a string or None (float32)."""
+    if logits_dtype is None:
+        return "float32"
+    name = str(logits_dtype).removeprefix("torch.")
+    if name not in ("float32", "bfloat16"):
+        raise ValueError(f"logits_dtype: expected torch.float32 or torch.bfloat16; got {logits_dtype!r}")
+    return name
+
+
+def _output(out, shape: tuple[int, int], dtype: str, device: int, name: str = "out"):
+    """`out` checked (shape, dtype, device, rows contiguous), or a new torch tensor; and its view."""
+    if out is None:
+        torch = sys.modules.get("torch")
+        if torch is None:
+            raise ValueError(f"{name}: pass an output tensor (torch is not loaded, so dgx cannot allocate one)")
+        out = torch.empty(shape, dtype=getattr(torch, dtype), device=f"cuda:{device}")
+    ov = as_view(out, name)
+    if ov.device_kind != "cuda" or ov.device != device:
+        raise ValueError(f"{name}: expected a tensor on cuda:{device}; got {ov.device_kind}:{ov.device}")
+    expect_dtype(ov, name, dtype)
+    expect_shape(ov, name, shape)
+    if shape[1] > 1 and ov.strides[1] != 1:
+        raise ValueError(f"{name}: expected contiguous rows (last stride 1); got strides {ov.strides}")
+    if shape[0] > 1 and ov.strides[0] < shape[1]:
+        raise ValueError(f"{name}: rows overlap (row stride {ov.strides[0]} < {shape[1]})")
+    return out, ov
+
+
+def _expect_int(value, name: str, low: int, high: int = INT32_LIMIT) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{name}: expected an int in [{low}, {high}]; got {value!r}")
+    return value
+
+
+def _expect_aligned(v: TensorView, name: str, align: int = 16) -> None:
+    if v.ptr % align:
+        raise ValueError(f"{name}: expected a {align}-byte aligned base address; got 0x{v.ptr:x}")
+
+
+def _q_tensor(q):
+    """q, or the q of a (q, None) pair (DeepGEMM passes Q with an optional scale that FP8 Q never has)."""
+    if isinstance(q, (tuple, list)):
+        if len(q) != 2 or q[1] is not None:
+            raise ValueError("q: expected a tensor or a (tensor, None) pair (per-token Q scales are not supported)")
+        return q[0]
+    return q
+
+
+def _check_q(qv: TensorView, name: str = "q") -> tuple[int, int]:
+    """The (H, D) of an FP8 Q whose last two dims are [H, D], contiguous, 16-byte aligned."""
+    expect_dtype(qv, name, "float8_e4m3fn")
+    expect_contiguous(qv, name)
+    _expect_aligned(qv, name)
+    heads, dim = qv.shape[-2], qv.shape[-1]
+    if heads not in HEADS:
+        raise ValueError(f"{name}: expected {' or '.join(map(str, HEADS))} heads (dim -2); got {heads}")
+    if dim not in HEAD_DIMS:
+        raise ValueError(f"{name}: expected a head dim of {', '.join(map(str, HEAD_DIMS))} (dim -1); got {dim}")
+    return heads, dim
+
+
+def _check_weights(wv: TensorView, rows: int, heads: int) -> int:
+    """The row stride of FP32 weights [rows, H] with contiguous rows."""
+    expect_dtype(wv, "weights", "float32")
+    expect_shape(wv, "weights", (rows, heads))
+    if wv.strides[1] != 1 or (rows > 1 and wv.strides[0] < heads):
+        raise ValueError(f"weights: expected contiguous rows of {heads} floats; got strides {wv.strides}")
+    _expect_aligned(wv, "weights", 4)
+    if rows * max(wv.strides[0], heads) > INT32_LIMIT:
+        raise ValueError(f"weights: expected fewer than 2**31 elements; got shape {wv.shape}")
+    return wv.strides[0]
+
+
+def _swizzle(dim: int) -> Swizzle:
+    return {32: Swizzle.B32, 64: Swizzle.B64, 128: Swizzle.B128}[dim]
+
+
+def fp8_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits: bool = True,
+                   max_seqlen_k: int = 0, logits_dtype=None, *, out=None, stream=None,
+                   config: MqaLogitsConfig | None = None):
+    """The indexer's logits for a prefill: `logits[i, j]` for query token i and key token j.
+
+    Args:
+        q: float8_e4m3fn [S, H, D] (or the pair (q, None)), contiguous; H in (32, 64), D in (32, 64, 128).
+        kv: (kv, scales): float8_e4m3fn [S_kv, D] with 16-byte aligned rows, and float32 [S_kv] (one positive
+            scale per key token), contiguous and 16-byte aligned.
+        weights: float32 [S, H], contiguous rows.
+        cu_seq_len_k_start, cu_seq_len_k_end: int32 [S]: query i sees keys ks[i] <= j < ke[i]. Both are clamped
+            to [0, S_kv]; ks >= ke is an empty window.
+        clean_logits: write -inf where a query sees no key (else those entries are left as they were).
+        max_seqlen_k: 0 for the full form [S, S_kv]; > 0 for the compressed form [S, max_seqlen_k] holding
+            logits[i, j - ks[i]] (keys past ks[i] + max_seqlen_k are not written).
+        logits_dtype: torch.float32 (default) or torch.bfloat16.
+        out: the output tensor (default: a new torch tensor).
+        stream: the stream to launch on (default: torch's current stream).
+        config: an MqaLogitsConfig to use instead of the default (tuning and tests).
+
+    Returns the logits tensor. Raises TypeError/ValueError naming the argument before anything is launched.
+    """
+    dtype = _logits_dtype(logits_dtype)
+    if not isinstance(kv, (tuple, list)) or len(kv) != 2:
+        raise TypeError(f"kv: expected a (kv, scales) pair; got {type(kv).__name__}")
+    qv, kvv, sv, wv, ksv, kev = views_on_one_device(
+        ((_q_tensor(q), "q"), (kv[0], "kv"), (kv[1], "kv scales"), (weights, "weights"),
+         (cu_seq_len_k_start, "cu_seq_len_k_start"), (cu_seq_len_k_end, "cu_seq_len_k_end"))
+    )
+    expect_ndim(qv, "q", 3)
+    heads, dim = _check_q(qv)
+    seq_len = qv.shape[0]
+    expect_ndim(kvv, "kv", 2)
+    expect_dtype(kvv, "kv", "float8_e4m3fn")
+    seq_len_kv = kvv.shape[0]
+    expect_shape(kvv, "kv", (seq_len_kv, dim))
+    if dim > 1 and kvv.strides[1] != 1 or (seq_len_kv > 1 and (kvv.strides[0] < dim or kvv.strides[0] % 16)):
+        raise ValueError(f"kv: expected contiguous rows with a row stride that is a multiple of 16 bytes; got strides {kvv.strides}")
+    _expect_aligned(kvv, "kv")
+    expect_dtype(sv, "kv scales", "float32")
+    expect_shape(sv, "kv scales", (seq_len_kv,))
+    expect_contiguous(sv, "kv scales")
+    _expect_aligned(sv, "kv scales")
+    weights_stride = _check_weights(wv, seq_len, heads)
+    for v, name in ((ksv, "cu_seq_len_k_start"), (kev, "cu_seq_len_k_end")):
+        expect_dtype(v, name, "int32")
+        expect_shape(v, name, (seq_len,))
+        expect_contiguous(v, name)
+        _expect_aligned(v, name, 4)
+    _expect_int(max_seqlen_k, "max_seqlen_k", 0)
+    if seq_len * heads > INT32_LIMIT or seq_len_kv > INT32_LIMIT - 64:
+        raise ValueError(f"q, kv: expected S x H and S_kv below 2**31; got S={seq_len}, H={heads}, S_kv={seq_len_kv}")
+    compressed = max_seqlen_k > 0
+    width = max_seqlen_k if compressed else seq_len_kv
+    device = qv.device
+    out, ov = _output(out, (seq_len, width), dtype, device)
+    if seq_len == 0 or width == 0:
+        return out
+    launch_stream = resolve_stream(stream, device)
+    bf16 = dtype == "bfloat16"
+    if clean_logits:
+        _launcher(MqaCleanConfig(False, compressed, bf16), device, seq_len).launch(launch_stream, CLEAN_INTERFACE.pack(
+            logits=ov.ptr, logits_stride=ov.strides[0], ks=ksv.ptr, ke=kev.ptr, lens=0, seq_len_kv=seq_len_kv,
+            width=width, context_2d=0))
+    if seq_len_kv == 0:
+        return out
+    if config is None:
+        config = prefill_config(heads, dim, compressed, bf16)
+    elif (config.heads, config.head_dim, config.paged, config.compressed, config.bf16) != (heads, dim, False, compressed, bf16):
+        raise ValueError(f"config {config} does not fit a prefill with H={heads}, D={dim}, compressed={compressed}, "
+                         f"{dtype} logits")
+    grid = min(ceil_div(seq_len, config.block_q), get_num_sms(device))
+    launcher = _launcher(config, device, grid)
+    tmap_q = runtime.encode_tensor_map_2d("uint8", qv.ptr, dim, seq_len * heads, dim, dim, config.n, _swizzle(dim))
+    tmap_kv = runtime.encode_tensor_map_2d("uint8", kvv.ptr, dim, seq_len_kv, kvv.strides[0], dim, 64, _swizzle(dim))
+    row_bytes = ceil_div(seq_len_kv * 4, 16) * 16
+    tmap_scales = runtime.encode_tensor_map_2d("float32", sv.ptr, seq_len_kv, 1, row_bytes, 64, 1)
+    launcher.launch(launch_stream, MQA_INTERFACE.pack(
+        tmap_q=tmap_q, tmap_kv=tmap_kv, tmap_scales=tmap_scales, weights=wv.ptr, ks=ksv.ptr, ke=kev.ptr,
+        context_lens=0, block_table=0, schedule=0, logits=ov.ptr, logits_stride=ov.strides[0], table_stride=0,
+        weights_stride=weights_stride, seq_len=seq_len, seq_len_kv=seq_len_kv, max_seqlen_k=max_seqlen_k, batch=0,
+        table_width=0, context_2d=0, max_context_len=0))
+    return out
+
+
+def _check_context_lens(cv: TensorView) -> tuple[int, int | None]:
+    """(B, next_n or None) of int32 context lengths [B] or [B, next_n]."""
+    expect_dtype(cv, "context_lens", "int32")
+    if cv.ndim not in (1, 2):
+        raise ValueError(f"context_lens: expected [B] or [B, next_n]; got shape {cv.shape}")
+    expect_contiguous(cv, "context_lens")
+    _expect_aligned(cv, "context_lens", 4)
+    return cv.shape[0], (cv.shape[1] if cv.ndim == 2 else None)
+
+
+def get_paged_mqa_logits_metadata(context_lens, block_kv: int, num_sms: int, *, out=None, stream=None):
+    """The decode schedule fp8_paged_mqa_logits reads: every sequence's KV blocks split evenly over `num_sms`
+    CTAs, computed on the GPU (so it can be captured in a CUDA graph and follows new context lengths).
+
+    Args:
+        context_lens: int32 [B] or [B, next_n] on the GPU (as passed to fp8_paged_mqa_logits).
+        block_kv: tokens per cache block; 64.
+        num_sms: CTAs to split over (usually the device's SM count).
+
+    Returns int32 [num_sms + 1, 2]: row c is the (sequence, block) where CTA c starts.
+    """
+    if block_kv != PAGED_BLOCK_KV:
+        raise ValueError(f"block_kv: expected {PAGED_BLOCK_KV}; got {block_kv!r}")
+    _expect_int(num_sms, "num_sms", 1, 1 << 16)
+    (cv,) = views_on_one_device(((context_lens, "context_lens"),))
+    batch, next_n = _check_context_lens(cv)
+    device = cv.device
+    out, ov = _output(out, (num_sms + 1, 2), "int32", device)
+    if ov.strides != (2, 1):
+        raise ValueError(f"out: expected a contiguous [num_sms + 1, 2] tensor; got strides {ov.strides}")
+    _launcher(PagedScheduleConfig(), device, 1).launch(resolve_stream(stream, device), SCHEDULE_INTERFACE.pack(
+        lens=cv.ptr, schedule=ov.ptr, batch=batch, next_n=next_n or 1, context_2d=int(next_n is not None),
+        num_ctas=num_sms))
+    return out
+
+
+def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len: int,
+                         clean_logits: bool = False, logits_dtype=None, *, out=None, stream=None,
+                         config: MqaLogitsConfig | None = None):
+    """The indexer's logits for a decode step over a paged FP8 KV cache.
+
+    Args:
+        q: float8_e4m3fn [B, next_n, H, D], contiguous; next_n in (1, 2), H in (32, 64), D in (32, 64, 128).
+        kv_cache: uint8 [num_blocks, 64, 1, D + 4], contiguous: each block holds its 64 x D FP8 values, then its
+            64 float32 scales.
+        weights: float32 [B * next_n, H], contiguous rows.
+        context_lens: int32 [B] (query t of sequence b sees keys j <= context_lens[b] - next_n + t) or
+            [B, next_n] (query t sees keys j < context_lens[b, t]).
+        block_table: int32 [B, max_blocks]: the cache block of each 64 tokens. Ids outside [0, num_blocks) read as
+            zeros (their tokens' logits are 0); tokens past the table's width are not visited.
+        schedule_meta: int32 [num_sms + 1, 2] from get_paged_mqa_logits_metadata(context_lens, 64, num_sms).
+        max_context_len: the output's width.
+        clean_logits: write -inf at every position a query may not see (else only inside the blocks visited, as
+            DeepGEMM does; positions past them are left as they were).
+        logits_dtype: torch.float32 (default) or torch.bfloat16.
+
+    Returns logits [B * next_n, max_context_len].
+    """
+    dtype = _logits_dtype(logits_dtype)
+    qv, cachev, wv, cv, tv, sv = views_on_one_device(
+        ((_q_tensor(q), "q"), (kv_cache, "kv_cache"), (weights, "weights"), (context_lens, "context_lens"),
+         (block_table, "block_table"), (schedule_meta, "schedule_meta"))
+    )
+    expect_ndim(qv, "q", 4)
+    heads, dim = _check_q(qv)
+    batch, next_n = qv.shape[0], qv.shape[1]
+    if next_n not in NEXT_NS:
+        raise ValueError(f"q: expected next_n (dim 1) in {NEXT_NS}; got {next_n}")
+    expect_ndim(cachev, "kv_cache", 4)
+    expect_dtype(cachev, "kv_cache", "uint8")
+    num_blocks = cachev.shape[0]
+    expect_shape(cachev, "kv_cache", (num_blocks, PAGED_BLOCK_KV, 1, dim + 4))
+    expect_contiguous(cachev, "kv_cache")
+    _expect_aligned(cachev, "kv_cache")
+    weights_stride = _check_weights(wv, batch * next_n, heads)
+    lens_batch, lens_next_n = _check_context_lens(cv)
+    if lens_batch != batch or lens_next_n not in (None, next_n):
+        raise ValueError(f"context_lens: expected shape ({batch},) or ({batch}, {next_n}); got {cv.shape}")
+    expect_dtype(tv, "block_table", "int32")
+    expect_ndim(tv, "block_table", 2)
+    if tv.shape[0] != batch:
+        raise ValueError(f"block_table: expected {batch} rows (one per sequence); got shape {tv.shape}")
+    if tv.shape[1] > 1 and tv.strides[1] != 1:
+        raise ValueError(f"block_table: expected contiguous rows; got strides {tv.strides}")
+    _expect_aligned(tv, "block_table", 4)
+    expect_dtype(sv, "schedule_meta", "int32")
+    expect_ndim(sv, "schedule_meta", 2)
+    if sv.shape[0] < 2 or sv.shape[1] != 2:
+        raise ValueError(f"schedule_meta: expected [num_sms + 1, 2] from get_paged_mqa_logits_metadata; got {sv.shape}")
+    expect_contiguous(sv, "schedule_meta")
+    _expect_int(max_context_len, "max_context_len", 0)
+    if batch * next_n * heads > INT32_LIMIT or num_blocks > INT32_LIMIT or tv.shape[1] * PAGED_BLOCK_KV > INT32_LIMIT:
+        raise ValueError(f"q, kv_cache, block_table: sizes must stay below 2**31 (B={batch}, blocks={num_blocks})")
+    device = qv.device
+    rows = batch * next_n
+    out, ov = _output(out, (rows, max_context_len), dtype, device)
+    if rows == 0 or max_context_len == 0:
+        return out
+    launch_stream = resolve_stream(stream, device)
+    bf16 = dtype == "bfloat16"
+    if clean_logits:
+        _launcher(MqaCleanConfig(True, False, bf16, next_n), device, rows).launch(launch_stream, CLEAN_INTERFACE.pack(
+            logits=ov.ptr, logits_stride=ov.strides[0], ks=0, ke=0, lens=cv.ptr, seq_len_kv=0,
+            width=max_context_len, context_2d=int(lens_next_n is not None)))
+    if num_blocks == 0 or tv.shape[1] == 0:
+        return out
+    if config is None:
+        config = paged_config(heads, dim, next_n, bf16)
+    elif (config.heads, config.head_dim, config.paged, config.block_q, config.bf16) != (heads, dim, True, next_n, bf16):
+        raise ValueError(f"config {config} does not fit a decode with H={heads}, D={dim}, next_n={next_n}, "
+                         f"{dtype} logits")
+    launcher = _launcher(config, device, sv.shape[0] - 1)
+    block_bytes = PAGED_BLOCK_KV * (dim + 4)
+    tmap_q = runtime.encode_tensor_map_2d("uint8", qv.ptr, dim, rows * heads, dim, dim, config.n, _swizzle(dim))
+    tmap_kv = runtime.encode_tensor_map_3d("uint8", cachev.ptr, (dim, PAGED_BLOCK_KV, num_blocks), (dim, block_bytes),
+                                           (dim, PAGED_BLOCK_KV, 1), _swizzle(dim))
+    tmap_scales = runtime.encode_tensor_map_2d("float32", cachev.ptr + PAGED_BLOCK_KV * dim, PAGED_BLOCK_KV, num_blocks,
+                                               block_bytes, PAGED_BLOCK_KV, 1)
+    launcher.launch(launch_stream, MQA_INTERFACE.pack(
+        tmap_q=tmap_q, tmap_kv=tmap_kv, tmap_scales=tmap_scales, weights=wv.ptr, ks=0, ke=0, context_lens=cv.ptr,
+        block_table=tv.ptr, schedule=sv.ptr, logits=ov.ptr, logits_stride=ov.strides[0],
+        table_stride=tv.strides[0], weights_stride=weights_stride, seq_len=0, seq_len_kv=0, max_seqlen_k=0,
+        batch=batch, table_width=tv.shape[1], context_2d=int(lens_next_n is not None),
+        max_context_len=max_context_len))
+    return out

@@ -1,0 +1,602 @@
+// FP8 MQA logits of the DeepSeek-V3.2 indexer, prefill (contiguous KV) and decode (paged KV):
+//   logits[q, j] = scale[j] * sum_h weights[q, h] * relu(Q[q, h, :] . KV[j, :])
+// (scale[j] > 0, so applying it after the ReLU and the head sum is the same function with one multiply per
+// logit instead of one per head.)
+//
+// One CTA: a producer warpgroup (one thread issues TMA) and two math warpgroups. Work comes in groups: a group
+// is a block of kBlockQ query tokens (prefill: consecutive tokens; decode: the next_n tokens of one sequence)
+// and a run of 64-token KV blocks. The group's Q tile [kBlockQ * H, D] is the wgmma B operand (N = kBlockQ * H),
+// each KV block [64, D] the A operand (M = 64), so one m64nNk32 chain gives 64 tokens x (queries x heads) in
+// registers. The math warpgroups take a group's KV blocks in turns (even / odd), and each keeps two accumulator
+// sets, so the ReLU-weight-sum of one block (FP32 cores) runs while the tensor cores work on the next block of
+// the same warpgroup and on the other warpgroup's block.
+#pragma once
+#include "common.cuh"
+#include "mbarrier.cuh"
+#include "tma.cuh"
+#include "wgmma.cuh"
+
+namespace dgx {
+
+// Descriptor of a K-major tile whose rows are kRowBytes (32, 64 or 128) long, swizzled at that width, as TMA
+// writes it with the matching CU_TENSOR_MAP_SWIZZLE_*: PTX ISA "Matrix Descriptor Format" (stride byte offset
+// = 8 rows; layout type 1 = 128B, 2 = 64B, 3 = 32B). The tile must be aligned to 8 rows (base offset 0).
+template <int kRowBytes>
+DGX_DEVICE uint64_t make_smem_desc_kmajor(const void* tile) {
+    static_assert(kRowBytes == 32 || kRowBytes == 64 || kRowBytes == 128, "rows of 32, 64 or 128 bytes");
+    constexpr uint64_t kLayout = kRowBytes == 128 ? 1 : (kRowBytes == 64 ? 2 : 3);
+    uint64_t desc = (static_cast<uint64_t>(smem_addr(tile)) & 0x3FFFFull) >> 4;
+    desc |= 1ull << 16;
+    desc |= static_cast<uint64_t>(8 * kRowBytes >> 4) << 32;
+    desc |= kLayout << 62;
+    return desc;
+}
+
+DGX_DEVICE void st_global_f32(void* ptr, float v) {
+    asm volatile("st.global.f32 [%0], %1;" ::"l"(ptr), "f"(v) : "memory");
+}
+
+DGX_DEVICE void st_global_bf16(void* ptr, float v) {
+    uint16_t h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    asm volatile("st.global.b16 [%0], %1;" ::"l"(ptr), "h"(h) : "memory");
+}
+
+template <bool kBf16>
+DGX_DEVICE void store_logit(void* base, int64_t index, float v) {
+    if constexpr (kBf16)
+        st_global_bf16(static_cast<uint16_t*>(base) + index, v);
+    else
+        st_global_f32(static_cast<float*>(base) + index, v);
+}
+
+DGX_DEVICE int clamp_int(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
+
+// a[i] for a run-time i, by selects: indexing a register array at run time would move it to local memory.
+template <int kN>
+DGX_DEVICE int select_int(const int (&a)[kN], int i) {
+    int v = a[0];
+#pragma unroll
+    for (int j = 1; j < kN; ++j) v = i == j ? a[j] : v;
+    return v;
+}
+
+template <int kH, int kD, int kQ, int kStages, bool kIsPaged, bool kIsCompressed, bool kIsBf16, int kMathWgs,
+          bool kDoubleAccum>
+struct MqaTraits {
+    static constexpr int kHeads = kH;
+    static constexpr int kHeadDim = kD;
+    static constexpr int kBlockQ = kQ;  // query tokens per group (decode: next_n)
+    static constexpr int kNumKvStages = kStages;
+    static constexpr bool kPaged = kIsPaged;
+    static constexpr bool kCompressed = kIsCompressed;
+    static constexpr bool kBf16 = kIsBf16;
+    static_assert(kHeads == 32 || kHeads == 64, "H must be 32 or 64");
+    static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128, "D must be 32, 64 or 128");
+    static_assert(!(kPaged && kCompressed), "the paged kernel writes full rows");
+    static constexpr int kN = kBlockQ * kHeads;  // wgmma N: every head of every query of the group
+    static_assert(kN % 32 == 0 && kN <= 256, "wgmma N is at most 256");
+    static constexpr int kBlockKv = 64;  // KV tokens per block: one wgmma M
+    // Math warpgroups take a group's KV blocks in turns. Two of them fit two accumulator sets each (a block's
+    // ReLU-weight-sum overlaps the same warpgroup's next MMAs); three fit one set each.
+    static constexpr int kMathWarpgroups = kMathWgs;
+    static constexpr bool kDoubleAcc = kDoubleAccum;
+    static_assert(kMathWarpgroups == 2 || kMathWarpgroups == 3, "two or three math warpgroups");
+    static constexpr int kMathThreads = 128 * kMathWarpgroups;
+    static constexpr int kThreads = kMathThreads + 128;
+    static constexpr int kNumQStages = 2;
+    // Each math warpgroup has its own run of KV stages, consumed in order: with one ring shared in turns, a
+    // warpgroup could wait on a stage whose last completed phase had the parity it wanted but belonged to a block
+    // 2 x kNumKvStages earlier (it faulted on the device under load).
+    static constexpr int kStagesPerWg = kNumKvStages / kMathWgs;
+    static_assert(kNumKvStages % kMathWgs == 0, "the KV stages split evenly over the math warpgroups");
+    static constexpr int kSmemQ = kN * kHeadDim;
+    static constexpr int kSmemKv = kBlockKv * kHeadDim;
+    static constexpr int kSmemScales = kBlockKv * 4;
+    static_assert(kSmemQ % 1024 == 0 && kSmemKv % 1024 == 0, "swizzled tiles stay 1024-byte aligned");
+    static constexpr int kNumBarriers = 2 * kNumQStages + 2 * kNumKvStages;
+    static constexpr int kSmemBytes =
+        kNumQStages * kSmemQ + kNumKvStages * (kSmemKv + kSmemScales) + 8 * kNumBarriers;
+    static constexpr int kAccum = kN / 2;                 // accumulator floats per thread
+    static constexpr int kColGroupsPerQuery = kHeads / 8;  // 8-column groups of one query in the accumulator
+    static constexpr int kWeightsPerQuery = kHeads / 4;    // heads a thread holds per query per row
+    static constexpr int kValues = 2 * kBlockQ;            // partial logits per thread: 2 rows x the queries
+    static constexpr int kFinal = kValues >= 4 ? kValues / 4 : 1;  // logits per thread after the quad reduction
+    // setmaxnreg budgets: (math x warpgroups + producer) x 128 threads within the 64K registers of an SM. The
+    // producer keeps 40: with 32 (three math warpgroups) and 24 (four) the decode and prefill kernels faulted or
+    // hung on the device (PERFLOG, MQA logits).
+    static constexpr int kProducerRegs = 40;
+    static constexpr int kMathRegs = kMathWarpgroups == 2 ? 232 : 152;
+    static_assert((kMathRegs * kMathWarpgroups + kProducerRegs) * 128 <= 65536, "register file");
+};
+
+// One group of work: the Q tile's first row in the [tokens * H, D] view of Q, the first query token, and the
+// KV blocks to visit.
+struct MqaGroup {
+    int q_row;     // first row of the Q tile
+    int q_token;   // prefill: first query token; decode: first row of weights / logits (b * next_n)
+    int seq;       // decode: the sequence
+    int kv_begin;  // prefill: first KV token; decode: first block index in the sequence's block table
+    int num_blocks;
+};
+
+// Prefill groups: blocks of kBlockQ query tokens, handed out zig-zag over the CTAs (round r goes forwards when
+// even, backwards when odd), so causal windows, whose length grows with the token, even out per CTA. A group
+// covers the union of its tokens' windows; tokens past the sequence are ignored.
+template <typename T, typename Params, typename F>
+DGX_DEVICE void for_each_prefill_group(const Params& p, F&& f) {
+    const int num_q_blocks = ceil_div(p.seq_len, T::kBlockQ);
+    for (int round = 0;; ++round) {
+        const int offset = (round & 1) ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
+        const int qb = round * static_cast<int>(gridDim.x) + offset;
+        if (qb >= num_q_blocks) break;
+        int lo = p.seq_len_kv, hi = 0;
+#pragma unroll
+        for (int i = 0; i < T::kBlockQ; ++i) {
+            const int q = qb * T::kBlockQ + i;
+            if (q < p.seq_len) {
+                const int s = clamp_int(ld_global_nc_s32(p.ks + q), 0, p.seq_len_kv);
+                const int e = clamp_int(ld_global_nc_s32(p.ke + q), 0, p.seq_len_kv);
+                if (s < e) {
+                    lo = s < lo ? s : lo;
+                    hi = e > hi ? e : hi;
+                }
+            }
+        }
+        // The scale map's box must start on 16 bytes (a TMA rule for the inner coordinate): the group starts on a
+        // multiple of 4 tokens; the tokens before the window are computed and not stored.
+        lo &= ~3;
+        if (hi > lo) f(MqaGroup{qb * T::kBlockQ * T::kHeads, qb * T::kBlockQ, 0, lo, ceil_div(hi - lo, 64)});
+    }
+}
+
+// KV blocks a decode sequence needs: up to its longest query's context, and no further than its block table.
+template <typename T, typename Params>
+DGX_DEVICE int paged_blocks_of(const Params& p, int b) {
+    int ctx;
+    if (p.context_2d) {
+        ctx = 0;
+#pragma unroll
+        for (int t = 0; t < T::kBlockQ; ++t) {
+            const int c = ld_global_nc_s32(p.context_lens + b * T::kBlockQ + t);
+            ctx = c > ctx ? c : ctx;
+        }
+    } else {
+        ctx = ld_global_nc_s32(p.context_lens + b);
+    }
+    const int blocks = ceil_div(ctx > 0 ? ctx : 0, 64);
+    return blocks < p.table_width ? blocks : p.table_width;
+}
+
+// Decode groups: this CTA's run of (sequence, block) pairs, from schedule[blockIdx.x] up to schedule[blockIdx.x + 1]
+// (dgx.get_paged_mqa_logits_metadata splits all sequences' blocks evenly over the CTAs). Bounded by the batch and
+// by each sequence's own block count, so a stale or foreign schedule can cost balance but never reach past them.
+template <typename T, typename Params, typename F>
+DGX_DEVICE void for_each_paged_group(const Params& p, F&& f) {
+    const int b0 = ld_global_nc_s32(p.schedule + 2 * blockIdx.x), k0 = ld_global_nc_s32(p.schedule + 2 * blockIdx.x + 1);
+    const int b1 = ld_global_nc_s32(p.schedule + 2 * blockIdx.x + 2), k1 = ld_global_nc_s32(p.schedule + 2 * blockIdx.x + 3);
+    for (int b = b0 < 0 ? 0 : b0; b < p.batch && b <= b1; ++b) {
+        const int blocks = paged_blocks_of<T>(p, b);
+        const int begin = b == b0 ? (k0 > 0 ? k0 : 0) : 0;
+        const int end = b == b1 ? (k1 < blocks ? k1 : blocks) : blocks;
+        if (begin < end) f(MqaGroup{b * T::kBlockQ * T::kHeads, b * T::kBlockQ, b, begin, end - begin});
+    }
+}
+
+template <typename T, typename Params, typename F>
+DGX_DEVICE void for_each_group(const Params& p, F&& f) {
+    if constexpr (T::kPaged)
+        for_each_paged_group<T>(p, f);
+    else
+        for_each_prefill_group<T>(p, f);
+}
+
+// Shared memory and barriers of one CTA.
+template <typename T>
+struct MqaSmem {
+    uint8_t* q;
+    uint8_t* kv;
+    float* scales;
+    uint64_t* q_full;
+    uint64_t* q_empty;
+    uint64_t* kv_full;
+    uint64_t* kv_empty;
+
+    DGX_DEVICE explicit MqaSmem(uint8_t* base) {
+        q = base;
+        kv = q + T::kNumQStages * T::kSmemQ;
+        scales = reinterpret_cast<float*>(kv + T::kNumKvStages * T::kSmemKv);
+        q_full = reinterpret_cast<uint64_t*>(reinterpret_cast<uint8_t*>(scales) + T::kNumKvStages * T::kSmemScales);
+        q_empty = q_full + T::kNumQStages;
+        kv_full = q_empty + T::kNumQStages;
+        kv_empty = kv_full + T::kNumKvStages;
+    }
+};
+
+// The producer: one warp walks the groups; lane 0 issues the loads. Decode block ids are read 32 at a time, one
+// per lane, so the table's latency is paid once per 32 blocks instead of once per block.
+template <typename T, typename Params>
+DGX_DEVICE void mqa_produce(const Params& p, const MqaSmem<T>& sm) {
+    const bool leader = lane_id() == 0;
+    uint32_t group_index = 0;
+    uint32_t handed[T::kMathWarpgroups] = {};  // blocks handed to each math warpgroup so far
+    for_each_group<T>(p, [&](const MqaGroup& g) {
+        const int qs = group_index % T::kNumQStages;
+        mbarrier_wait(&sm.q_empty[qs], ((group_index / T::kNumQStages) & 1) ^ 1);
+        if (leader) {
+            mbarrier_arrive_expect_tx(&sm.q_full[qs], T::kSmemQ);
+            tma_load_2d(&p.tmap_q, &sm.q_full[qs], sm.q + qs * T::kSmemQ, 0, g.q_row);
+        }
+        for (int t0 = 0; t0 < g.num_blocks; t0 += 32) {
+            int block_id = 0;
+            if constexpr (T::kPaged) {
+                const int t = t0 + static_cast<int>(lane_id());
+                if (t < g.num_blocks) block_id = ld_global_nc_s32(p.block_table + static_cast<int64_t>(g.seq) * p.table_stride + g.kv_begin + t);
+            }
+            const int count = g.num_blocks - t0 < 32 ? g.num_blocks - t0 : 32;
+            for (int i = 0; i < count; ++i) {
+                const int id = __shfl_sync(0xffffffffu, block_id, i);
+                const int wg = (t0 + i) % T::kMathWarpgroups;  // block t of a group goes to warpgroup t % count
+                uint32_t n = handed[0];
+#pragma unroll
+                for (int j = 1; j < T::kMathWarpgroups; ++j) n = wg == j ? handed[j] : n;
+#pragma unroll
+                for (int j = 0; j < T::kMathWarpgroups; ++j) handed[j] += wg == j ? 1 : 0;
+                const int s = wg * T::kStagesPerWg + n % T::kStagesPerWg;
+                mbarrier_wait(&sm.kv_empty[s], ((n / T::kStagesPerWg) & 1) ^ 1);
+                if (leader) {
+                    mbarrier_arrive_expect_tx(&sm.kv_full[s], T::kSmemKv + T::kSmemScales);
+                    if constexpr (T::kPaged) {
+                        // Ids outside [0, num_blocks) fall outside both maps: TMA fills zeros, nothing is read.
+                        tma_load_3d(&p.tmap_kv, &sm.kv_full[s], sm.kv + s * T::kSmemKv, 0, 0, id);
+                        tma_load_2d(&p.tmap_scales, &sm.kv_full[s], sm.scales + s * T::kBlockKv, 0, id);
+                    } else {
+                        const int row = g.kv_begin + (t0 + i) * T::kBlockKv;
+                        tma_load_2d(&p.tmap_kv, &sm.kv_full[s], sm.kv + s * T::kSmemKv, 0, row);
+                        tma_load_2d(&p.tmap_scales, &sm.kv_full[s], sm.scales + s * T::kBlockKv, row, 0);
+                    }
+                }
+            }
+        }
+        ++group_index;
+    });
+}
+
+// Sums kValues partial logits over the 4 lanes of a quad (the lanes that share accumulator rows): each exchange
+// halves the values a lane holds, so lane (b1 b0) ends with values [b0 * kValues/2 + b1 * kValues/4, + kFinal).
+// Fixed order, so the result is bitwise the same on every run.
+template <int kValues>
+DGX_DEVICE void quad_reduce(float (&v)[kValues], uint32_t lane) {
+    const bool b0 = lane & 1, b1 = lane & 2;
+    if constexpr (kValues >= 2) {
+        constexpr int kHalf = kValues / 2;
+#pragma unroll
+        for (int i = 0; i < kHalf; ++i) {
+            const float send = b0 ? v[i] : v[i + kHalf];
+            const float keep = b0 ? v[i + kHalf] : v[i];
+            v[i] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
+        }
+    }
+    if constexpr (kValues >= 4) {
+        constexpr int kQuarter = kValues / 4;
+#pragma unroll
+        for (int i = 0; i < kQuarter; ++i) {
+            const float send = b1 ? v[i] : v[i + kQuarter];
+            const float keep = b1 ? v[i + kQuarter] : v[i];
+            v[i] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
+        }
+    } else {
+        v[0] += __shfl_xor_sync(0xffffffffu, v[0], 2);
+    }
+}
+
+// What a math thread keeps for the current group: its heads' weights and each query's window.
+template <typename T>
+struct MqaGroupState {
+    float w[T::kBlockQ][T::kWeightsPerQuery];
+    int lo[T::kBlockQ];  // prefill: window start (clamped); decode: unused
+    int hi[T::kBlockQ];  // prefill: window end (clamped); decode: tokens the query may see (causal)
+};
+
+template <typename T, typename Params>
+DGX_DEVICE void load_group_state(const Params& p, const MqaGroup& g, uint32_t lane, MqaGroupState<T>& st) {
+#pragma unroll
+    for (int q = 0; q < T::kBlockQ; ++q) {
+        const int token = g.q_token + q;
+        const bool valid = T::kPaged || token < p.seq_len;
+        const float* w = p.weights + static_cast<int64_t>(token) * p.weights_stride;
+#pragma unroll
+        for (int j = 0; j < T::kWeightsPerQuery / 2; ++j) {
+            const int h = 8 * j + 2 * static_cast<int>(lane % 4);
+            st.w[q][2 * j] = valid ? ld_global_nc(w + h) : 0.0f;
+            st.w[q][2 * j + 1] = valid ? ld_global_nc(w + h + 1) : 0.0f;
+        }
+        if constexpr (T::kPaged) {
+            int limit;
+            if (p.context_2d) {
+                limit = ld_global_nc_s32(p.context_lens + token);
+            } else {
+                limit = ld_global_nc_s32(p.context_lens + g.seq) - T::kBlockQ + q + 1;
+            }
+            st.lo[q] = 0;
+            st.hi[q] = limit;
+        } else if (valid) {
+            st.lo[q] = clamp_int(ld_global_nc_s32(p.ks + token), 0, p.seq_len_kv);
+            st.hi[q] = clamp_int(ld_global_nc_s32(p.ke + token), 0, p.seq_len_kv);
+        } else {
+            st.lo[q] = 0;
+            st.hi[q] = 0;
+        }
+    }
+}
+
+// Issues one KV block's MMAs into `acc` (after its stage has landed).
+// The stage of math warpgroup wg's n-th block.
+template <typename T>
+DGX_DEVICE int kv_stage(uint32_t wg, uint32_t n) {
+    return static_cast<int>(wg * T::kStagesPerWg + n % T::kStagesPerWg);
+}
+
+template <typename T>
+DGX_DEVICE void issue_block(const MqaSmem<T>& sm, uint32_t wg, uint32_t n, uint64_t desc_q, float (&acc)[T::kAccum]) {
+    const int s = kv_stage<T>(wg, n);
+    mbarrier_wait(&sm.kv_full[s], (n / T::kStagesPerWg) & 1);
+    const uint64_t desc_kv = make_smem_desc_kmajor<T::kHeadDim>(sm.kv + s * T::kSmemKv);
+#pragma unroll
+    for (int i = 0; i < T::kAccum; ++i) fence_operand(acc[i]);
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < T::kHeadDim / 32; ++k)
+        WgmmaE4M3<T::kN>::mma(advance_desc(desc_kv, k * 32), advance_desc(desc_q, k * 32), acc, k > 0);
+    wgmma_commit();
+#pragma unroll
+    for (int i = 0; i < T::kAccum; ++i) fence_operand(acc[i]);
+}
+
+// After the block's MMAs completed: its rows' scales, the stage handed back, then ReLU-weight-sum, the quad
+// reduction and the stores. Accumulator layout (wgmma m64nN, PTX ISA): register 4c + 2r + e of lane l holds row
+// l / 4 + 8 r, column 8 c + 2 (l % 4) + e; column q * H + h is query q's head h.
+template <typename T, typename Params>
+DGX_DEVICE void finish_block(const Params& p, const MqaSmem<T>& sm, const MqaGroup& g, const MqaGroupState<T>& st,
+                             int s, int block_in_group, const float (&acc)[T::kAccum], uint32_t warp_in_wg,
+                             uint32_t lane) {
+    const int row_in_block = static_cast<int>(warp_in_wg * 16 + lane / 4);
+    const float scale0 = sm.scales[s * T::kBlockKv + row_in_block];
+    const float scale1 = sm.scales[s * T::kBlockKv + row_in_block + 8];
+    mbarrier_arrive(&sm.kv_empty[s]);
+
+    float v[T::kValues];
+#pragma unroll
+    for (int q = 0; q < T::kBlockQ; ++q) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float sum = 0.0f;
+#pragma unroll
+            for (int c = 0; c < T::kColGroupsPerQuery; ++c) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const float x = acc[4 * (q * T::kColGroupsPerQuery + c) + 2 * r + e];
+                    sum = fmaf(fmaxf(x, 0.0f), st.w[q][2 * c + e], sum);
+                }
+            }
+            v[2 * q + r] = sum;
+        }
+    }
+    quad_reduce<T::kValues>(v, lane);
+
+    const bool b0 = lane & 1, b1 = lane & 2;
+    if (T::kValues < 4 && b1) return;  // both lanes of the pair hold the same logit: one stores it
+    const int first = T::kValues >= 4 ? (b0 ? T::kValues / 2 : 0) + (b1 ? T::kValues / 4 : 0) : (b0 ? 1 : 0);
+    const int block_token0 = (T::kPaged ? (g.kv_begin + block_in_group) * T::kBlockKv
+                                         : g.kv_begin + block_in_group * T::kBlockKv);
+#pragma unroll
+    for (int f = 0; f < T::kFinal; ++f) {
+        const int index = first + f;
+        const int q = index / 2, r = index % 2;
+        const int token = block_token0 + row_in_block + 8 * r;
+        const float logit = v[f] * (r ? scale1 : scale0);
+        const int64_t out_row = static_cast<int64_t>(g.q_token + q) * p.logits_stride;
+        const int lo = select_int(st.lo, q), hi = select_int(st.hi, q);
+        if constexpr (T::kPaged) {
+            if (token < p.max_context_len)
+                store_logit<T::kBf16>(p.logits, out_row + token, token < hi ? logit : -__int_as_float(0x7f800000));
+        } else if (token >= lo && token < hi) {
+            if constexpr (T::kCompressed) {
+                const int pos = token - lo;
+                if (pos < p.max_seqlen_k) store_logit<T::kBf16>(p.logits, out_row + pos, logit);
+            } else {
+                store_logit<T::kBf16>(p.logits, out_row + token, logit);
+            }
+        }
+    }
+}
+
+// A math warpgroup: per group, its blocks (every other one), two accumulator sets in flight.
+template <typename T, typename Params>
+DGX_DEVICE void mqa_math(const Params& p, const MqaSmem<T>& sm, uint32_t wg) {
+    const uint32_t lane = lane_id();
+    const uint32_t warp_in_wg = warp_id() % 4;
+    float acc0[T::kAccum], acc1[T::kDoubleAcc ? T::kAccum : 1];
+    MqaGroupState<T> st;
+    uint32_t group_index = 0, consumed = 0;  // consumed: blocks this warpgroup has taken so far
+    for_each_group<T>(p, [&](const MqaGroup& g) {
+        const int qs = group_index % T::kNumQStages;
+        load_group_state<T>(p, g, lane, st);
+        mbarrier_wait(&sm.q_full[qs], (group_index / T::kNumQStages) & 1);
+        const uint64_t desc_q = make_smem_desc_kmajor<T::kHeadDim>(sm.q + qs * T::kSmemQ);
+        // This warpgroup's blocks of the group: wg, wg + kMathWarpgroups, ...
+        constexpr int kStep = T::kMathWarpgroups;
+        const int w = static_cast<int>(wg);
+        const int mine = g.num_blocks > w ? (g.num_blocks - w + kStep - 1) / kStep : 0;
+        auto stage_of = [&](int k) { return kv_stage<T>(wg, consumed + k); };
+        auto settle = [](float(&acc)[T::kAccum]) {  // the accumulators are read only after the wait above
+#pragma unroll
+            for (int i = 0; i < T::kAccum; ++i) fence_operand(acc[i]);
+        };
+        if constexpr (T::kDoubleAcc) {
+            if (mine > 0) issue_block<T>(sm, wg, consumed, desc_q, acc0);
+            for (int k = 0; k < mine; k += 2) {
+                if (k + 1 < mine) {
+                    issue_block<T>(sm, wg, consumed + k + 1, desc_q, acc1);
+                    wgmma_wait<1>();
+                } else {
+                    wgmma_wait<0>();
+                }
+                settle(acc0);
+                finish_block<T>(p, sm, g, st, stage_of(k), w + kStep * k, acc0, warp_in_wg, lane);
+                if (k + 1 < mine) {
+                    if (k + 2 < mine) {
+                        issue_block<T>(sm, wg, consumed + k + 2, desc_q, acc0);
+                        wgmma_wait<1>();
+                    } else {
+                        wgmma_wait<0>();
+                    }
+                    settle(acc1);
+                    finish_block<T>(p, sm, g, st, stage_of(k + 1), w + kStep * (k + 1), acc1, warp_in_wg, lane);
+                }
+            }
+        } else {
+            for (int k = 0; k < mine; ++k) {
+                issue_block<T>(sm, wg, consumed + k, desc_q, acc0);
+                wgmma_wait<0>();
+                settle(acc0);
+                finish_block<T>(p, sm, g, st, stage_of(k), w + kStep * k, acc0, warp_in_wg, lane);
+            }
+        }
+        mbarrier_arrive(&sm.q_empty[qs]);  // every Q read of this warpgroup has completed (waited above)
+        consumed += mine;
+        ++group_index;
+    });
+}
+
+template <typename T, typename Params>
+DGX_DEVICE void mqa_logits_body(const Params& p) {
+    extern __shared__ __align__(1024) uint8_t smem[];
+    const MqaSmem<T> sm(smem);
+    const uint32_t warp = warp_id();
+    constexpr uint32_t kProducerWarp = T::kMathThreads / 32;
+    if (warp == kProducerWarp && lane_id() == 0) {
+        prefetch_tensor_map(&p.tmap_q);
+        prefetch_tensor_map(&p.tmap_kv);
+        prefetch_tensor_map(&p.tmap_scales);
+        for (int i = 0; i < T::kNumQStages; ++i) {
+            mbarrier_init(&sm.q_full[i], 1);
+            mbarrier_init(&sm.q_empty[i], T::kMathThreads);
+        }
+        for (int i = 0; i < T::kNumKvStages; ++i) {
+            mbarrier_init(&sm.kv_full[i], 1);
+            mbarrier_init(&sm.kv_empty[i], 128);  // the one math warpgroup that consumed the stage
+        }
+        fence_barrier_init();
+    }
+    __syncthreads();
+    if (warp >= kProducerWarp) {
+        setmaxnreg_dec<T::kProducerRegs>();
+        if (warp == kProducerWarp) mqa_produce<T>(p, sm);
+    } else {
+        setmaxnreg_inc<T::kMathRegs>();
+        mqa_math<T>(p, sm, warp / 4);
+    }
+}
+
+// Writes -inf where a row's logits are outside what the query may see; the main kernel writes inside only.
+// Prefill: columns outside [ks, ke) (compressed: positions from ke - ks on); decode: columns from the query's
+// causal limit on. One CTA per row.
+template <bool kPaged, bool kCompressed, bool kBf16, int kNextN, typename Params>
+DGX_DEVICE void mqa_clean_body(const Params& p) {
+    const int row = blockIdx.x;
+    int keep_lo, keep_hi;
+    if constexpr (kPaged) {
+        const int b = row / kNextN, t = row % kNextN;
+        const int limit = p.context_2d ? ld_global_nc_s32(p.lens + row) : ld_global_nc_s32(p.lens + b) - kNextN + t + 1;
+        keep_lo = 0;
+        keep_hi = clamp_int(limit, 0, p.width);
+    } else {
+        const int s = clamp_int(ld_global_nc_s32(p.ks + row), 0, p.seq_len_kv);
+        const int e = clamp_int(ld_global_nc_s32(p.ke + row), 0, p.seq_len_kv);
+        if constexpr (kCompressed) {
+            keep_lo = 0;
+            keep_hi = clamp_int(e - s, 0, p.width);
+        } else {
+            keep_lo = s < e ? s : 0;
+            keep_hi = s < e ? e : 0;
+        }
+    }
+    const float neg_inf = -__int_as_float(0x7f800000);
+    const int64_t base = static_cast<int64_t>(row) * p.logits_stride;
+    for (int j = threadIdx.x; j < p.width; j += blockDim.x)
+        if (j < keep_lo || j >= keep_hi) store_logit<kBf16>(p.logits, base + j, neg_inf);
+}
+
+// The decode schedule: all sequences' KV blocks split evenly over `num_ctas` CTAs. schedule[c] = (sequence,
+// block) where CTA c starts; schedule[num_ctas] is the end, (batch, 0). One CTA; blocks of each sequence as
+// paged_blocks_of counts them (without the table clamp, which the main kernel applies on top).
+template <int kThreads, typename Params>
+DGX_DEVICE void paged_schedule_body(const Params& p) {
+    __shared__ long long partial[kThreads];
+    __shared__ long long carry;
+    auto blocks_of = [&](int b) -> long long {
+        int ctx;
+        if (p.context_2d) {
+            ctx = 0;
+            for (int t = 0; t < p.next_n; ++t) {
+                const int c = ld_global_nc_s32(p.lens + b * p.next_n + t);
+                ctx = c > ctx ? c : ctx;
+            }
+        } else {
+            ctx = ld_global_nc_s32(p.lens + b);
+        }
+        return ceil_div(ctx > 0 ? ctx : 0, 64);
+    };
+    // Pass 1: the total.
+    long long mine = 0;
+    for (int b = threadIdx.x; b < p.batch; b += kThreads) mine += blocks_of(b);
+    partial[threadIdx.x] = mine;
+    __syncthreads();
+    for (int step = kThreads / 2; step > 0; step /= 2) {
+        if (static_cast<int>(threadIdx.x) < step) partial[threadIdx.x] += partial[threadIdx.x + step];
+        __syncthreads();
+    }
+    const long long total = partial[0];
+    const long long n = p.num_ctas;
+    __syncthreads();
+    if (threadIdx.x == 0) carry = 0;
+    // Pass 2: an exclusive prefix over the sequences, tile by tile; CTA k starts at block floor(k * total / n).
+    for (int tile = 0; tile < p.batch; tile += kThreads) {
+        const int b = tile + threadIdx.x;
+        const long long count = b < p.batch ? blocks_of(b) : 0;
+        partial[threadIdx.x] = count;
+        __syncthreads();
+        for (int step = 1; step < kThreads; step *= 2) {  // inclusive scan (Hillis-Steele)
+            const long long add = static_cast<int>(threadIdx.x) >= step ? partial[threadIdx.x - step] : 0;
+            __syncthreads();
+            partial[threadIdx.x] += add;
+            __syncthreads();
+        }
+        const long long before = carry + partial[threadIdx.x] - count;
+        if (count > 0) {
+            // CTAs whose start target lies in [before, before + count).
+            for (long long k = (before * n + total - 1) / total; k < n; ++k) {
+                const long long target = k * total / n;
+                if (target >= before + count) break;
+                if (target >= before) {
+                    p.schedule[2 * k] = b;
+                    p.schedule[2 * k + 1] = static_cast<int>(target - before);
+                }
+            }
+        }
+        __syncthreads();
+        if (threadIdx.x == kThreads - 1) carry += partial[kThreads - 1];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        for (long long k = 0; k <= n; ++k) {
+            if (k == n || k * total / n >= total) {
+                p.schedule[2 * k] = p.batch;
+                p.schedule[2 * k + 1] = 0;
+            }
+        }
+    }
+}
+
+}  // namespace dgx

@@ -1,0 +1,80 @@
+"""Device script: MQA-logits prefill variants (math warpgroups, accumulator sets, N) checked, then timed side by
+side on the causal anchors, order reversed every other round. Usage: python tests/device/mqa_variants.py"""
+
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import dgx  # noqa: E402
+from dgx.kernels.mqa_logits import MqaLogitsConfig  # noqa: E402
+from gpu_gemm_utils import bench_cold_l2, round_order  # noqa: E402
+
+
+def graphed(fn):
+    """fn captured in a CUDA graph (after one eager warm-up call): a replay has no host work between kernels."""
+    fn()
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        fn()
+    return graph.replay
+from mqa_utils import compare, make_prefill, ref_prefill, windows  # noqa: E402
+
+VARIANTS = {
+    "w2-double-n128": MqaLogitsConfig(64, 128, 2, 16),
+    "w3-single-n128": MqaLogitsConfig(64, 128, 2, 15, math_wgs=3, double_acc=False),
+    "w2-single-n256": MqaLogitsConfig(64, 128, 4, 14, double_acc=False),
+    "w2-single-n128": MqaLogitsConfig(64, 128, 2, 16, double_acc=False),
+}
+only = os.environ.get("VARIANTS")
+if only:
+    VARIANTS = {k: v for k, v in VARIANTS.items() if k in only.split(",")}
+
+q, kv, sc, w = make_prefill(300, 3000, seed=4)
+ks, ke = windows("random", 300, 3000, seed=4)
+ref = ref_prefill(q, kv, sc, w, ks, ke)
+for name, cfg in VARIANTS.items():
+    compare(dgx.fp8_mqa_logits(q, (kv, sc), w, ks, ke, config=cfg), ref)
+    print("correct:", name, flush=True)
+
+rounds = int(os.environ.get("ROUNDS", "2"))
+for skv in (8192, 65536):
+    s = 4096
+    q, kv, sc, w = make_prefill(s, skv)
+    ks, ke = windows("causal", s, skv)
+    flops = 2 * 64 * 128 * (ke.long() - ks.long()).sum().item()
+    out = torch.empty(s, skv, device="cuda")
+    names = list(VARIANTS)
+    res = {n: [] for n in names}
+    for r in range(rounds):
+        for i in round_order(len(names), r):
+            cfg = VARIANTS[names[i]]
+            call = graphed(lambda: dgx.fp8_mqa_logits(q, (kv, sc), w, ks, ke, out=out, config=cfg))
+            res[names[i]].append(bench_cold_l2(call, reps=10))
+    for n in names:
+        t = min(res[n])
+        print(f"S_kv={skv:6d} {n:16s} {t:9.1f} us {flops / t / 1e6:7.1f} TFLOPS  rounds {['%.1f' % x for x in res[n]]}", flush=True)
+
+# Paged decode variants, graphed (serving replays decode in CUDA graphs), GB/s on the bytes that must move.
+from mqa_utils import make_paged  # noqa: E402
+
+PAGED = {
+    "w2-double": lambda n: MqaLogitsConfig(64, 128, n, 16, True),
+    "w3-single": lambda n: MqaLogitsConfig(64, 128, n, 15, True, math_wgs=3, double_acc=False),
+    "w2-single": lambda n: MqaLogitsConfig(64, 128, n, 16, True, double_acc=False),
+}
+for batch, avg, next_n in ((64, 8192, 1), (256, 8192, 1), (1024, 8192, 2), (64, 65536, 1)):
+    q, cache, w, ctx, table, _, _ = make_paged(batch, next_n, [avg] * batch, spare_blocks=0)
+    sched = dgx.get_paged_mqa_logits_metadata(ctx, 64, dgx.get_num_sms())
+    out = torch.empty(batch * next_n, avg, device="cuda")
+    moved = batch * avg * 132 + out.numel() * 4
+    line = []
+    for name, make in PAGED.items():
+        cfg = make(next_n)
+        call = graphed(lambda: dgx.fp8_paged_mqa_logits(q, cache, w, ctx, table, sched, avg, out=out, config=cfg))
+        t = bench_cold_l2(call, reps=10)
+        line.append(f"{name} {t:7.1f} us {moved / t / 1e3:6.0f} GB/s")
+        print(f"paged B={batch:5d} ctx={avg:6d} n={next_n}: " + " | ".join(line), flush=True)
