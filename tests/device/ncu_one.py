@@ -7,6 +7,10 @@ import torch
 import dgx
 from dgx.heuristics import max_stages
 from dgx.kernels.fp8_gemm import GemmConfig
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))  # tests/: gpu_gemm_utils
 from gpu_gemm_utils import make_dense
 
 m, n, k = (int(x) for x in sys.argv[1:4])

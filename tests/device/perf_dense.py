@@ -10,6 +10,10 @@ import torch
 import dgx
 from dgx.heuristics import choose_dense, max_stages
 from dgx.kernels.fp8_gemm import GemmConfig
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))  # tests/: gpu_gemm_utils
 from gpu_gemm_utils import bench_cold_l2, check_dense, make_dense
 
 SHAPES = [(m, n, k) for m in (64, 128, 4096) for (n, k) in

@@ -4,7 +4,7 @@ Each variant is a set of text replacements applied to the in-memory headers (the
 headers, so every variant is its own kernel). Diagnostic variants compute wrong results on purpose and
 are marked so; the others are checked before timing. Rounds alternate variants so drift hits all alike.
 
-    python perf_variants.py [rounds]      (from tests/, with the repository on PYTHONPATH)
+    python perf_variants.py [rounds]      (from tests/device/, with the repository on PYTHONPATH)
 """
 
 import statistics
@@ -19,6 +19,10 @@ import ptx
 from dgx import gemm
 from dgx.heuristics import choose_dense, max_stages
 from dgx.kernels.fp8_gemm import GemmConfig
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))  # tests/: gpu_gemm_utils
 from gpu_gemm_utils import bench_cold_l2, check_dense, make_dense
 
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 3
@@ -26,8 +30,8 @@ BASE = ptx.headers()
 
 
 def from_git(rev: str, name: str) -> bytes:
-    """A header as of an older commit: from git, or from ../.dev/<stem>_<rev>.cuh where git is absent."""
-    saved = Path(__file__).resolve().parent.parent / ".dev" / f"{Path(name).stem}_{rev}.cuh"
+    """A header as of an older commit: from git, or from <repository>/.dev/<stem>_<rev>.cuh where git is absent."""
+    saved = Path(__file__).resolve().parents[2] / ".dev" / f"{Path(name).stem}_{rev}.cuh"
     if saved.exists():
         return saved.read_bytes()
     return subprocess.run(["git", "show", f"{rev}:ptx/{name}"], check=True, capture_output=True).stdout
@@ -59,7 +63,7 @@ VARIANTS: dict[str, tuple[dict[str, bytes], bool]] = {
          f"result[mm][i * 4 + {j}] = accum[mm][i * 4 + {j}];") for j, v in ((0, "lo"), (1, "lo"), (2, "hi"), (3, "hi"))
     ]}), True),
 }
-for name in sys.argv[2:]:  # extra variants: header copies saved as ../.dev/fp8_gemm_<name>.cuh
+for name in sys.argv[2:]:  # extra variants: header copies saved as <repository>/.dev/fp8_gemm_<name>.cuh
     VARIANTS[name] = ({**BASE, "fp8_gemm.cuh": from_git(name, "fp8_gemm.cuh")}, False)
 
 bench = bench_cold_l2

@@ -2,12 +2,12 @@
 current headers or a header variant, in one process, in alternating rounds. Configs are checked correct
 before timing.
 
-    python perf_configs.py RUN[,RUN...] [M,N,K ...]      (from tests/)
+    python perf_configs.py RUN[,RUN...] [M,N,K ...]      (from tests/device/)
 
 RUN is [VARIANT:]BMxBN[sS][pP][gG][u][d] (S stages, default as many as fit; P: 1 shares A along N, 2 shares
 B along M; G: units per raster band along N, default 16; u: a grid of one CTA per SM instead of the fewest
 CTAs that keep the wave count; d: deferred promotion). VARIANT is `current` (the working tree's headers, the
-default) or parts joined by '+', each naming ../.dev/fp8_gemm_<PART>.cuh and/or a folder ../.dev/hdr_<PART>/
+default) or parts joined by '+', each naming <repository>/.dev/fp8_gemm_<PART>.cuh and/or a folder <repository>/.dev/hdr_<PART>/
 of headers that replace the working tree's (e.g. `unif+hint`).
 PERF_ROUNDS (environment, default 3) sets the number of alternating rounds.
 A variant whose kernel stages no BF16 output tile (`kSmemD = kWgrad ? ...`) gets its shared memory
@@ -22,6 +22,10 @@ import torch
 
 import dgx
 from dgx.kernels import fp8_gemm as family
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))  # tests/: gpu_gemm_utils
 from gpu_gemm_utils import bench_cold_l2, check_dense, make_dense, parse_run, round_order, use_headers, variant_headers
 
 ROUNDS = int(os.environ.get("PERF_ROUNDS", "3"))  # alternating rounds per config

@@ -5,6 +5,10 @@ import sys
 import torch
 
 import dgx
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))  # tests/: gpu_gemm_utils
 from gpu_gemm_utils import check_dense, make_dense
 
 m, n, k = (int(x) for x in sys.argv[1:4])

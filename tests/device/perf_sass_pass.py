@@ -8,7 +8,7 @@ runs alone by default; forced onto them at its default fraction 0.5 it finds not
 the run, reuse cleared), the strongest setting, as DeepGEMM's measurement forced its pass onto NVCC 13.0
 output. The script asserts that the two cubins differ.
 
-    python perf_sass_pass.py [rounds] [suite ...]     (from tests/, repository on PYTHONPATH)
+    python perf_sass_pass.py [rounds] [suite ...]     (from tests/device/, repository on PYTHONPATH)
 """
 
 import dataclasses
@@ -22,6 +22,10 @@ from dgx import gemm, grouped, jit
 from dgx.bench.problems import build_problem
 from dgx.bench.subject import prepare_dgx
 from dgx.bench.suites import builtin_suite
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))  # tests/: gpu_gemm_utils
 from gpu_gemm_utils import bench_cold_l2
 
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 3

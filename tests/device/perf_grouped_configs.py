@@ -2,7 +2,7 @@
 (ANCHORS.md: contiguous group sizes m x U(0.7, 1.3), padded to 128 rows; masked counts likewise), in one
 process, in alternating rounds. Every config is checked against the benchmark's reference first.
 
-    python perf_grouped_configs.py [VARIANT:]BMxBN[sS][pP][gG][d][,...] [[m:]G,M,N,K ...]      (from tests/)
+    python perf_grouped_configs.py [VARIANT:]BMxBN[sS][pP][gG][d][,...] [[m:]G,M,N,K ...]      (from tests/device/)
 
 S: stages (default as many as fit), P: 1 shares A along N, 2 shares B along M, G: raster band width,
 d: deferred promotion; VARIANT as in perf_configs.py (default `current`). A shape prefixed `m:` is masked
@@ -20,6 +20,10 @@ from dgx.bench.problems import build_problem, calc_diff
 from dgx.bench.suites import builtin_suite, make_shape
 from dgx.heuristics import max_stages
 from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, LAYOUT_MASKED, GemmConfig
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))  # tests/: gpu_gemm_utils
 from gpu_gemm_utils import bench_cold_l2, parse_run, round_order, use_headers, variant_headers
 
 ROUNDS = int(os.environ.get("PERF_ROUNDS", "3"))  # alternating rounds per config

@@ -13,6 +13,10 @@ os.environ["DGX_CACHE_DIR"] = os.path.join(root, "cache")
 from dgx import jit  # noqa: E402
 from dgx.kernels.smoke import smoke  # noqa: E402
 import dgx  # noqa: E402
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))  # tests/: gpu_gemm_utils
 from gpu_gemm_utils import make_dense  # noqa: E402
 
 src = torch.randn(64, 64, device="cuda")

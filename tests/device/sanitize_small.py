@@ -10,6 +10,10 @@ import torch
 import dgx
 from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, GemmConfig
 from dgx.heuristics import max_stages
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))  # tests/: gpu_gemm_utils
 from gpu_gemm_utils import check_dense, make_dense
 
 FAMILIES = [
