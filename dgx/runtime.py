@@ -258,15 +258,16 @@ class ParamPack:
         self.address = ctypes.addressof(self._pointers)
 
     @classmethod
-    def of_struct(cls, image: bytes) -> "ParamPack":
-        """The single parameter of a kernel that takes one struct (dgx.kernels.interface): `image` is its
-        bytes, copied into 64-byte aligned storage (the alignment of the tensor maps inside it)."""
+    def of_members(cls, image: bytes, offsets: Sequence[int]) -> "ParamPack":
+        """Parameters laid out as one struct (dgx.kernels.interface): `image` is its bytes, copied into
+        64-byte aligned storage (the alignment of the tensor maps inside it), and each parameter's pointer
+        is the address of its member, at its offset."""
         pack = cls.__new__(cls)
         raw = ctypes.create_string_buffer(len(image) + 64)
         aligned = (ctypes.addressof(raw) + 63) & ~63
         ctypes.memmove(aligned, image, len(image))
         pack._storage = [(raw, aligned)]
-        pack._pointers = (ctypes.c_void_p * 1)(aligned)
+        pack._pointers = (ctypes.c_void_p * len(offsets))(*(aligned + off for off in offsets))
         pack.address = ctypes.addressof(pack._pointers)
         return pack
 

@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from dgx import gemm, jit
+from dgx import gemm, jit, launch
+from dgx.kinds import GemmKind
 from dgx.heuristics import choose_dense
 from dgx.tensors import TensorView
 
@@ -50,8 +51,7 @@ def no_launch(monkeypatch):
     def plan(*args, **kwargs):
         raise Launched()
 
-    monkeypatch.setattr(gemm, "_plan", plan)
-    monkeypatch.setattr(gemm, "get_num_sms", lambda device=0: 132)
+    monkeypatch.setattr(launch, "plan", plan)
 
 
 def test_valid_inputs_pass_every_check(no_launch):
@@ -121,8 +121,8 @@ def test_m_zero_returns_without_touching_the_gpu(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("M = 0 must not plan, compile or launch anything")
 
-    monkeypatch.setattr(gemm, "_plan", forbidden)
-    monkeypatch.setattr(gemm, "get_num_sms", forbidden)
+    monkeypatch.setattr(launch, "plan", forbidden)
+    monkeypatch.setattr(launch, "get_num_sms", forbidden)
     monkeypatch.setattr(jit, "get_kernel", forbidden)
     a = (_view((0, K), "float8_e4m3fn"), _view((0, K // 128), "float32", ptr=BASE + 0x100000))
     _, b, _ = _inputs()
@@ -137,7 +137,7 @@ def test_torch_fast_path_reuses_only_identical_calls(monkeypatch):
     """A repeated call with the same tensors (pointer, shape, strides, dtype, device) skips checks and
     planning; any difference goes through the full path again."""
     torch = pytest.importorskip("torch")
-    from dgx import checks, device, runtime, tensors
+    from dgx import checks, device, tensors
 
     monkeypatch.setattr(checks, "require_cuda", lambda *a, **k: None)
     monkeypatch.setattr(tensors, "require_cuda", lambda *a, **k: None)
@@ -151,17 +151,16 @@ def test_torch_fast_path_reuses_only_identical_calls(monkeypatch):
         def __init__(self, config):
             self.config, self.launcher = config, FakeLauncher()
 
-    def fake_plan(m, n, k, dev, sms, config=None):
+    def fake_plan(kind, m, n, k, device, config=None, **kwargs):
+        assert kind == GemmKind.DENSE
         plans.append((m, n, k))
         return FakePlan(choose_dense(m, n, k, 132).config)
 
-    monkeypatch.setattr(gemm, "_plan", fake_plan)
-    monkeypatch.setattr(gemm, "get_num_sms", lambda d=0: 132)
+    monkeypatch.setattr(launch, "plan", fake_plan)
     monkeypatch.setattr(gemm, "resolve_stream", lambda s, d: 0)
-    monkeypatch.setattr(runtime, "encode_tensor_map_2d", lambda *a, **k: object())
-    monkeypatch.setattr(runtime, "ParamPack", lambda items: object())
+    monkeypatch.setattr(launch, "pack_operands", lambda config, ops: object())
     monkeypatch.setattr(gemm, "_fast", {})
-    monkeypatch.setattr(gemm, "_params", {})
+    monkeypatch.setattr(launch, "_params", {})
 
     m, n, k = 64, 256, 512
     A = torch.empty(m, k, dtype=torch.float8_e4m3fn)
@@ -217,12 +216,10 @@ def _grouped_inputs(kind, **over):
 
 @pytest.fixture
 def no_grouped_launch(monkeypatch):
-    from dgx import grouped
-
     def plan(*args, **kwargs):
         raise Launched()
 
-    monkeypatch.setattr(grouped, "_grouped_plan", plan)
+    monkeypatch.setattr(launch, "plan", plan)
 
 
 def _call(kind, args):

@@ -22,19 +22,15 @@ that runs but disagrees is *failed* with its ``calc_diff``; neither is timed, bo
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any, Callable
 
+from .prepared import Prepared, Unavailable
 from .problems import Part, Problem, calc_diff, dequant_block, dequant_token, matmul_fp32, per_row_cast, per_tensor_cast
 from .results import BF16, CUBLASLT, DGX, FAILED, FP8_TENSOR, OK, TRITON, UNAVAILABLE, ImplResult
 from .timing import ITERS, WARMUP, Timing, time_gpu
 
 DIFF_TOL = 1e-3
-
-
-class Unavailable(Exception):
-    """This implementation cannot run here (missing API, unsupported layout…)."""
 
 
 class Outcome(Exception):
@@ -45,20 +41,6 @@ class Outcome(Exception):
         self.status = status
         self.reason = reason
         self.diff = diff
-
-
-@dataclasses.dataclass
-class Prepared:
-    """A ready-to-time call. ``output()`` gives the valid rows (float32, stacked like ``Problem.ref``)."""
-
-    run: Callable[[], Any]
-    output: Callable[[], Any]
-    reset: Callable[[], None] = lambda: None
-    includes_c: bool = False  # output = c + a·bᵀ (accumulating implementations)
-    reference: Any = None  # own FP32 reference (else the problem's)
-    note: str = ""
-    config: str = ""  # the tuned configuration, where the implementation has one (Triton)
-    tried: list = dataclasses.field(default_factory=list)  # variants refused before this one, with why
 
 
 class Ctx:

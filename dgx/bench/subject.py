@@ -1,12 +1,12 @@
 """How the benchmark calls dgx, one adapter per suite (the only place that knows dgx's signatures).
 
-Every adapter returns a :class:`~dgx.bench.peers.Prepared` whose ``run()`` makes one dgx call on the
+Every adapter returns a :class:`~dgx.bench.prepared.Prepared` whose ``run()`` makes one dgx call on the
 problem's tensors. A missing dgx function is reported as unavailable, not as a failure.
 """
 
 from __future__ import annotations
 
-from .peers import Prepared, Unavailable
+from .prepared import Prepared, Unavailable
 from .problems import Problem
 from .suites import SUITE_TO_KIND
 

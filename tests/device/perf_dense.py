@@ -75,7 +75,7 @@ for (m, n, k) in SHAPES:
             torch.cuda.synchronize()
             check_dense(d, a, b, a_fp8, b_fp8)
             ts = bench(lambda: dgx.fp8_gemm_nt(a_fp8, b_fp8, d, config=cfg))
-            grid = [p.launcher.shape.grid[0] for key, p in dgx.gemm._plans.items() if p.config == cfg][0]
+            grid = [p.launcher.shape.grid[0] for key, p in dgx.launch._plans.items() if p.config == cfg][0]
             sweep_rows.append((m, n, k, f"{bm}x{bn}s{cfg.stages}p{pair}g{grid}", ts, flops / ts / 1e6))
         except Exception as exc:
             sweep_rows.append((m, n, k, f"{bm}x{bn}p{pair}", float("nan"), float("nan")))

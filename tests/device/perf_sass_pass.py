@@ -18,7 +18,7 @@ import sys
 
 import torch
 
-from dgx import gemm, grouped, jit
+from dgx import gemm, jit, launch
 from dgx.bench.problems import build_problem
 from dgx.bench.subject import prepare_dgx
 from dgx.bench.suites import builtin_suite
@@ -44,13 +44,13 @@ bench = bench_cold_l2
 
 def use(mode: str) -> None:
     os.environ["DGX_SASS_INTERLEAVE"] = mode
-    for cache in (gemm._plans, gemm._params, gemm._fast, grouped._plans):
+    for cache in (launch._plans, launch._params, gemm._fast):
         cache.clear()
 
 
 def prep_config_source():
     """The source of the kernel the last call planned (dense or grouped)."""
-    plans = list(gemm._plans.values()) + list(grouped._plans.values())
+    plans = list(launch._plans.values())
     return plans[-1].config.render()
 
 

@@ -16,7 +16,7 @@ import torch
 
 import dgx
 import ptx
-from dgx import gemm
+from dgx import launch
 from dgx.heuristics import choose_dense, max_stages
 from dgx.kernels.fp8_gemm import GemmConfig
 import sys as _sys
@@ -71,8 +71,8 @@ bench = bench_cold_l2
 
 def use(headers):
     ptx.headers = lambda: headers
-    gemm._plans.clear()
-    gemm._params.clear()
+    launch._plans.clear()
+    launch._params.clear()
 
 
 PAIRS = (0,)
