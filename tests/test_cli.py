@@ -25,7 +25,6 @@ def runner():
 
 @pytest.fixture
 def fresh_jit(monkeypatch):
-    monkeypatch.setattr(jit, "_cubins", {})
     monkeypatch.setattr(jit, "_caches", {})
     jit.reset_jit_stats()
 

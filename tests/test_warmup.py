@@ -29,7 +29,6 @@ TINY = {"kind": "dense", "n": 256, "k": 256, "max_m": 1024}
 @pytest.fixture
 def fresh_jit(monkeypatch):
     """Forget the in-process kernel dicts so every lookup goes to the (test's) disk cache."""
-    monkeypatch.setattr(jit, "_cubins", {})
     monkeypatch.setattr(jit, "_caches", {})
     jit.reset_jit_stats()
 
@@ -257,7 +256,6 @@ def test_warmup_twice_then_strict_mode(tmp_cache, monkeypatch, fresh_jit, tmp_pa
     moved = tmp_path / "moved-cache"
     shutil.copytree(tmp_cache, moved, ignore=shutil.ignore_patterns("locks", "tmp"))
     monkeypatch.setenv("DGX_CACHE_DIR", str(moved))
-    monkeypatch.setattr(jit, "_cubins", {})
     assert jit.get_cubin(choose_dense(1000, 256, 256, warmup.DEFAULT_NUM_SMS).config.render(), "sm_90a")
     assert jit.jit_stats()["compiles"] == 0
 
