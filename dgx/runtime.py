@@ -8,6 +8,7 @@ cheapest path through the bindings) on the caller's stream, so they can be captu
 from __future__ import annotations
 
 import ctypes
+import itertools
 import threading
 from dataclasses import dataclass
 from enum import IntEnum
@@ -368,7 +369,47 @@ def copy_rows(dst: int, dst_pitch: int, src: int, src_pitch: int, width: int, he
     check(drv.cuMemcpy2DAsync(p, drv.CUstream(stream)), "cuMemcpy2DAsync")
 
 
-_captured_host_buffers: list = []  # host sources of copies recorded into CUDA graphs: they must outlive them
+# Host buffers that a captured CUDA graph copies from on every replay, by token: each is held until the graph
+# (and every instantiation of it) is destroyed, when the CUDA user object the graph retains calls
+# _release_graph_owned with its token. Nothing else holds them, so they do not pile up across captures.
+_graph_owned: dict[int, object] = {}
+_graph_owned_tokens = itertools.count(1)
+_graph_owned_lock = threading.Lock()
+
+
+def _release_graph_owned(token: int | None) -> None:
+    """The user objects' destructor: runs on a CUDA-internal thread, so it makes no CUDA call."""
+    with _graph_owned_lock:
+        _graph_owned.pop(token or 0, None)
+
+
+_RELEASE_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(_release_graph_owned)
+
+
+def keep_alive_with_graph(buffer: object, stream: int) -> int:
+    """Holds `buffer` (the host source of a copy captured on `stream`) until the graph being captured is
+    destroyed; returns its token. A CUDA user object, moved into the graph, releases it then."""
+    drv = _driver()
+    info = drv.cuStreamGetCaptureInfo(drv.CUstream(stream))
+    check(info[0], "cuStreamGetCaptureInfo")
+    graph = info[3]
+    with _graph_owned_lock:
+        token = next(_graph_owned_tokens)
+        _graph_owned[token] = buffer
+    try:
+        destroy = drv.CUhostFn(ctypes.cast(_RELEASE_CALLBACK, ctypes.c_void_p).value)
+        owner = check(
+            drv.cuUserObjectCreate(token, destroy, 1, drv.CUuserObject_flags.CU_USER_OBJECT_NO_DESTRUCTOR_SYNC),
+            "cuUserObjectCreate",
+        )
+        check(
+            drv.cuGraphRetainUserObject(graph, owner, 1, drv.CUuserObjectRetain_flags.CU_GRAPH_USER_OBJECT_MOVE),
+            "cuGraphRetainUserObject",
+        )
+    except Exception:
+        _release_graph_owned(token)
+        raise
+    return token
 
 
 class DeviceTensorMaps:
@@ -394,7 +435,7 @@ class DeviceTensorMaps:
         check(drv.cuMemcpyHtoDAsync(self.address, ctypes.addressof(self._host), size, handle), "cuMemcpyHtoDAsync")
         status = check(drv.cuStreamIsCapturing(handle), "cuStreamIsCapturing")
         if int(status) != int(drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE):
-            _captured_host_buffers.append(self._host)  # a replay copies from it again
+            keep_alive_with_graph(self._host, stream)  # every replay copies from it again
 
     def release(self) -> None:
         """Frees the device copy after the work already queued on its stream (stream-ordered)."""
