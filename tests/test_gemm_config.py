@@ -9,7 +9,7 @@ import pytest
 
 from dgx import compiler
 from dgx.errors import CompileError
-from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, PAIR_M, GemmConfig
+from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, SHARE_B, GemmConfig
 
 # --- GemmConfig validation ------------------------------------------------------------------------
 
@@ -25,7 +25,7 @@ from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, PAIR_M, GemmConfig
         (dict(block_m=128, block_n=192, stages=3), "needs 192 accumulator registers per thread (max 160)"),
         (dict(block_m=128, block_n=128, stages=12), "shared memory"),
         (dict(block_m=128, block_n=128, stages=4, pair=3), "pair must be"),
-        (dict(block_m=128, block_n=120, stages=4, pair=PAIR_M), "sharing B needs block_n a multiple of 16"),
+        (dict(block_m=128, block_n=120, stages=4, pair=SHARE_B), "sharing B needs block_n a multiple of 16"),
         (dict(block_m=256, block_n=64, stages=4, defer=True), "deferred promotion needs one m64 slice"),
         (dict(block_m=128, block_n=136, stages=4, defer=True), "with deferred promotion needs 204 accumulator registers per thread (max 192)"),
         (dict(block_m=64, block_n=144, stages=4, defer=True), "with deferred promotion needs 216 accumulator registers per thread (max 208)"),

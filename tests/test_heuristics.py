@@ -7,7 +7,17 @@ import math
 import pytest
 
 from dgx.heuristics import candidates, choose_dense, choose_grouped
-from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, LAYOUT_K_GROUPED, LAYOUT_MASKED, PAIR_M, PAIR_N, PAIR_NONE, SMEM_LIMIT, GemmConfig, validate_blocks
+from dgx.kernels.fp8_gemm import (
+    LAYOUT_CONTIGUOUS,
+    LAYOUT_K_GROUPED,
+    LAYOUT_MASKED,
+    SHARE_A,
+    SHARE_B,
+    SHARE_NONE,
+    SMEM_LIMIT,
+    GemmConfig,
+    validate_blocks,
+)
 
 ANCHOR_NK = ((2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048))
 ODD_NK = ((576, 7168), (7168, 576), (256, 256), (24584, 1536), (8, 128))
@@ -32,7 +42,7 @@ def test_every_choice_is_a_valid_config(num_sms):
         assert (c.n, c.k) == (n, k), where
         assert validate_blocks(c.block_m, c.block_n, c.pair) == "", where
         assert c.smem_bytes <= SMEM_LIMIT and c.stages >= 2, where
-        assert num_sms >= 2 or c.pair == PAIR_NONE, where  # a 2-CTA cluster needs 2 SMs
+        assert num_sms >= 2 or c.pair == SHARE_NONE, where  # a 2-CTA cluster needs 2 SMs
         assert choice.num_tiles == c.units(m), where
         slots = num_sms // c.cluster
         assert choice.waves == math.ceil(choice.num_tiles / slots), where
@@ -138,9 +148,9 @@ def test_contiguous_tiles_take_a_stage_count_that_divides_their_k_blocks():
     # The contiguous anchors: 128x160 sharing B, 4 stages (not the 5 that fit) for 56 and 16 k-blocks.
     for groups, m, n, k in ((4, 8192, 4096, 7168), (4, 8192, 7168, 2048), (8, 4096, 4096, 7168), (8, 4096, 7168, 2048)):
         c = choose_grouped(LAYOUT_CONTIGUOUS, groups * m, n, k, groups, 132).config
-        assert (c.block_m, c.block_n, c.pair, c.stages) == (128, 160, PAIR_M, 4), c
+        assert (c.block_m, c.block_n, c.pair, c.stages) == (128, 160, SHARE_B, 4), c
         assert max_stages(128, 160) == 5
-    base = GemmConfig(n=4096, k=7168, block_m=128, block_n=160, stages=5, pair=PAIR_M, layout=LAYOUT_CONTIGUOUS)
+    base = GemmConfig(n=4096, k=7168, block_m=128, block_n=160, stages=5, pair=SHARE_B, layout=LAYOUT_CONTIGUOUS)
     assert with_stage_rounds(base).stages == 4
     assert with_stage_rounds(GemmConfig(n=4096, k=640, block_m=128, block_n=160, stages=5, layout=LAYOUT_CONTIGUOUS)).stages == 5
     # No divisor among the two largest counts (7 k-blocks): as many stages as fit.
@@ -182,11 +192,11 @@ def test_choose_grouped_respects_alignment_and_layout():
             assert c.layout == layout and CONTIGUOUS_ALIGNMENT % c.block_m == 0
             # Only large contiguous problems (many tiles per SM) share B along M, with 128-row tiles.
             shares = layout == LAYOUT_CONTIGUOUS and m >= 4096
-            assert c.pair == (PAIR_M if shares else PAIR_NONE) and (not shares or c.block_m == 128), (layout, m, c)
+            assert c.pair == (SHARE_B if shares else SHARE_NONE) and (not shares or c.block_m == 128), (layout, m, c)
     # The contiguous anchors: 128x160 tiles sharing B (measured: 1-7% faster than unshared).
     for m, n, k in ((32768, 4096, 7168), (32768, 7168, 2048)):
         c = choose_grouped(LAYOUT_CONTIGUOUS, m, n, k, 4, 132).config
-        assert (c.block_m, c.block_n, c.pair) == (128, 160, PAIR_M)
+        assert (c.block_m, c.block_n, c.pair) == (128, 160, SHARE_B)
     # Masked decode with few rows per group takes 64-row blocks; many tiles fill the SMs with 128.
     assert choose_grouped(LAYOUT_MASKED, 16, 4096, 7168, 4, 132).config.block_m == 64
     with pytest.raises(ValueError, match="layout must be contiguous"):
@@ -197,7 +207,7 @@ def test_choose_grouped_respects_alignment_and_layout():
 
 def test_grouped_config_pairs_only_for_contiguous():
     with pytest.raises(ValueError, match="multicast pairs are for the dense and contiguous layouts only"):
-        GemmConfig(n=512, k=512, block_m=128, block_n=128, stages=4, pair=PAIR_N, layout=LAYOUT_MASKED)
-    for pair in (PAIR_N, PAIR_M):
+        GemmConfig(n=512, k=512, block_m=128, block_n=128, stages=4, pair=SHARE_A, layout=LAYOUT_MASKED)
+    for pair in (SHARE_A, SHARE_B):
         c = GemmConfig(n=512, k=512, block_m=128, block_n=128, stages=4, pair=pair, layout=LAYOUT_CONTIGUOUS)
         assert c.cluster == 2 and c.kernel_name.endswith(f"_p{pair}")

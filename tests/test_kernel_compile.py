@@ -12,18 +12,18 @@ import pytest
 import ptx
 from dgx import compiler
 from dgx.errors import CompileError
-from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, LAYOUT_MASKED, PAIR_M, PAIR_N, GemmConfig
+from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, LAYOUT_MASKED, SHARE_A, SHARE_B, GemmConfig
 
 # --- NVRTC compiles, checked in the SASS ----------------------------------------------------------
 
 REPRESENTATIVE = [
     GemmConfig(n=2112, k=7168, block_m=64, block_n=112, stages=8),  # one math warpgroup, unaligned N tile
-    GemmConfig(n=7168, k=2112, block_m=128, block_n=144, stages=5, pair=PAIR_N),  # K % 128 != 0, shares A
-    GemmConfig(n=4096, k=7168, block_m=256, block_n=80, stages=4, pair=PAIR_M),  # BLOCK_M 256, shares B
+    GemmConfig(n=7168, k=2112, block_m=128, block_n=144, stages=5, pair=SHARE_A),  # K % 128 != 0, shares A
+    GemmConfig(n=4096, k=7168, block_m=256, block_n=80, stages=4, pair=SHARE_B),  # BLOCK_M 256, shares B
     GemmConfig(n=4096, k=7168, block_m=256, block_n=128, stages=3),  # two m64 slices per warpgroup, 192 accumulators
     GemmConfig(n=4096, k=7168, block_m=128, block_n=160, stages=5, layout=LAYOUT_CONTIGUOUS),  # compiled-in scale split
-    GemmConfig(n=4096, k=7168, block_m=128, block_n=160, stages=5, pair=PAIR_M, layout=LAYOUT_CONTIGUOUS),  # MoE, B shared
-    GemmConfig(n=4096, k=7168, block_m=128, block_n=160, stages=4, pair=PAIR_M, layout=LAYOUT_CONTIGUOUS),  # stage rounds
+    GemmConfig(n=4096, k=7168, block_m=128, block_n=160, stages=5, pair=SHARE_B, layout=LAYOUT_CONTIGUOUS),  # MoE, B shared
+    GemmConfig(n=4096, k=7168, block_m=128, block_n=160, stages=4, pair=SHARE_B, layout=LAYOUT_CONTIGUOUS),  # stage rounds
     GemmConfig(n=4096, k=7168, block_m=128, block_n=128, stages=5, layout=LAYOUT_CONTIGUOUS),  # MoE contiguous
     GemmConfig(n=7168, k=2048, block_m=64, block_n=160, stages=7, layout=LAYOUT_MASKED),  # MoE masked
     GemmConfig(n=2112, k=4096, block_m=128, block_n=128, stages=4, wgrad=True),  # weight gradient, FP32 out
