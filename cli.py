@@ -17,9 +17,11 @@ import click
 
 import dgx
 from dgx import env, warmup as warmup_mod
+from dgx.kinds import KIND_NAMES, SHORT_NAMES, GemmKind
 
-INSPECT_KINDS = ("dense", "contiguous", "masked", "wgrad", "k_grouped")
-BENCH_SUITES = ("dense", "contiguous", "masked", "wgrad", "k_grouped", "all")
+# `dgx inspect --kind`: the short names (as the benchmark's suites) or the shapes-file kinds.
+INSPECT_KINDS = SHORT_NAMES + tuple(k for k in KIND_NAMES if k not in SHORT_NAMES)
+BENCH_SUITES = SHORT_NAMES + ("all",)
 MAX_ERROR_LINES = 40
 
 
@@ -417,25 +419,23 @@ def _gemm_cubin(gemm, kind: str, groups: int, num_sms: int, arch: str) -> tuple[
     from dgx import jit
     from dgx.errors import DgxError
     from dgx.heuristics import choose_dense, choose_grouped, choose_wgrad
-    from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, LAYOUT_K_GROUPED, LAYOUT_MASKED
 
-    layouts = {"contiguous": LAYOUT_CONTIGUOUS, "masked": LAYOUT_MASKED}
+    gemm_kind = GemmKind.parse(kind)
     m, n, k = gemm
     try:
-        if kind == "dense":
+        if gemm_kind == GemmKind.DENSE:
             choice = choose_dense(m, n, k, num_sms)
-        elif kind == "wgrad":
-            choice = choose_wgrad(m, n, k, num_sms)
-        elif kind == "k_grouped":  # K is one group's
-            choice = choose_wgrad(m, n, k, num_sms, LAYOUT_K_GROUPED, groups)
+        elif gemm_kind.wgrad:  # K-grouped: K is one group's
+            choice = choose_wgrad(m, n, k, num_sms, gemm_kind.layout, groups if gemm_kind.grouped else 1)
         else:
-            choice = choose_grouped(layouts[kind], m, n, k, groups, num_sms)
+            choice = choose_grouped(gemm_kind.layout, m, n, k, groups, num_sms)
         src = choice.config.render()
         cubin = jit.get_cubin(src, arch)
     except (ValueError, DgxError) as exc:
         raise click.ClickException(str(exc)) from None
     c = choice.config
-    what = {"dense": "fp8_gemm_nt", "wgrad": "weight gradient"}.get(kind, f"{kind} ({groups} groups)")
+    what = {GemmKind.DENSE: "fp8_gemm_nt", GemmKind.WGRAD: "weight gradient"}.get(
+        gemm_kind, f"{gemm_kind.short_name} ({groups} groups)")
     header = (
         f"{what} M={m} N={n} K={k} on {num_sms} SMs ({arch}): block {c.block_m}x{c.block_n}, "
         f"{c.stages} stages, pair {c.pair}, {'deferred promotion, ' if c.defer else ''}"
@@ -507,8 +507,6 @@ def warmup(preset, shapes_file, max_m, num_sms, arch, jobs, as_json) -> None:
         the_plan = warmup_mod.plan(entries, max_m=max_m, num_sms=num_sms, arch=arch, jobs=jobs)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
-    for line in the_plan.skipped:
-        click.echo(f"dgx warmup: skipped {line}", err=True)
     missing = sum(1 for pk in the_plan.kernels if not kc.contains(pk.key))
     click.echo(
         f"dgx warmup: {_plural(len(the_plan.kernels), 'distinct kernel')} ({the_plan.seconds:.1f} s to enumerate), "
@@ -524,7 +522,6 @@ def warmup(preset, shapes_file, max_m, num_sms, arch, jobs, as_json) -> None:
         click.echo(
             f"dgx warmup: {_plural(result.kernels, 'kernel')}: {result.compiled} compiled, {result.cached} cached, "
             f"{result.failed} failed in {result.seconds:.1f} s"
-            + (f"; {_plural(len(result.skipped), 'kind')} skipped (no kernel yet)" if result.skipped else "")
         )
     if result.failed:
         sys.exit(1)

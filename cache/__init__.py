@@ -5,7 +5,7 @@ A leaf package (stdlib only): it never imports dgx, sass_tools or ptx. dgx compu
 :meth:`KernelCache.get_or_build` for the cubin. The root is the caller's choice (dgx/env.py
 resolves the default); it must be private to us (mode 0700, our uid).
 
-    key = compute_key({"source": src, "headers": collect_headers(include_dir), "nvrtc": "13.0",
+    key = compute_key({"source": src, "headers": {"gemm.cuh": b"..."}, "nvrtc": "13.0",
                        "options": ["-arch=sm_90a"], "arch": "sm_90a", "sass_pass": 3})
     cubin = KernelCache(root).get_or_build(key, lambda: (compile_it(), {"name": "fp8_gemm"}))
 
@@ -14,7 +14,7 @@ Bundles (:func:`export_bundle`, :func:`import_bundle`) carry verified entries be
 
 from .bundle import ImportReport, export_bundle, import_bundle
 from .errors import BundleError, CacheCorruptionWarning, CacheError, CacheMissError, CacheSecurityError
-from .keys import check_relative_name, collect_headers, compute_key, header_digest
+from .keys import compute_key
 from .store import FORMAT_VERSION, CacheStats, EntryInfo, KernelCache, VerifyReport, is_key
 
 __all__ = [
@@ -29,11 +29,8 @@ __all__ = [
     "ImportReport",
     "KernelCache",
     "VerifyReport",
-    "check_relative_name",
-    "collect_headers",
     "compute_key",
     "export_bundle",
-    "header_digest",
     "import_bundle",
     "is_key",
 ]

@@ -21,17 +21,12 @@ Length prefixes make it unambiguous: ``{"a": "bc"}`` and ``{"ab": "c"}``, ``"1"`
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Union
 
 KEY_SCHEME = b"dgx-kernel-cache-key/v1\x00"
-HEADER_SCHEME = b"dgx-kernel-cache-headers/v1\x00"
-
-#: Header suffixes :func:`collect_headers` picks up by default.
-HEADER_SUFFIXES = (".cuh", ".h", ".hpp", ".hxx", ".inl")
 
 _MAX_DEPTH = 32
 _WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:")
@@ -73,7 +68,7 @@ def _feed(h: "hashlib._Hash", value: object, where: str, depth: int) -> None:
             if _absolute(k):
                 raise ValueError(
                     f"compute_key: {where} has the key {k!r}, an absolute path. Keys must not depend on where "
-                    "files live: name headers relative to their include directory (see header_digest)"
+                    "files live: name headers relative to their include directory"
                 )
             items.append((k.encode("utf-8"), k, v))
         items.sort(key=lambda item: item[0])
@@ -105,69 +100,3 @@ def compute_key(inputs: Mapping[str, KeyValue]) -> str:
     h = hashlib.sha256(KEY_SCHEME)
     _feed(h, inputs, "inputs", 0)
     return h.hexdigest()
-
-
-def check_relative_name(name: object) -> str:
-    """Return ``name`` if it is a clean relative path with ``/`` separators, else raise ValueError."""
-    if not isinstance(name, str):
-        raise TypeError(f"header name must be str, got {type(name).__name__}")
-    if not name or _absolute(name):
-        raise ValueError(
-            f"header name {name!r} is empty or absolute; name headers relative to their include directory "
-            "(e.g. 'dgx/gemm.cuh') so keys do not depend on where files live"
-        )
-    if "\\" in name or "\x00" in name:
-        raise ValueError(f"header name {name!r} must use '/' separators and no NUL")
-    if any(part in ("", ".", "..") for part in name.split("/")):
-        raise ValueError(f"header name {name!r} has an empty, '.' or '..' component; give the normalized relative name")
-    return name
-
-
-def header_digest(files: Mapping[str, bytes]) -> str:
-    """Return a sha256 hex digest of a set of headers: name (relative to the include dir) -> content.
-
-    Names must be relative, with ``/`` separators (see :func:`check_relative_name`): the digest must
-    be the same wherever the include directory lives. Contents must be bytes (read files in binary
-    mode, so line endings and encodings count as they are).
-    """
-    if not isinstance(files, Mapping):
-        raise TypeError(f"header_digest: files must be a Mapping, got {type(files).__name__}")
-    items = []
-    for name, content in files.items():
-        check_relative_name(name)
-        if not isinstance(content, (bytes, bytearray, memoryview)):
-            raise TypeError(f"header_digest: content of {name!r} must be bytes, got {type(content).__name__}")
-        items.append((name.encode("utf-8"), bytes(content)))
-    items.sort(key=lambda item: item[0])
-    h = hashlib.sha256(HEADER_SCHEME + _u64(len(items)))
-    for raw_name, content in items:
-        h.update(_u64(len(raw_name)))
-        h.update(raw_name)
-        h.update(_u64(len(content)))
-        h.update(content)
-    return h.hexdigest()
-
-
-def collect_headers(
-    include_dir: str | os.PathLike, suffixes: Iterable[str] | None = HEADER_SUFFIXES
-) -> dict[str, bytes]:
-    """Read every header under ``include_dir``: ``{relative/posix/name: content}``.
-
-    ``suffixes=None`` takes every file. Hidden directories and ``__pycache__`` are skipped. The
-    result feeds :func:`header_digest` or :func:`compute_key` directly.
-    """
-    base = os.fspath(include_dir)
-    if not os.path.isdir(base):
-        raise NotADirectoryError(f"collect_headers: {base!r} is not a directory")
-    wanted = None if suffixes is None else tuple(suffixes)
-    out: dict[str, bytes] = {}
-    for dirpath, dirnames, filenames in os.walk(base):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
-        for fname in sorted(filenames):
-            if wanted is not None and not fname.endswith(wanted):
-                continue
-            full = os.path.join(dirpath, fname)
-            rel = os.path.relpath(full, base).replace(os.sep, "/")
-            with open(full, "rb") as f:
-                out[rel] = f.read()
-    return out

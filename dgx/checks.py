@@ -4,11 +4,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from .intmath import ceil_div  # noqa: F401 - the entry points size the scale tensors they check with it
 from .tensors import TensorView, as_view, require_cuda
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def unpack_pair(pair: object, name: str) -> tuple[object, object]:
@@ -61,6 +58,19 @@ def expect_contiguous(v: TensorView, name: str) -> None:
         if size > 1 and stride != acc:
             raise ValueError(f"{name}: expected a contiguous row-major tensor; got shape {v.shape}, strides {v.strides}")
         acc *= size
+
+
+def expect_n_multiple_of_8(n: int, name: str = "d") -> None:
+    """N (the output's columns) a multiple of 8: 16-byte rows of BF16 D (and of FP8 B) for TMA."""
+    if n % 8:
+        raise ValueError(f"{name}: N must be a multiple of 8 (16-byte rows for TMA); got N = {n}")
+
+
+def expect_fp32_out_for_c(dv: TensorView) -> None:
+    """d = c + a.b^T is the weight-gradient variant, which writes a float32 d."""
+    if dv.dtype != "float32":
+        raise ValueError("fp8_gemm_nt: c (d = c + a.b^T) needs a float32 d (the weight-gradient variant); got a "
+                         f"{dv.dtype} d")
 
 
 def expect_fp8_operands(av: TensorView, sfav: TensorView, bv: TensorView, sfbv: TensorView, dv: TensorView) -> tuple[int, int, int]:

@@ -3,156 +3,33 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
-from typing import NamedTuple
 
-from . import jit, runtime
+from . import device as device_module
+from . import launch, runtime
 from .checks import (
     ceil_div,
     expect_contiguous,
     expect_dtype,
+    expect_fp32_out_for_c,
     expect_fp8_operands,
+    expect_n_multiple_of_8,
     expect_nonnegative_strides,
     expect_shape,
     expect_tma_rows,
     unpack_pair,
     views_on_one_device,
 )
-from . import device as device_module
-from .device import get_num_sms
-from .heuristics import choose_dense
-from .kernels.fp8_gemm import LAYOUT_DENSE, GemmConfig
-from .layout import SfaTma, get_mn_major_tma_aligned_tensor, sfa_tma_layout
-from .runtime import Swizzle
+from .kernels.fp8_gemm import GemmConfig
+from .kinds import GemmKind
+from .launch import GemmPlan, Operands, launch_plan, scales_for_tma
 from .streams import resolve_stream
-from .tensors import TensorView, as_view
+from .wgrad import dense_fp32 as wgrad_dense
 
-
-@dataclass(frozen=True)
-class DensePlan:
-    """A compiled, loaded kernel and its launch shape for one (M, N, K, device, SM count)."""
-
-    config: GemmConfig
-    launcher: runtime.Launcher
-
-
-_plans: dict[tuple[int, int, int, int, int], DensePlan] = {}
-_params: dict[tuple, runtime.ParamPack] = {}
-_PARAM_CACHE_LIMIT = 512
-
-
-def launch_plan(config: GemmConfig, units: int, device: int, num_sms: int) -> DensePlan:
-    """Compiles/loads `config`'s kernel and sizes its persistent grid for at most `units` work units."""
-    kernel = jit.get_kernel(config.render(), device)
-    grid = config.grid(units, num_sms)
-    shape = runtime.LaunchShape((grid, 1, 1), (config.threads, 1, 1), (config.cluster, 1, 1), config.smem_bytes)
-    if config.cluster > 1:
-        resident = runtime.max_active_clusters(kernel, shape)
-        if resident < 1:
-            raise RuntimeError(f"no cluster of {config.cluster} CTAs of {config.kernel_name} fits on device {device}")
-        if grid // config.cluster > resident:
-            grid = resident * config.cluster
-            shape = runtime.LaunchShape(
-                (grid, 1, 1), (config.threads, 1, 1), (config.cluster, 1, 1), config.smem_bytes
-            )
-    return DensePlan(config, runtime.Launcher(kernel, shape))
-
-
-def _plan(m: int, n: int, k: int, device: int, num_sms: int, config: GemmConfig | None = None) -> DensePlan:
-    key = (m, n, k, device, num_sms, config)
-    plan = _plans.get(key)
-    if plan is None:
-        if config is None:
-            config = choose_dense(m, n, k, num_sms).config
-        elif (config.n, config.k, config.layout) != (n, k, LAYOUT_DENSE):
-            raise ValueError(f"config is for a {config.layout} GEMM with N={config.n}, K={config.k}; the inputs "
-                             f"are dense with N={n}, K={k}")
-        plan = launch_plan(config, config.units(m), device, num_sms)
-        _plans[key] = plan
-    return plan
-
-
-class Operands(NamedTuple):
-    """Addresses and 2-D extents of everything a GEMM kernel reads and writes (the tensor maps' input).
-    A tuple, so that building one and looking it up per call stays cheap.
-
-    A and D are seen as [rows, K] / [rows, N], B as [groups * N, K]; SFA as `sfa.kb` rows of `sfa.m`
-    floats (M-major). Leading dimensions are in elements."""
-
-    a: int
-    a_rows: int
-    lda: int
-    b: int
-    b_rows: int
-    ldb: int
-    d: int
-    d_rows: int
-    ldd: int
-    sfa: int
-    sfa_map: SfaTma
-    sfb: int
-    m: int  # the kernel's m: rows (masked, K-grouped: rows per group)
-    grouped_layout: int = 0
-    groups: int = 1
-    sfb_map: SfaTma | None = None  # weight gradient: the per-row B scales (N-major), like SFA
-    k: int = 0  # K extent of the A and B maps when it is not the config's
-    group_maps: int = 0  # K-grouped: device address of the groups' maps of A and B
-    accumulate: bool = False  # weight gradient: D holds C and the kernel adds to it (else D is overwritten)
-
-
-def pack_params(config: GemmConfig, ops: Operands) -> runtime.ParamPack:
-    """The kernel's parameters for `ops`, encoded once per distinct (config, operands) and reused."""
-    key = (config, ops)
-    pack = _params.get(key)
-    if pack is None:
-        n, k = config.n, ops.k or config.k
-        tmap_a = runtime.encode_tensor_map_2d("uint8", ops.a, k, ops.a_rows, ops.lda, 128, config.box_rows_a, Swizzle.B128)
-        tmap_b = runtime.encode_tensor_map_2d("uint8", ops.b, k, ops.b_rows, ops.ldb, 128, config.box_rows_b, Swizzle.B128)
-        span = config.d_span
-        wg_rows = config.block_m // config.math_warpgroups
-        sfa = ops.sfa_map
-        tmap_sfa = runtime.encode_tensor_map_2d("float32", ops.sfa, sfa.m, sfa.kb, sfa.row_stride, config.block_m, 1)
-        if config.wgrad:  # FP32 D (TMA reduce-add or store); B's scales get a map like A's
-            sfb = ops.sfb_map
-            tmap_sfb = runtime.encode_tensor_map_2d("float32", ops.sfb, sfb.m, sfb.kb, sfb.row_stride, config.block_n, 1)
-            tmap_d = runtime.encode_tensor_map_2d(
-                "float32", ops.d, n, ops.d_rows, ops.ldd * 4, span // 4, wg_rows, Swizzle(span if span > 16 else 0)
-            )
-        else:
-            tmap_d = runtime.encode_tensor_map_2d(
-                "bfloat16", ops.d, n, ops.d_rows, ops.ldd * 2, span // 2, wg_rows, Swizzle(span if span > 16 else 0)
-            )
-            if config.b_scales_in_stage:  # one row of floats from the 16-byte boundary at or below SFB, boxes of 4
-                if ops.sfb % 4:
-                    raise ValueError(f"SFB: expected a float32 address (4-byte aligned); got 0x{ops.sfb:x}")
-                lead = ops.sfb % 16
-                count = ops.groups * ceil_div(n, 128) * ceil_div(k, 128) + lead // 4
-                # (cuTensorMapEncodeTiled refuses rank 1 as called here, so a map of one row.)
-                row_bytes = ceil_div(count * 4, 16) * 16
-                tmap_sfb = runtime.encode_tensor_map_2d("float32", ops.sfb - lead, count, 1, row_bytes, 4, 1)
-            else:
-                tmap_sfb = tmap_sfa  # unused
-        pack = runtime.ParamPack(
-            [tmap_a, tmap_b, tmap_d, tmap_sfa, tmap_sfb, ("u64", ops.sfb), ("u64", ops.sfa), ("i32", sfa.m),
-             ("i32", sfa.row_stride // 4), ("i32", ops.m), ("u64", ops.grouped_layout),
-             ("i32", ops.groups), ("u64", ops.d), ("u64", ops.ldd), ("i32", int(ops.accumulate)),
-             ("u64", ops.group_maps)]
-        )
-        if len(_params) >= _PARAM_CACHE_LIMIT:
-            _params.clear()
-        _params[key] = pack
-    return pack
-
-
-def sfa_for_tma(SFA, sfav: TensorView, stream, device: int, name: str = "SFA"):
-    """(view, its TMA layout, a converted copy to keep alive or None, the launch stream if resolved) of
-    per-row scales (SFA, or the weight gradient's SFB)."""
-    sfa_tma = sfa_tma_layout(sfav)
-    if sfa_tma is not None:
-        return sfav, sfa_tma, None, None
-    keep, launch_stream = _converted_sfa(SFA, stream, device, name)
-    sfav = as_view(keep, name)
-    return sfav, sfa_tma_layout(sfav), keep, launch_stream
+# Earlier names, kept for code that imported them from here.
+DensePlan = GemmPlan
+pack_params = launch.pack
+sfa_for_tma = scales_for_tma
+__all__ = ["DensePlan", "Operands", "fp8_gemm_nt", "gemm_fp8_fp8_bf16_nt", "launch_plan", "pack_params", "sfa_for_tma"]
 
 
 # Per-call fast path for torch tensors: (data pointer, shape, strides, dtype, device) of the five tensors
@@ -206,19 +83,15 @@ def fp8_gemm_nt(a, b, d, c=None, *, stream=None, config: GemmConfig | None = Non
     B, SFB = unpack_pair(b, "b")
     av, sfav, bv, sfbv, dv = views_on_one_device(((A, "A"), (SFA, "SFA"), (B, "B"), (SFB, "SFB"), (d, "d")))
     if dv.dtype == "float32":
-        from . import wgrad
-
-        return wgrad.dense_fp32(SFA, SFB, c, (av, sfav, bv, sfbv, dv), stream=stream, config=config)
+        return wgrad_dense(SFA, SFB, c, (av, sfav, bv, sfbv, dv), stream=stream, config=config)
     if c is not None:
-        raise ValueError("fp8_gemm_nt: c (d = c + a.b^T) needs a float32 d (the weight-gradient variant); got a "
-                         f"{dv.dtype} d")
+        expect_fp32_out_for_c(dv)
     m, n, k = expect_fp8_operands(av, sfav, bv, sfbv, dv)
     expect_dtype(dv, "d", "bfloat16")
     expect_shape(dv, "d", (m, n))
     expect_shape(sfav, "SFA", (m, ceil_div(k, 128)))
     expect_shape(sfbv, "SFB", (ceil_div(n, 128), ceil_div(k, 128)))
-    if n % 8:
-        raise ValueError(f"d: N must be a multiple of 8 (16-byte rows of BF16 for TMA); got N = {n}")
+    expect_n_multiple_of_8(n)
     if n == 0:
         return
     expect_tma_rows(av, "A")
@@ -231,46 +104,19 @@ def fp8_gemm_nt(a, b, d, c=None, *, stream=None, config: GemmConfig | None = Non
     if m >= 2**31:
         raise ValueError(f"A: M must be below 2**31; got {m}")
     device = av.device
-    sfav, sfa_tma, keep, launch_stream = sfa_for_tma(SFA, sfav, stream, device)
-    plan = _plan(m, n, k, device, get_num_sms(device), config)
+    sfav, sfa_layout, keep, launch_stream = scales_for_tma(SFA, sfav, stream, device)
+    plan = launch.plan(GemmKind.DENSE, m, n, k, device, config)
     if launch_stream is None:
         launch_stream = resolve_stream(stream, device)
-    ops = Operands(av.ptr, m, av.strides[0], bv.ptr, n, bv.strides[0], dv.ptr, m, dv.strides[0], sfav.ptr, sfa_tma,
-                   sfbv.ptr, m)
-    pack = pack_params(plan.config, ops)
+    ops = Operands(a=av.ptr, a_rows=m, lda=av.strides[0], b=bv.ptr, b_rows=n, ldb=bv.strides[0], d=dv.ptr, d_rows=m,
+                   ldd=dv.strides[0], sfa=sfav.ptr, sfa_layout=sfa_layout, sfb=sfbv.ptr, m=m)
+    pack = launch.pack(plan.config, ops)
     plan.launcher.launch(launch_stream, pack)
     if fast_key is not None and keep is None:
         if len(_fast) >= _FAST_CACHE_LIMIT:
             _fast.clear()
         _fast[fast_key] = (plan.launcher, pack, device)
     del keep  # the copy was made on the launch stream, so the allocator reuses it only after the kernel
-
-
-def _converted_sfa(sfa, stream, device: int, name: str = "SFA"):
-    """SFA copied into the TMA-aligned M-major layout on the GPU, on the launch stream; and that stream."""
-    torch = sys.modules.get("torch")
-    if torch is None or not isinstance(sfa, torch.Tensor):
-        raise ValueError(
-            f"{name}: expected the TMA-aligned MN-major layout (strides (1, S) with S >= rows and S * 4 a "
-            "multiple of 16 bytes, base address 16-byte aligned; see get_mn_major_tma_aligned_tensor); other "
-            f"layouts are converted only for torch tensors, and this is a {type(sfa).__name__}"
-        )
-    launch_stream = resolve_stream(stream, device)
-
-    def convert():
-        out = get_mn_major_tma_aligned_tensor(sfa)
-        if out is sfa:  # already MN-major but its base address is not 16-byte aligned
-            out = get_mn_major_tma_aligned_tensor(sfa.contiguous())
-        return out
-
-    if launch_stream == torch.cuda.current_stream(sfa.device).cuda_stream:
-        return convert(), launch_stream  # torch's own stream: its allocator orders the reuse of the copy
-    # Another stream: copy there, and tell the allocator the copy is in use on it.
-    external = torch.cuda.ExternalStream(launch_stream, device=sfa.device)
-    with torch.cuda.stream(external):
-        out = convert()
-    out.record_stream(external)
-    return out, launch_stream
 
 
 def gemm_fp8_fp8_bf16_nt(lhs, rhs, out) -> None:

@@ -3,10 +3,12 @@ under CUDA graphs). Same kernel, scheduler and heuristics as fp8_gemm_nt; groups
 
 from __future__ import annotations
 
+from . import launch
 from .checks import (
     ceil_div,
     expect_contiguous,
     expect_dtype,
+    expect_n_multiple_of_8,
     expect_ndim,
     expect_nonnegative_strides,
     expect_shape,
@@ -14,36 +16,17 @@ from .checks import (
     unpack_pair,
     views_on_one_device,
 )
-from .device import get_num_sms
-from .gemm import DensePlan, Operands, launch_plan, pack_params, sfa_for_tma
-from .heuristics import CONTIGUOUS_ALIGNMENT, choose_grouped
-from .kernels.fp8_gemm import LAYOUT_CONTIGUOUS, LAYOUT_MASKED, GemmConfig
+from .heuristics import CONTIGUOUS_ALIGNMENT
+from .kernels.fp8_gemm import GemmConfig
+from .kinds import GemmKind
+from .launch import Operands, scales_for_tma
 from .streams import resolve_stream
 from .tensors import TensorView
-
-_plans: dict[tuple, DensePlan] = {}
 
 
 def get_mk_alignment_for_contiguous_layout() -> int:
     """Rows each group's segment of A must be padded to in the contiguous layout."""
     return CONTIGUOUS_ALIGNMENT
-
-
-def _grouped_plan(layout: int, m: int, units_m: int, n: int, k: int, groups: int, device: int,
-                  config: GemmConfig | None) -> DensePlan:
-    num_sms = get_num_sms(device)
-    key = (layout, m, units_m, n, k, groups, device, num_sms, config)
-    plan = _plans.get(key)
-    if plan is None:
-        if config is None:
-            config = choose_grouped(layout, m, n, k, groups, num_sms).config
-        elif (config.n, config.k, config.layout) != (n, k, layout) or CONTIGUOUS_ALIGNMENT % config.block_m:
-            raise ValueError(f"config {config} does not fit a layout-{layout} GEMM with N={n}, K={k}")
-        # Upper bound of the tiles: every block of every group (masked) or of all rows (contiguous).
-        units = config.units(units_m) * (groups if layout == LAYOUT_MASKED else 1)
-        plan = launch_plan(config, units, device, num_sms)
-        _plans[key] = plan
-    return plan
 
 
 def _expect_stacked(v: TensorView, name: str, rows: int) -> None:
@@ -66,8 +49,7 @@ def _check_b(bv: TensorView, sfbv: TensorView, k: int) -> tuple[int, int]:
     if groups <= 0:
         raise ValueError(f"B: expected at least one group; got shape {bv.shape}")
     expect_shape(sfbv, "SFB", (groups, ceil_div(n, 128), ceil_div(k, 128)))
-    if n % 8:
-        raise ValueError(f"d: N must be a multiple of 8 (16-byte rows of BF16 for TMA); got N = {n}")
+    expect_n_multiple_of_8(n)
     expect_tma_rows(bv, "B")
     _expect_stacked(bv, "B", n)
     expect_contiguous(sfbv, "SFB")
@@ -131,13 +113,14 @@ def m_grouped_fp8_gemm_nt_contiguous(a, b, d, m_indices, *, stream=None, config:
     if m >= 2**31:
         raise ValueError(f"A: M_sum must be below 2**31; got {m}")
     device = av.device
-    sfav, sfa_tma, keep, launch_stream = sfa_for_tma(SFA, sfav, stream, device)
-    plan = _grouped_plan(LAYOUT_CONTIGUOUS, m, m, n, k, groups, device, config)
+    sfav, sfa_layout, keep, launch_stream = scales_for_tma(SFA, sfav, stream, device)
+    plan = launch.plan(GemmKind.M_GROUPED_CONTIGUOUS, m, n, k, device, config, groups=groups)
     if launch_stream is None:
         launch_stream = resolve_stream(stream, device)
-    ops = Operands(av.ptr, m, av.strides[0], bv.ptr, groups * n, bv.strides[1], dv.ptr, m, dv.strides[0], sfav.ptr,
-                   sfa_tma, sfbv.ptr, m, iv.ptr, groups)
-    plan.launcher.launch(launch_stream, pack_params(plan.config, ops))
+    ops = Operands(a=av.ptr, a_rows=m, lda=av.strides[0], b=bv.ptr, b_rows=groups * n, ldb=bv.strides[1], d=dv.ptr,
+                   d_rows=m, ldd=dv.strides[0], sfa=sfav.ptr, sfa_layout=sfa_layout, sfb=sfbv.ptr, m=m,
+                   grouped_layout=iv.ptr, groups=groups)
+    plan.launcher.launch(launch_stream, launch.pack(plan.config, ops))
     del keep  # made on the launch stream: the allocator reuses it only after the kernel
 
 
@@ -190,14 +173,16 @@ def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m: int, *, stream=N
     if groups * m_max >= 2**31:
         raise ValueError(f"A: groups x M_max must be below 2**31; got {groups} x {m_max}")
     device = av.device
-    sfav, sfa_tma, keep, launch_stream = sfa_for_tma(SFA, sfav, stream, device)
-    plan = _grouped_plan(LAYOUT_MASKED, min(expected_m, m_max), m_max, n, k, groups, device, config)
+    sfav, sfa_layout, keep, launch_stream = scales_for_tma(SFA, sfav, stream, device)
+    plan = launch.plan(GemmKind.M_GROUPED_MASKED, min(expected_m, m_max), n, k, device, config, groups=groups,
+                       units_m=m_max)
     if launch_stream is None:
         launch_stream = resolve_stream(stream, device)
     rows = groups * m_max
-    ops = Operands(av.ptr, rows, av.strides[1], bv.ptr, groups * n, bv.strides[1], dv.ptr, rows, dv.strides[1],
-                   sfav.ptr, sfa_tma, sfbv.ptr, m_max, mv.ptr, groups)
-    plan.launcher.launch(launch_stream, pack_params(plan.config, ops))
+    ops = Operands(a=av.ptr, a_rows=rows, lda=av.strides[1], b=bv.ptr, b_rows=groups * n, ldb=bv.strides[1],
+                   d=dv.ptr, d_rows=rows, ldd=dv.strides[1], sfa=sfav.ptr, sfa_layout=sfa_layout, sfb=sfbv.ptr,
+                   m=m_max, grouped_layout=mv.ptr, groups=groups)
+    plan.launcher.launch(launch_stream, launch.pack(plan.config, ops))
     del keep
 
 

@@ -17,14 +17,12 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from . import env
+from .intmath import ceil_div
+from .kinds import Layout
 from .kernels.fp8_gemm import (
-    LAYOUT_CONTIGUOUS,
-    LAYOUT_DENSE,
-    LAYOUT_K_GROUPED,
-    LAYOUT_MASKED,
-    PAIR_M,
-    PAIR_N,
-    PAIR_NONE,
+    SHARE_A,
+    SHARE_B,
+    SHARE_NONE,
     SMEM_LIMIT,
     GemmConfig,
     scale_split_compiled_in,
@@ -104,7 +102,7 @@ def with_deferred_promotion(config: GemmConfig, units: int, num_sms: int) -> Gem
         return replace(config, defer=True)
     if 128 % config.block_n and scale_split_compiled_in(config.block_n):
         return config  # the k-loop is compiled once per B-scale split: 7x the compile time (6 s on 64x96)
-    waves = -(-units // max(num_sms // config.cluster, 1))
+    waves = ceil_div(units, max(num_sms // config.cluster, 1))
     if config.block_m == 64 or waves <= DEFER_MAX_WAVES_TWO_WG:
         return replace(config, defer=True)
     return config
@@ -116,9 +114,9 @@ def with_stage_rounds(config: GemmConfig) -> GemmConfig:
     tile starts at stage 0), 128 instead of 146 instructions per k-block on 128x160. Measured on the four
     contiguous anchors: 4-6% faster with 4 stages than with 5 (PERFLOG exp. 28, 30). Not taken for the masked
     layout (128x128, 1-3 tiles per SM: +2% to -4.5%) nor dense 128x96 (12 k-blocks: 3% slower with 6 than 7)."""
-    if not config.b_scales_in_stage or config.layout != LAYOUT_CONTIGUOUS:
+    if not config.b_scales_in_stage or config.layout != Layout.CONTIGUOUS:
         return config
-    k_blocks = -(-config.k // 128)
+    k_blocks = ceil_div(config.k, 128)
     for stages in (config.stages, config.stages - 1):
         if stages >= 3 and k_blocks % stages == 0:
             return replace(config, stages=stages)
@@ -130,17 +128,17 @@ def _require_positive(what: str, **values: int) -> None:
         raise ValueError(f"{what} needs positive {', '.join(values)}; got {', '.join(str(v) for v in values.values())}")
 
 
-def tile_cycles(block_m: int, block_n: int, k: int, pair: int = PAIR_NONE, pow2_n: bool = False,
+def tile_cycles(block_m: int, block_n: int, k: int, pair: int = SHARE_NONE, pow2_n: bool = False,
                 defer: bool = False, wgrad: bool = False) -> float:
     """Estimated cycles of one tile: k-blocks x per-k-block cost, plus the epilogue. `pow2_n`: charge the
     run-time-split penalty to every BLOCK_N that is not a power of two (kernels measured only with those).
     `defer`: the tile promotes deferred; a one-warpgroup tile then pays the run-time split too (its chain
     no longer hides the per-column-group select: 64x56 and 64x72 ran 2-12% slower than 64x64 on the
     M=64, N=7168 anchors, PERFLOG exp. 16); a deferred two-warpgroup weight gradient has its own fixed part."""
-    k_blocks = -(-k // 128)
+    k_blocks = ceil_div(k, 128)
     chain = ONE_WG_BASE_CLK + ONE_WG_CLK_PER_COL * (block_n - 16)  # every warpgroup pays this latency
     if block_m == 64:
-        mma = chain * (ONE_WG_PAIR_PENALTY if pair != PAIR_NONE else 1.0)
+        mma = chain * (ONE_WG_PAIR_PENALTY if pair != SHARE_NONE else 1.0)
         if defer and not scale_split_compiled_in(block_n):
             mma *= TWO_WG_RUNTIME_SPLIT_PENALTY
     else:
@@ -165,8 +163,8 @@ def candidates(m: int, n: int) -> list[tuple[int, int, int]]:
         for bn in BLOCK_NS:
             if max_stages(bm, bn) < 3:
                 continue
-            for pair in (PAIR_NONE, PAIR_N, PAIR_M):
-                if pair == PAIR_N and -(-n // bn) < 2 or pair == PAIR_M and -(-m // bm) < 2:
+            for pair in (SHARE_NONE, SHARE_A, SHARE_B):
+                if pair == SHARE_A and ceil_div(n, bn) < 2 or pair == SHARE_B and ceil_div(m, bm) < 2:
                     continue
                 if not validate_blocks(bm, bn, pair):
                     out.append((bm, bn, pair))
@@ -180,7 +178,7 @@ def choose_dense(m: int, n: int, k: int, num_sms: int) -> Choice:
 
     def options():
         for bm, bn, pair in candidates(m, n):
-            if pair != PAIR_NONE and num_sms < 2:
+            if pair != SHARE_NONE and num_sms < 2:
                 continue
             config = GemmConfig(n, k, bm, bn, pipeline_stages(bm, bn), pair=pair)
             units = config.units(m)
@@ -194,14 +192,14 @@ def _best(what: str, options, k: int, num_sms: int) -> Choice:
     cluster); printed to stderr under DGX_PRINT_CONFIGS. `what` names the problem in messages."""
     best: Choice | None = None
     for config, units in options:
-        waves = -(-units // (num_sms // config.cluster))
+        waves = ceil_div(units, num_sms // config.cluster)
         # The plain weight gradient (per-column B scales) ran non-power-of-two BLOCK_N slower (128x96 and
         # 128x112 4-8% behind 128x128; deferred, they lead); masked groups ran 128x160 18% slower than 128x128
         # on 2 of the 3 N=7168 anchors (their counts vary around expected_m, so the wave count the model sees
         # is a guess).
-        pow2_n = config.wgrad and not config.defer or config.layout == LAYOUT_MASKED
+        pow2_n = config.wgrad and not config.defer or config.layout == Layout.MASKED
         cycles = waves * tile_cycles(config.block_m, config.block_n, k, config.pair, pow2_n, config.defer, config.wgrad)
-        if config.layout == LAYOUT_CONTIGUOUS and config.pair == PAIR_M:
+        if config.layout == Layout.CONTIGUOUS and config.pair == SHARE_B:
             cycles *= CONTIGUOUS_SHARED_B_FACTOR
         cand = Choice(config, units, waves, cycles)
         if best is None or _better(cand, best):
@@ -236,7 +234,7 @@ CONTIGUOUS_ALIGNMENT = 128
 
 @lru_cache(maxsize=4096)
 def choose_grouped(layout: int, m: int, n: int, k: int, groups: int, num_sms: int) -> Choice:
-    """The config of a grouped FP8 GEMM (LAYOUT_CONTIGUOUS or LAYOUT_MASKED).
+    """The config of a grouped FP8 GEMM (Layout.CONTIGUOUS or Layout.MASKED).
 
     `m` is the rows of all groups together (contiguous) or the expected rows of one group (masked).
     Blocks are 64 or 128 rows: contiguous blocks must divide the segments' alignment, and masked groups'
@@ -244,43 +242,43 @@ def choose_grouped(layout: int, m: int, n: int, k: int, groups: int, num_sms: in
     on 5 of the 6 masked anchors). Contiguous 128-row tiles may run as 2-CTA clusters sharing B along M
     (a pair shares only when both blocks are of one group); masked ones run without clusters.
     """
-    if layout not in (LAYOUT_CONTIGUOUS, LAYOUT_MASKED):
-        raise ValueError(f"choose_grouped: layout must be contiguous ({LAYOUT_CONTIGUOUS}) or masked ({LAYOUT_MASKED}); got {layout}")
+    if layout not in (Layout.CONTIGUOUS, Layout.MASKED):
+        raise ValueError(f"choose_grouped: layout must be contiguous ({Layout.CONTIGUOUS}) or masked ({Layout.MASKED}); got {layout}")
     _require_positive("choose_grouped", m=m, n=n, k=k, groups=groups, num_sms=num_sms)
 
     def options():
         for bm, bn, pair in candidates(m, n):
             if CONTIGUOUS_ALIGNMENT % bm:
                 continue
-            if pair != PAIR_NONE and (layout != LAYOUT_CONTIGUOUS or pair != PAIR_M or bm != 128 or num_sms < 2):
+            if pair != SHARE_NONE and (layout != Layout.CONTIGUOUS or pair != SHARE_B or bm != 128 or num_sms < 2):
                 continue
-            if pair == PAIR_M and -(-m // bm) * -(-n // bn) < SHARED_B_MIN_WAVES * num_sms:
+            if pair == SHARE_B and ceil_div(m, bm) * ceil_div(n, bn) < SHARED_B_MIN_WAVES * num_sms:
                 continue  # measured only where every SM runs many tiles; a short grid gains no L2 relief
             config = GemmConfig(n, k, bm, bn, pipeline_stages(bm, bn), pair=pair, layout=layout)
-            units = config.units(m) * (groups if layout == LAYOUT_MASKED else 1)
+            units = config.units(m) * (groups if layout == Layout.MASKED else 1)
             yield with_stage_rounds(with_deferred_promotion(config, units, num_sms)), units
 
-    name = "contiguous" if layout == LAYOUT_CONTIGUOUS else "masked"
+    name = "contiguous" if layout == Layout.CONTIGUOUS else "masked"
     return _best(f"grouped ({name}) M={m} N={n} K={k} groups={groups}", options(), k, num_sms)
 
 
 @lru_cache(maxsize=4096)
-def choose_wgrad(m: int, n: int, k: int, num_sms: int, layout: int = LAYOUT_DENSE, groups: int = 1) -> Choice:
+def choose_wgrad(m: int, n: int, k: int, num_sms: int, layout: int = Layout.DENSE, groups: int = 1) -> Choice:
     """The config of a weight-gradient GEMM (FP32 D = C + A.B^T, both operands scaled per row): dense, or
-    LAYOUT_K_GROUPED with `groups` outputs of M x N and `k` the typical K of a group. No multicast."""
-    if layout not in (LAYOUT_DENSE, LAYOUT_K_GROUPED):
-        raise ValueError(f"choose_wgrad: layout must be dense ({LAYOUT_DENSE}) or K-grouped ({LAYOUT_K_GROUPED}); got {layout}")
+    Layout.K_GROUPED with `groups` outputs of M x N and `k` the typical K of a group. No multicast."""
+    if layout not in (Layout.DENSE, Layout.K_GROUPED):
+        raise ValueError(f"choose_wgrad: layout must be dense ({Layout.DENSE}) or K-grouped ({Layout.K_GROUPED}); got {layout}")
     _require_positive("choose_wgrad", m=m, n=n, k=k, groups=groups, num_sms=num_sms)
 
     def options():
         for bm, bn, pair in candidates(m, n):
             # 256-row tiles (256x64, 3 stages: the FP32 tile is 64 KB) ran 4% slower than 128x128 on 7168x2112.
-            if pair != PAIR_NONE or bm == 256 or max_stages(bm, bn, wgrad=True) < 3:
+            if pair != SHARE_NONE or bm == 256 or max_stages(bm, bn, wgrad=True) < 3:
                 continue
-            config = GemmConfig(n, 0 if layout == LAYOUT_K_GROUPED else k, bm, bn, max_stages(bm, bn, wgrad=True),
+            config = GemmConfig(n, 0 if layout == Layout.K_GROUPED else k, bm, bn, max_stages(bm, bn, wgrad=True),
                                 layout=layout, wgrad=True)
             units = config.units(m) * groups
             yield with_deferred_promotion(config, units, num_sms), units
 
-    kind = "wgrad (K-grouped)" if layout == LAYOUT_K_GROUPED else "wgrad"
+    kind = "wgrad (K-grouped)" if layout == Layout.K_GROUPED else "wgrad"
     return _best(f"{kind} M={m} N={n} K={k} groups={groups}", options(), k, num_sms)

@@ -1,9 +1,10 @@
 """Kernel JIT: rendered source -> cache key -> cubin (compiled on a miss, SASS-patched) -> loaded kernel.
 
 The cache key is computed here, from one place: the rendered source, the content of every header, the
-NVRTC version, the options, the arch and the SASS pass as it applies to the kernel (off, or its version
-and parameters: see :func:`sass_pass_settings`). Nothing machine-specific enters it, so a cache built on
-one machine or install path hits on another.
+NVRTC version, the options, the arch and the SASS pass (off, or its version and parameters: see
+:func:`sass_pass_settings`). Nothing machine-specific enters it, so a cache built on one machine or install
+path hits on another. Cubins are remembered in memory by the KernelCache (one layer, one set of hit
+counters); loaded kernels per device here.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
+from pathlib import Path
 
 import ptx
 from cache import CacheMissError, KernelCache, compute_key
@@ -31,11 +33,8 @@ class KernelSource:
     name: str  # the extern "C" entry point
     source: str
     dynamic_smem: int = 0
-    sass_interleave: bool = False  # DGX_SASS_INTERLEAVE=auto applies the FFMA pass to this kernel
     summary: tuple[tuple[str, str], ...] = ()  # human description (family, config) for listings
     warmup_hint: str = ""  # the `dgx warmup` arguments that would build it (strict-mode message)
-    sass_min_run: int | None = None  # the pass's min_run for this kernel (None: sass_tools' default)
-    sass_fraction: float | None = None  # the pass's fraction for this kernel (None: sass_tools' default)
 
 
 @dataclass(frozen=True)
@@ -66,10 +65,10 @@ class SassPassSettings:
 
 @dataclass
 class JitStats:
+    """What the JIT itself did; cache hits are the KernelCache's counters (see :func:`jit_stats`)."""
+
     compiles: int = 0
     compile_seconds: float = 0.0
-    memory_hits: int = 0
-    disk_hits: int = 0
     loads: int = 0
     compiled_kernels: list[str] = field(default_factory=list)
 
@@ -77,18 +76,32 @@ class JitStats:
 _stats = JitStats()
 _lock = threading.Lock()
 _caches: dict[str, KernelCache] = {}
-_cubins: dict[str, bytes] = {}
+# cache root -> (the cache, its memory and disk hits) when reset_jit_stats ran
+_hits_at_reset: dict[str, tuple[KernelCache, int, int]] = {}
 _loaded: dict[tuple[str, int], runtime.LoadedKernel] = {}
+
+
+def _cache_hits() -> tuple[int, int]:
+    """Memory and disk hits of every cache this process used, since the last reset_jit_stats."""
+    memory = disk = 0
+    for root, kc in list(_caches.items()):
+        s = kc.stats
+        base = _hits_at_reset.get(root)
+        base_memory, base_disk = base[1:] if base is not None and base[0] is kc else (0, 0)
+        memory += s.hits_memory - base_memory
+        disk += s.hits_disk - base_disk
+    return memory, disk
 
 
 def jit_stats() -> dict[str, object]:
     """Compiles, cache hits and loads since the process started (or since reset_jit_stats)."""
     s = _stats
+    memory_hits, disk_hits = _cache_hits()
     return {
         "compiles": s.compiles,
         "compile_seconds": round(s.compile_seconds, 4),
-        "memory_hits": s.memory_hits,
-        "disk_hits": s.disk_hits,
+        "memory_hits": memory_hits,
+        "disk_hits": disk_hits,
         "loads": s.loads,
         "compiled_kernels": list(s.compiled_kernels),
     }
@@ -97,6 +110,9 @@ def jit_stats() -> dict[str, object]:
 def reset_jit_stats() -> None:
     global _stats
     _stats = JitStats()
+    for root, kc in list(_caches.items()):
+        s = kc.stats
+        _hits_at_reset[root] = (kc, s.hits_memory, s.hits_disk)
 
 
 def kernel_cache() -> KernelCache:
@@ -112,25 +128,18 @@ def kernel_cache() -> KernelCache:
     return kc
 
 
-def sass_pass_settings(src: KernelSource) -> SassPassSettings:
-    """Whether the FFMA pass applies to `src`, and with which parameters.
+def sass_pass_settings(src: KernelSource | None = None) -> SassPassSettings:
+    """Whether the FFMA pass applies, and with which parameters (the same for every kernel).
 
-    DGX_SASS_INTERLEAVE=on applies it to every kernel, off to none, auto (the default) to the kernels
-    whose source asks for it (``sass_interleave``). The parameters are the kernel's ``sass_min_run``
-    and ``sass_fraction``, else sass_tools' defaults. Raises ValueError for a parameter the pass refuses.
+    DGX_SASS_INTERLEAVE=on applies it with sass_tools' defaults; off and auto (the default) leave it off:
+    NVRTC 13 already interleaves the promotion FFMAs, and forcing the pass on measured slower
+    (docs/SASS_PASS.md). `src` is accepted for callers that resolve the settings per kernel.
     """
-    mode = env.sass_interleave()
-    if not (mode == "on" or (mode == "auto" and src.sass_interleave)):
+    if env.sass_interleave() != "on":
         return SassPassSettings(False)
     import sass_tools
 
-    min_run = sass_tools.DEFAULT_MIN_RUN if src.sass_min_run is None else src.sass_min_run
-    fraction = sass_tools.DEFAULT_FRACTION if src.sass_fraction is None else src.sass_fraction
-    if isinstance(min_run, bool) or not isinstance(min_run, int) or min_run < 1:
-        raise ValueError(f"kernel {src.name}: sass_min_run: expected an integer >= 1, got {min_run!r}")
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
-        raise ValueError(f"kernel {src.name}: sass_fraction: expected a number in [0, 1], got {fraction!r}")
-    return SassPassSettings(True, str(sass_tools.PASS_VERSION), min_run, fraction)
+    return SassPassSettings(True, str(sass_tools.PASS_VERSION), sass_tools.DEFAULT_MIN_RUN, sass_tools.DEFAULT_FRACTION)
 
 
 def key_inputs(src: KernelSource, arch: str, sass: SassPassSettings | None = None) -> dict[str, object]:
@@ -163,12 +172,16 @@ def build_cubin(
     src: KernelSource, arch: str, sass: SassPassSettings | None = None
 ) -> tuple[bytes, dict[str, object]]:
     """Compiles (and SASS-patches, per ``sass``, default :func:`sass_pass_settings`) one kernel;
-    returns the cubin and manifest metadata."""
+    returns the cubin and manifest metadata.
+
+    DGX_JIT_DEBUG=1 prints the compile (options, time, SASS pass); DGX_JIT_DUMP_DIR=<dir> writes the source
+    (.cu), NVRTC's PTX (.ptx), the cubin (.cubin) and, where nvdisasm is installed, its SASS (.sass) there.
+    """
     if sass is None:
         sass = sass_pass_settings(src)
-    if env.jit_debug():
-        print(f"dgx: compiling {src.name} for {arch}", file=sys.stderr)
-    result = compiler.compile_cubin(src.source, src.name, compiler.compile_options(arch))
+    debug, dump = env.jit_debug(), env.dump_dir()
+    options = compiler.compile_options(arch)
+    result = compiler.compile_cubin(src.source, src.name, options, want_ptx=dump is not None)
     cubin = result.cubin
     pass_report = None
     if sass.enabled:
@@ -182,11 +195,14 @@ def build_cubin(
         _stats.compiles += 1
         _stats.compile_seconds += result.seconds
         _stats.compiled_kernels.append(src.name)
-    dump = env.dump_dir()
+    if debug:
+        print(
+            f"dgx: compiled {src.name} for {arch} in {result.seconds:.2f} s (NVRTC {' '.join(result.options)}); "
+            f"SASS pass {pass_report or 'off'}",
+            file=sys.stderr,
+        )
     if dump is not None:
-        dump.mkdir(parents=True, exist_ok=True)
-        (dump / f"{src.name}.cu").write_text(src.source)
-        (dump / f"{src.name}.cubin").write_bytes(cubin)
+        dump_kernel(dump, src, result.ptx, cubin)
     major, minor = compiler.nvrtc_version()
     meta = {
         "name": src.name,  # the store lifts it into the manifest's top level: `dgx cache list` shows it
@@ -202,29 +218,47 @@ def build_cubin(
     return cubin, meta
 
 
+def dump_kernel(folder: Path, src: KernelSource, ptx_text: str | None, cubin: bytes) -> list[Path]:
+    """Writes <name>.cu, .ptx (when given), .cubin and .sass (when nvdisasm is installed) into `folder`;
+    returns the paths written."""
+    import sass_tools
+
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {".cu": src.source.encode(), ".cubin": cubin}
+    if ptx_text is not None:
+        files[".ptx"] = ptx_text.encode()
+    if sass_tools.nvdisasm_path() is not None:
+        try:
+            files[".sass"] = sass_tools.disassemble(cubin).encode()
+        except sass_tools.SassToolsError as exc:  # a listing is a convenience: the compile stands
+            print(f"dgx: no SASS listing of {src.name}: {exc}", file=sys.stderr)
+    written = []
+    for suffix, data in files.items():
+        path = folder / f"{src.name}{suffix}"
+        path.write_bytes(data)
+        written.append(path)
+    return written
+
+
 def get_cubin(src: KernelSource, arch: str) -> bytes:
-    """The cubin of `src` for `arch`: from memory, from disk, or compiled (unless DGX_JIT_STRICT=1)."""
+    """The cubin of `src` for `arch`: from the cache (memory, then disk), or compiled (unless DGX_JIT_STRICT=1)."""
     sass = sass_pass_settings(src)  # resolved once: the key and a build on a miss use the same settings
     key = kernel_key(src, arch, sass)
-    cubin = _cubins.get(key)
-    if cubin is not None:
-        _stats.memory_hits += 1
-        return cubin
     kc = kernel_cache()
-    strict = env.jit_strict()
-    before = _stats.compiles
+
+    def build() -> tuple[bytes, dict[str, object]]:
+        if env.jit_debug():
+            print(f"dgx: cache miss for {src.name} (key {key[:16]}…) in {kc.root}", file=sys.stderr)
+        return build_cubin(src, arch, sass)
+
     try:
-        cubin = kc.get_or_build(key, lambda: build_cubin(src, arch, sass), allow_build=not strict)
+        return kc.get_or_build(key, build, allow_build=not env.jit_strict())
     except CacheMissError:
         hint = f" (build it with: dgx warmup {src.warmup_hint})" if src.warmup_hint else ""
         raise JitStrictError(
             f"DGX_JIT_STRICT=1 forbids compiling at run time, and kernel {src.name} (key {key[:16]}…) is not "
             f"in the cache at {kc.root}{hint}"
         ) from None
-    if _stats.compiles == before:
-        _stats.disk_hits += 1
-    _cubins[key] = cubin
-    return cubin
 
 
 def get_kernel(src: KernelSource, device: int) -> runtime.LoadedKernel:

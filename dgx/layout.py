@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .intmath import ceil_div, round_up
 from .tensors import TensorView
 
 
@@ -46,7 +47,7 @@ def get_tma_aligned_size(x: int, element_size: int) -> int:
     if x < 0 or element_size not in (1, 2, 4, 8):
         raise ValueError(f"get_tma_aligned_size: expected x >= 0 and element_size in 1/2/4/8; got {x}, {element_size}")
     align = 16 // element_size
-    return -(-x // align) * align
+    return round_up(x, align)
 
 
 def get_mn_major_tma_aligned_tensor(sf):
@@ -79,6 +80,6 @@ def transform_sf_into_required_layout(sf, mn: int, k: int, recipe=(1, 128, 128),
     rows = sf.shape[-2]
     if rows == mn:  # one scale per row per 128 of K
         return get_mn_major_tma_aligned_tensor(sf)
-    if rows == -(-mn // 128):
+    if rows == ceil_div(mn, 128):
         return sf.contiguous()
-    raise ValueError(f"sf: expected {mn} or {-(-mn // 128)} rows for mn = {mn}; got shape {tuple(sf.shape)}")
+    raise ValueError(f"sf: expected {mn} or {ceil_div(mn, 128)} rows for mn = {mn}; got shape {tuple(sf.shape)}")

@@ -8,6 +8,7 @@ cheapest path through the bindings) on the caller's stream, so they can be captu
 from __future__ import annotations
 
 import ctypes
+import itertools
 import threading
 from dataclasses import dataclass
 from enum import IntEnum
@@ -292,15 +293,16 @@ class ParamPack:
         self.address = ctypes.addressof(self._pointers)
 
     @classmethod
-    def of_struct(cls, image: bytes) -> "ParamPack":
-        """The single parameter of a kernel that takes one struct (dgx.kernels.interface): `image` is its
-        bytes, copied into 64-byte aligned storage (the alignment of the tensor maps inside it)."""
+    def of_members(cls, image: bytes, offsets: Sequence[int]) -> "ParamPack":
+        """Parameters laid out as one struct (dgx.kernels.interface): `image` is its bytes, copied into
+        64-byte aligned storage (the alignment of the tensor maps inside it), and each parameter's pointer
+        is the address of its member, at its offset."""
         pack = cls.__new__(cls)
         raw = ctypes.create_string_buffer(len(image) + 64)
         aligned = (ctypes.addressof(raw) + 63) & ~63
         ctypes.memmove(aligned, image, len(image))
         pack._storage = [(raw, aligned)]
-        pack._pointers = (ctypes.c_void_p * 1)(aligned)
+        pack._pointers = (ctypes.c_void_p * len(offsets))(*(aligned + off for off in offsets))
         pack.address = ctypes.addressof(pack._pointers)
         return pack
 
@@ -401,7 +403,47 @@ def copy_rows(dst: int, dst_pitch: int, src: int, src_pitch: int, width: int, he
     check(drv.cuMemcpy2DAsync(p, drv.CUstream(stream)), "cuMemcpy2DAsync")
 
 
-_captured_host_buffers: list = []  # host sources of copies recorded into CUDA graphs: they must outlive them
+# Host buffers that a captured CUDA graph copies from on every replay, by token: each is held until the graph
+# (and every instantiation of it) is destroyed, when the CUDA user object the graph retains calls
+# _release_graph_owned with its token. Nothing else holds them, so they do not pile up across captures.
+_graph_owned: dict[int, object] = {}
+_graph_owned_tokens = itertools.count(1)
+_graph_owned_lock = threading.Lock()
+
+
+def _release_graph_owned(token: int | None) -> None:
+    """The user objects' destructor: runs on a CUDA-internal thread, so it makes no CUDA call."""
+    with _graph_owned_lock:
+        _graph_owned.pop(token or 0, None)
+
+
+_RELEASE_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(_release_graph_owned)
+
+
+def keep_alive_with_graph(buffer: object, stream: int) -> int:
+    """Holds `buffer` (the host source of a copy captured on `stream`) until the graph being captured is
+    destroyed; returns its token. A CUDA user object, moved into the graph, releases it then."""
+    drv = _driver()
+    info = drv.cuStreamGetCaptureInfo(drv.CUstream(stream))
+    check(info[0], "cuStreamGetCaptureInfo")
+    graph = info[3]
+    with _graph_owned_lock:
+        token = next(_graph_owned_tokens)
+        _graph_owned[token] = buffer
+    try:
+        destroy = drv.CUhostFn(ctypes.cast(_RELEASE_CALLBACK, ctypes.c_void_p).value)
+        owner = check(
+            drv.cuUserObjectCreate(token, destroy, 1, drv.CUuserObject_flags.CU_USER_OBJECT_NO_DESTRUCTOR_SYNC),
+            "cuUserObjectCreate",
+        )
+        check(
+            drv.cuGraphRetainUserObject(graph, owner, 1, drv.CUuserObjectRetain_flags.CU_GRAPH_USER_OBJECT_MOVE),
+            "cuGraphRetainUserObject",
+        )
+    except Exception:
+        _release_graph_owned(token)
+        raise
+    return token
 
 
 class DeviceTensorMaps:
@@ -427,7 +469,7 @@ class DeviceTensorMaps:
         check(drv.cuMemcpyHtoDAsync(self.address, ctypes.addressof(self._host), size, handle), "cuMemcpyHtoDAsync")
         status = check(drv.cuStreamIsCapturing(handle), "cuStreamIsCapturing")
         if int(status) != int(drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE):
-            _captured_host_buffers.append(self._host)  # a replay copies from it again
+            keep_alive_with_graph(self._host, stream)  # every replay copies from it again
 
     def release(self) -> None:
         """Frees the device copy after the work already queued on its stream (stream-ordered)."""

@@ -6,8 +6,6 @@ kernels by cache key across all entries, and :func:`run` compiles the ones missi
 parallel (spawned) processes. Each worker goes through :func:`dgx.jit.get_cubin`, which stores into the
 cache under the key's lock, so several warmups (or ranks) sharing one cache compile each kernel once.
 No GPU is needed: the SM count and the architecture are arguments.
-
-Kinds whose kernels do not exist yet are reported as skipped, entry by entry, never dropped silently.
 """
 
 from __future__ import annotations
@@ -22,9 +20,10 @@ from typing import Any, Callable, Iterable, Sequence
 
 from . import jit
 from .jit import KernelSource
+from .kinds import KIND_NAMES, GemmKind, Layout
 
-KINDS = ("dense", "m_grouped_contiguous", "m_grouped_masked", "wgrad", "k_grouped")
-GROUPED_KINDS = frozenset({"m_grouped_contiguous", "m_grouped_masked", "k_grouped"})
+KINDS = KIND_NAMES  # the shapes-file kinds (dgx.kinds.GemmKind values)
+GROUPED_KINDS = frozenset(k.value for k in GemmKind if k.grouped)
 FIELDS = ("kind", "n", "k", "groups", "max_m", "m", "note")
 
 DEFAULT_MAX_M = 8192
@@ -44,7 +43,7 @@ class ShapesFileError(ValueError):
 class ShapeSpec:
     """One entry of a shapes file."""
 
-    kind: str
+    kind: str  # a GemmKind (a str: its shapes-file value)
     n: int
     k: int
     groups: int | None = None
@@ -131,7 +130,7 @@ def parse_shapes(data: Any, *, on_unknown_field: Callable[[str], None] | None = 
         note = entry.get("note", "")
         if not isinstance(note, str):
             raise ShapesFileError(f"entry {idx}: field 'note': expected a string, got {note!r}")
-        specs.append(ShapeSpec(kind, n, k, groups, max_m, note, m))
+        specs.append(ShapeSpec(GemmKind(kind), n, k, groups, max_m, note, m))
     return specs
 
 
@@ -225,9 +224,8 @@ def grouped_configs(layout: int, n: int, k: int, groups: int, max_m: int, num_sm
     alignment) up to groups x max_m (max_m rows per group, at most CONTIGUOUS_WARM_LIMIT in all),
     masked for every expected M per group up to max_m."""
     from .heuristics import CONTIGUOUS_ALIGNMENT, choose_grouped
-    from .kernels.fp8_gemm import LAYOUT_CONTIGUOUS
 
-    if layout == LAYOUT_CONTIGUOUS:
+    if layout == Layout.CONTIGUOUS:
         # max_m is per group here: M_sum runs up to groups x max_m (capped: the choice settles on large
         # tiles long before that).
         top = min(groups * max_m, CONTIGUOUS_WARM_LIMIT)
@@ -241,24 +239,19 @@ def grouped_configs(layout: int, n: int, k: int, groups: int, max_m: int, num_sm
 
 
 def _contiguous_sources(spec: ShapeSpec, max_m: int, num_sms: int) -> list[KernelSource]:
-    from .kernels.fp8_gemm import LAYOUT_CONTIGUOUS
-
-    return [c.render() for c in grouped_configs(LAYOUT_CONTIGUOUS, spec.n, spec.k, spec.groups or 1, max_m, num_sms)]
+    return [c.render() for c in grouped_configs(Layout.CONTIGUOUS, spec.n, spec.k, spec.groups or 1, max_m, num_sms)]
 
 
 def _masked_sources(spec: ShapeSpec, max_m: int, num_sms: int) -> list[KernelSource]:
-    from .kernels.fp8_gemm import LAYOUT_MASKED
-
-    return [c.render() for c in grouped_configs(LAYOUT_MASKED, spec.n, spec.k, spec.groups or 1, max_m, num_sms)]
+    return [c.render() for c in grouped_configs(Layout.MASKED, spec.n, spec.k, spec.groups or 1, max_m, num_sms)]
 
 
 def wgrad_configs(n: int, k: int, groups: int, max_m: int, num_sms: int, k_grouped: bool) -> list:
     """The distinct GemmConfigs choose_wgrad picks for M in 1..max_m (dense, or K-grouped with `groups`
     outputs and `k` the K of a group)."""
     from .heuristics import choose_wgrad
-    from .kernels.fp8_gemm import LAYOUT_DENSE, LAYOUT_K_GROUPED
 
-    layout = LAYOUT_K_GROUPED if k_grouped else LAYOUT_DENSE
+    layout = Layout.K_GROUPED if k_grouped else Layout.DENSE
     seen: dict = {}
     for m in m_samples(max_m):
         seen.setdefault(choose_wgrad(m, n, k, num_sms, layout, groups if k_grouped else 1).config, m)
@@ -273,13 +266,13 @@ def _k_grouped_sources(spec: ShapeSpec, max_m: int, num_sms: int) -> list[Kernel
     return [c.render() for c in wgrad_configs(spec.n, spec.k, spec.groups or 1, max_m, num_sms, True)]
 
 
-# kind -> the kernels the heuristics can choose for one entry. A kind missing here has no kernel yet.
-ENUMERATORS: dict[str, Callable[[ShapeSpec, int, int], list[KernelSource]]] = {
-    "dense": _dense_sources,
-    "m_grouped_contiguous": _contiguous_sources,
-    "m_grouped_masked": _masked_sources,
-    "wgrad": _wgrad_sources,
-    "k_grouped": _k_grouped_sources,
+# kind -> the kernels the heuristics can choose for one entry (every kind has its kernels).
+ENUMERATORS: dict[GemmKind, Callable[[ShapeSpec, int, int], list[KernelSource]]] = {
+    GemmKind.DENSE: _dense_sources,
+    GemmKind.M_GROUPED_CONTIGUOUS: _contiguous_sources,
+    GemmKind.M_GROUPED_MASKED: _masked_sources,
+    GemmKind.WGRAD: _wgrad_sources,
+    GemmKind.K_GROUPED: _k_grouped_sources,
 }
 
 
@@ -295,7 +288,6 @@ class Plan:
     arch: str
     num_sms: int
     kernels: list[PlannedKernel]
-    skipped: list[str]  # one line per kind without a kernel yet
     seconds: float = 0.0
 
 
@@ -314,8 +306,7 @@ def plan(
 ) -> Plan:
     """Every distinct kernel (by cache key) the heuristics can choose for the entries.
 
-    ``max_m`` applies to entries that set neither ``max_m`` nor ``m``. Kinds without a kernel yet are
-    listed in ``skipped`` with the number of entries concerned. With ``jobs`` > 1 the entries are
+    ``max_m`` applies to entries that set neither ``max_m`` nor ``m``. With ``jobs`` > 1 the entries are
     enumerated in that many spawned processes (asking the heuristics for every M takes ~0.5 s a shape).
     """
     for name, value in (("max_m", max_m), ("num_sms", num_sms), ("jobs", jobs)):
@@ -324,13 +315,7 @@ def plan(
     if not isinstance(arch, str) or not arch.startswith("sm_"):
         raise ValueError(f"arch: expected an architecture like 'sm_90a', got {arch!r}")
     t0 = time.perf_counter()
-    skipped_entries: dict[str, int] = {}
-    todo: list[ShapeSpec] = []
-    for spec in entries:
-        if spec.kind in ENUMERATORS:
-            todo.append(spec)
-        else:
-            skipped_entries[spec.kind] = skipped_entries.get(spec.kind, 0) + 1
+    todo = list(entries)
     if jobs > 1 and len(todo) > 1:
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx) as pool:
@@ -345,11 +330,7 @@ def plan(
             if spec.label not in by_key[key][1]:
                 by_key[key][1].append(spec.label)
     kernels = [PlannedKernel(key, src, tuple(used)) for key, (src, used) in by_key.items()]
-    skipped = [
-        f"kind {kind}: no kernel yet ({count} {'entry' if count == 1 else 'entries'} skipped)"
-        for kind, count in skipped_entries.items()
-    ]
-    return Plan(arch, num_sms, kernels, skipped, time.perf_counter() - t0)
+    return Plan(arch, num_sms, kernels, time.perf_counter() - t0)
 
 
 # --- compiling ------------------------------------------------------------------------------------
@@ -363,7 +344,6 @@ class WarmupResult:
     failed: int = 0
     seconds: float = 0.0
     failures: list[tuple[str, str]] = field(default_factory=list)  # (kernel name, error)
-    skipped: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -420,7 +400,7 @@ def run(
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs <= 0:
         raise ValueError(f"jobs: expected a positive integer, got {jobs!r}")
     t0 = time.perf_counter()
-    result = WarmupResult(kernels=len(the_plan.kernels), skipped=list(the_plan.skipped))
+    result = WarmupResult(kernels=len(the_plan.kernels))
     kc = jit.kernel_cache()
     todo = []
     for pk in the_plan.kernels:

@@ -6,10 +6,13 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
+from . import launch, runtime
 from .checks import (
     ceil_div,
     expect_dtype,
+    expect_fp32_out_for_c,
     expect_fp8_operands,
+    expect_n_multiple_of_8,
     expect_ndim,
     expect_nonnegative_strides,
     expect_shape,
@@ -17,32 +20,15 @@ from .checks import (
     unpack_pair,
     views_on_one_device,
 )
-from . import runtime
-from .device import get_num_sms
-from .gemm import DensePlan, Operands, launch_plan, pack_params, sfa_for_tma
-from .heuristics import choose_wgrad
-from .kernels.fp8_gemm import LAYOUT_DENSE, LAYOUT_K_GROUPED, GemmConfig
+from .kernels.fp8_gemm import GemmConfig
+from .kinds import GemmKind
+from .launch import Operands, scales_for_tma
 from .runtime import Swizzle
 from .streams import resolve_stream
 from .tensors import TensorView, as_view, require_cuda
 
-_plans: dict[tuple, DensePlan] = {}
 _ks_tensors: dict[tuple, object] = {}
 _KS_CACHE_LIMIT = 64
-
-
-def _plan(layout: int, m: int, n: int, k: int, groups: int, device: int, config: GemmConfig | None) -> DensePlan:
-    num_sms = get_num_sms(device)
-    key = (layout, m, n, k, groups, device, num_sms, config)
-    plan = _plans.get(key)
-    if plan is None:
-        if config is None:
-            config = choose_wgrad(m, n, k, num_sms, layout, groups).config
-        elif not config.wgrad or config.layout != layout or config.n != n or (layout == LAYOUT_DENSE and config.k != k):
-            raise ValueError(f"config {config} does not fit a {'K-grouped ' if layout else ''}weight gradient with N={n}, K={k}")
-        plan = launch_plan(config, config.units(m) * groups, device, num_sms)
-        _plans[key] = plan
-    return plan
 
 
 def _expect_fp32_out(v: TensorView, name: str, shape: tuple[int, ...]) -> None:
@@ -72,8 +58,7 @@ def dense_fp32(SFA, SFB, c, views, *, stream=None, config: GemmConfig | None = N
             f"SFB: a float32 d selects the weight-gradient variant, which scales B per row: expected shape "
             f"({n}, {ceil_div(k, 128)}); got {tuple(sfbv.shape)}"
         )
-    if n % 8:
-        raise ValueError(f"B: N must be a multiple of 8; got N = {n}")
+    expect_n_multiple_of_8(n, "B")
     expect_tma_rows(av, "A")
     expect_tma_rows(bv, "B")
     expect_nonnegative_strides(sfav, "SFA")
@@ -83,16 +68,17 @@ def dense_fp32(SFA, SFB, c, views, *, stream=None, config: GemmConfig | None = N
     if m >= 2**31:
         raise ValueError(f"A: M must be below 2**31; got {m}")
     device = av.device
-    sfav, sfa_tma, keep_a, s1 = sfa_for_tma(SFA, sfav, stream, device)
-    sfbv, sfb_tma, keep_b, s2 = sfa_for_tma(SFB, sfbv, stream, device, "SFB")
-    plan = _plan(LAYOUT_DENSE, m, n, k, 1, device, config)
+    sfav, sfa_layout, keep_a, s1 = scales_for_tma(SFA, sfav, stream, device)
+    sfbv, sfb_layout, keep_b, s2 = scales_for_tma(SFB, sfbv, stream, device, "SFB")
+    plan = launch.plan(GemmKind.WGRAD, m, n, k, device, config)
     launch_stream = s1 or s2 or resolve_stream(stream, device)
     if cv is not None and (cv.ptr, cv.strides) != (dv.ptr, dv.strides):
         runtime.copy_rows(dv.ptr, dv.strides[0] * 4, cv.ptr, cv.strides[0] * 4, n * 4, m, launch_stream)  # D = C
     # The kernel adds to D (which now holds C) by TMA reductions, or stores into it when there is no C.
-    ops = Operands(av.ptr, m, av.strides[0], bv.ptr, n, bv.strides[0], dv.ptr, m, dv.strides[0], sfav.ptr, sfa_tma,
-                   sfbv.ptr, m, sfb_map=sfb_tma, accumulate=cv is not None)
-    plan.launcher.launch(launch_stream, pack_params(plan.config, ops))
+    ops = Operands(a=av.ptr, a_rows=m, lda=av.strides[0], b=bv.ptr, b_rows=n, ldb=bv.strides[0], d=dv.ptr, d_rows=m,
+                   ldd=dv.strides[0], sfa=sfav.ptr, sfa_layout=sfa_layout, sfb=sfbv.ptr, m=m, sfb_layout=sfb_layout,
+                   accumulate=cv is not None)
+    plan.launcher.launch(launch_stream, launch.pack(plan.config, ops))
     del keep_a, keep_b  # made on the launch stream: the allocator reuses them only after the kernel
 
 
@@ -166,8 +152,7 @@ def k_grouped_fp8_gemm_nt_contiguous(a, b, d, ks: Sequence[int], ks_tensor=None,
         raise ValueError(f"d: expected the groups stored one after another; got strides {dv.strides}")
     expect_shape(sfav, "SFA", (m, k_total // 128))
     expect_shape(sfbv, "SFB", (n, k_total // 128))
-    if n % 8:
-        raise ValueError(f"B: N must be a multiple of 8; got N = {n}")
+    expect_n_multiple_of_8(n, "B")
     expect_nonnegative_strides(sfav, "SFA")
     expect_nonnegative_strides(sfbv, "SFB")
     device = av.device
@@ -186,10 +171,10 @@ def k_grouped_fp8_gemm_nt_contiguous(a, b, d, ks: Sequence[int], ks_tensor=None,
         raise ValueError(f"d: groups x M must be below 2**31; got {groups} x {m}")
     if ks_view is None:
         ks_view = as_view(_ks_on_device(ks, device), "ks_tensor")
-    sfav, sfa_tma, keep_a, s1 = sfa_for_tma(SFA, sfav, stream, device)
-    sfbv, sfb_tma, keep_b, s2 = sfa_for_tma(SFB, sfbv, stream, device, "SFB")
+    sfav, sfa_layout, keep_a, s1 = scales_for_tma(SFA, sfav, stream, device)
+    sfbv, sfb_layout, keep_b, s2 = scales_for_tma(SFB, sfbv, stream, device, "SFB")
     typical_k = max(128, k_total // max(1, sum(1 for kg in ks if kg)))
-    plan = _plan(LAYOUT_K_GROUPED, m, n, typical_k, groups, device, config)
+    plan = launch.plan(GemmKind.K_GROUPED, m, n, typical_k, device, config, groups=groups)
     launch_stream = s1 or s2 or resolve_stream(stream, device)
     # One map of A_g and one of B_g per group (their row strides differ), in device memory for the kernel.
     cfg = plan.config
@@ -202,12 +187,14 @@ def k_grouped_fp8_gemm_nt_contiguous(a, b, d, ks: Sequence[int], ks_tensor=None,
             maps += [None, None]  # an empty group is never visited
         offset += kg
     group_maps = runtime.DeviceTensorMaps(maps, launch_stream)
-    first = next(kg for kg in ks if kg)  # the kernel's own A/B maps are unused here; keep them valid
-    ops = Operands(av.ptr, m, first, bv.ptr, n, first, dv.ptr, groups * m, dv.strides[1], sfav.ptr, sfa_tma,
-                   sfbv.ptr, m, ks_view.ptr, groups, sfb_map=sfb_tma, accumulate=True, k=first,
-                   group_maps=group_maps.address)
+    # The kernel reads the groups' maps, not tmap_a / tmap_b; those still need valid maps: the first group's.
+    first = next(kg for kg in ks if kg)
+    ops = Operands(a=av.ptr, a_rows=m, lda=first, b=bv.ptr, b_rows=n, ldb=first, d=dv.ptr, d_rows=groups * m,
+                   ldd=dv.strides[1], sfa=sfav.ptr, sfa_layout=sfa_layout, sfb=sfbv.ptr, m=m,
+                   grouped_layout=ks_view.ptr, groups=groups, sfb_layout=sfb_layout, k=first,
+                   group_maps=group_maps.address, accumulate=True)
     try:
-        plan.launcher.launch(launch_stream, pack_params(plan.config, ops))
+        plan.launcher.launch(launch_stream, launch.pack(plan.config, ops))
     finally:
         group_maps.release()  # stream-ordered: after the kernel
     del keep_a, keep_b
@@ -215,9 +202,11 @@ def k_grouped_fp8_gemm_nt_contiguous(a, b, d, ks: Sequence[int], ks_tensor=None,
 
 def wgrad_gemm_fp8_fp8_fp32_nt(lhs, rhs, out) -> None:
     """Legacy name: out += lhs . rhs^T (fp8_gemm_nt(lhs, rhs, out, c=out) with a float32 out)."""
-    from .gemm import fp8_gemm_nt
-
-    fp8_gemm_nt(lhs, rhs, out, c=out)
+    A, SFA = unpack_pair(lhs, "a")
+    B, SFB = unpack_pair(rhs, "b")
+    views = views_on_one_device(((A, "A"), (SFA, "SFA"), (B, "B"), (SFB, "SFB"), (out, "d")))
+    expect_fp32_out_for_c(views[4])
+    dense_fp32(SFA, SFB, out, views)
 
 
 def k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(lhs, rhs, out, batch_sizes) -> None:

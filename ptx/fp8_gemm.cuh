@@ -672,13 +672,24 @@ __device__ __forceinline__ void sfa_times_sfb(Scheduler& scheduler, uint32_t sta
 // the groups' maps of A and B, two per group, in global memory. `sfa`, `sfa_rows` and `sfa_stride` are what
 // `tmap_sfa` maps (its base, floats per row, row stride in floats), for the A-scale warps' plain loads.
 template <int kLayout, int kN, int kK, int kBlockM, int kBlockN, int kNumStages, int kGroupN, int kDSpan, int kPair,
-          bool kWgrad, bool kDefer>
-__device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const TensorMap& tmap_b,
-                                                 const TensorMap& tmap_d, const TensorMap& tmap_sfa,
-                                                 const TensorMap& tmap_sfb, const float* __restrict__ sfb,
-                                                 const float* __restrict__ sfa, int sfa_rows, int sfa_stride, int m,
-                                                 const int* grouped_layout, int num_groups, void* d_ptr, int64_t ld_d,
-                                                 bool accumulate, const TensorMap* group_maps) {
+          bool kWgrad, bool kDefer, typename Params>
+__device__ __forceinline__ void fp8_gemm_nt_body(const Params& params) {
+    // The kernel's parameters by name (dgx.kernels.fp8_gemm.INTERFACE lists them and renders the struct), bound
+    // to the names the body uses.
+    const TensorMap& tmap_a = params.tmap_a;
+    const TensorMap& tmap_b = params.tmap_b;
+    const TensorMap& tmap_d = params.tmap_d;
+    const TensorMap& tmap_sfa = params.tmap_sfa;
+    const TensorMap& tmap_sfb = params.tmap_sfb;
+    const float* __restrict__ sfb = params.sfb;
+    const float* __restrict__ sfa = params.sfa;
+    int sfa_rows = params.sfa_rows, sfa_stride = params.sfa_stride, m = params.m;
+    const int* grouped_layout = params.grouped_layout;
+    int num_groups = params.num_groups;
+    void* d_ptr = params.d_ptr;
+    int64_t ld_d = params.ld_d;
+    bool accumulate = params.accumulate != 0;
+    const TensorMap* group_maps = params.group_maps;
     using T = Fp8GemmTraits<kN, kK, kBlockM, kBlockN, kNumStages, kGroupN, kDSpan, kPair, kWgrad, kDefer>;
     using Scheduler = TileScheduler<kLayout, kBlockM, kBlockN, T::kNumNBlocks, T::kNumKBlocks, kGroupN, kPair, kN>;
     static_assert(kLayout != kLayoutKGrouped || kWgrad, "the K-grouped layout is a weight gradient");

@@ -35,3 +35,6 @@ def tmp_cache(tmp_path, monkeypatch):
     root = tmp_path / "dgx-cache"
     monkeypatch.setenv("DGX_CACHE_DIR", str(root))
     return root
+
+# tests/device/ holds scripts for a GPU machine, not tests.
+collect_ignore = ["device"]

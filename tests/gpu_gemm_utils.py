@@ -141,9 +141,9 @@ def _base_headers() -> dict:
 def use_headers(headers: dict) -> None:
     """Make dgx compile with `headers` from now on, dropping the launch plans made with others."""
     import ptx
-    from dgx import gemm, grouped
+    from dgx import gemm, launch
 
     _base_headers()
     ptx.headers = lambda: headers
-    for cache in (gemm._plans, gemm._params, gemm._fast, grouped._plans):
+    for cache in (launch._plans, launch._params, gemm._fast):
         cache.clear()

@@ -25,7 +25,6 @@ def runner():
 
 @pytest.fixture
 def fresh_jit(monkeypatch):
-    monkeypatch.setattr(jit, "_cubins", {})
     monkeypatch.setattr(jit, "_caches", {})
     jit.reset_jit_stats()
 
@@ -256,12 +255,12 @@ def test_warmup_tiny_shapes_twice(runner, tmp_cache, tmp_path, fresh_jit):
             ]
         )
     )
-    from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS
+    from dgx.kinds import Layout
     from dgx.warmup import dense_configs, grouped_configs, wgrad_configs
 
     expected = (
         len(dense_configs(256, 256, 1024, 132))
-        + len(grouped_configs(LAYOUT_CONTIGUOUS, 256, 256, 4, 512, 132))
+        + len(grouped_configs(Layout.CONTIGUOUS, 256, 256, 4, 512, 132))
         + len(wgrad_configs(256, 256, 1, 256, 132, False))
     )
     assert expected >= 4  # every kind contributes
@@ -306,7 +305,7 @@ def test_warmup_exit_status_on_failure(runner, tmp_cache, monkeypatch, tmp_path,
     bad = jit.KernelSource(name="dgx_broken_kernel", source='extern "C" __global__ void dgx_broken_kernel() { nope; }')
 
     def broken_plan(entries, **kwargs):
-        return warmup.Plan("sm_90a", 132, [warmup.PlannedKernel(jit.kernel_key(bad, "sm_90a"), bad, ("x",))], [])
+        return warmup.Plan("sm_90a", 132, [warmup.PlannedKernel(jit.kernel_key(bad, "sm_90a"), bad, ("x",))])
 
     monkeypatch.setattr(warmup, "plan", broken_plan)
     shapes = tmp_path / "s.json"

@@ -74,12 +74,13 @@ def _check_contiguous(a, b, d, m_indices, group_rows, segments, block_m):
 )
 def test_contiguous(group_rows, n, k):
     import dgx
-    from dgx import grouped
+    from dgx import grouped, launch
+    from dgx.kinds import GemmKind
 
     a, b, d, m_indices, segments = _contiguous_inputs(group_rows, n, k)
     dgx.m_grouped_fp8_gemm_nt_contiguous(a, b, d, m_indices)
     torch.cuda.synchronize()
-    plan = next(p for key, p in grouped._plans.items() if key[0] == 1 and key[1] == d.shape[0] and key[3] == n)
+    plan = next(p for key, p in launch._plans.items() if key[0] == GemmKind.M_GROUPED_CONTIGUOUS and key[1] == d.shape[0] and key[3] == n)
     _check_contiguous(a, b, d, m_indices, group_rows, segments, plan.config.block_m)
 
 
@@ -87,13 +88,14 @@ def test_contiguous(group_rows, n, k):
 def test_contiguous_bad_indices_are_skipped(bad):
     """An index >= G or < -1 marks its block as skipped: no out-of-bounds access, rows left as they were."""
     import dgx
-    from dgx import grouped
+    from dgx import grouped, launch
+    from dgx.kinds import GemmKind
 
     group_rows = [100, 0, 250]
     a, b, d, m_indices, segments = _contiguous_inputs(group_rows, 512, 768, bad=bad)
     dgx.m_grouped_fp8_gemm_nt_contiguous(a, b, d, m_indices)
     torch.cuda.synchronize()
-    plan = next(p for key, p in grouped._plans.items() if key[0] == 1 and key[1] == d.shape[0] and key[3] == 512)
+    plan = next(p for key, p in launch._plans.items() if key[0] == GemmKind.M_GROUPED_CONTIGUOUS and key[1] == d.shape[0] and key[3] == 512)
     _check_contiguous(a, b, d, m_indices, group_rows, segments, plan.config.block_m)
     # A whole bad segment: every row of an aligned chunk carries the bad index.
     m_indices[128:256] = bad

@@ -1,8 +1,9 @@
-"""The SASS FFMA pass's settings in the kernel cache key (CPU only: compiles and the pass are faked)."""
+"""The SASS FFMA pass's settings in the kernel cache key (CPU only: compiles and the pass are faked).
+
+DGX_SASS_INTERLEAVE is the one switch: on applies the pass with sass_tools' defaults to every kernel; off and
+auto (the default) apply it to none."""
 
 from __future__ import annotations
-
-from dataclasses import replace
 
 import pytest
 
@@ -12,10 +13,9 @@ from dgx import compiler, jit
 
 ARCH = "sm_90a"
 PLAIN = jit.KernelSource(name="dgx_key_test", source='extern "C" __global__ void dgx_key_test() {}')
-CANDIDATE = replace(PLAIN, sass_interleave=True)  # a kernel that asks for the pass (auto applies it)
 
 
-def key(src: jit.KernelSource) -> str:
+def key(src: jit.KernelSource = PLAIN) -> str:
     return jit.kernel_key(src, ARCH)
 
 
@@ -30,82 +30,54 @@ def mode(monkeypatch):
     return set_mode
 
 
-def test_resolution_per_kernel(mode):
-    assert jit.sass_pass_settings(PLAIN) == jit.SassPassSettings(False)
-    on = jit.sass_pass_settings(CANDIDATE)
+def test_resolution(mode):
+    assert jit.sass_pass_settings(PLAIN) == jit.SassPassSettings(False)  # auto: off
+    mode("on")
+    on = jit.sass_pass_settings(PLAIN)
     assert on.enabled and on.version == sass_tools.PASS_VERSION
     assert (on.min_run, on.fraction) == (sass_tools.DEFAULT_MIN_RUN, sass_tools.DEFAULT_FRACTION)
-    mode("on")
-    assert jit.sass_pass_settings(PLAIN) == on
     mode("off")
-    assert not jit.sass_pass_settings(CANDIDATE).enabled
+    assert not jit.sass_pass_settings(PLAIN).enabled
+    mode("sometimes")
+    with pytest.raises(ValueError, match="DGX_SASS_INTERLEAVE must be one of auto, on, off"):
+        jit.sass_pass_settings(PLAIN)
 
 
-def test_key_follows_the_mode_as_it_applies(mode):
-    assert key(CANDIDATE) != key(PLAIN)  # auto: the pass applies to the candidate only
-    auto_on = key(CANDIDATE)
-    mode("on")  # on: both patched alike, so both have auto's key of the patched kernel
-    assert key(PLAIN) == key(CANDIDATE) == auto_on
-    mode("off")  # off: nothing patched
-    assert key(CANDIDATE) == key(PLAIN) != auto_on
-    assert jit.key_inputs(CANDIDATE, ARCH)["sass_pass"] == "off"
-
-
-@pytest.mark.parametrize(
-    "change",
-    [dict(sass_min_run=4), dict(sass_min_run=9), dict(sass_fraction=0.25), dict(sass_fraction=1.0)],
-)
-def test_each_parameter_changes_the_key(mode, change):
-    assert key(replace(CANDIDATE, **change)) != key(CANDIDATE)
+def test_key_follows_the_mode(mode):
+    auto = key()
+    assert jit.key_inputs(PLAIN, ARCH)["sass_pass"] == "off"
+    mode("off")
+    assert key() == auto
     mode("on")
-    assert key(replace(PLAIN, **change)) != key(PLAIN)
+    assert key() != auto
+    assert jit.key_inputs(PLAIN, ARCH)["sass_pass"]["version"] == str(sass_tools.PASS_VERSION)
 
 
-def test_defaults_are_keyed_by_value(mode):
-    """Naming a default explicitly gives the default's key; one value spelled two ways, one key."""
-    explicit = replace(CANDIDATE, sass_min_run=sass_tools.DEFAULT_MIN_RUN, sass_fraction=sass_tools.DEFAULT_FRACTION)
-    assert key(explicit) == key(CANDIDATE)
-    assert key(replace(CANDIDATE, sass_fraction=1)) == key(replace(CANDIDATE, sass_fraction=1.0))
+def test_the_fraction_is_keyed_by_value():
+    """One value spelled two ways (1, 1.0; 0.5, 0.50) gives one key value."""
+    a = jit.SassPassSettings(True, "v", 8, 1).key_value()
+    assert a == jit.SassPassSettings(True, "v", 8, 1.0).key_value()
+    assert jit.SassPassSettings(True, "v", 8, 0.5).key_value() == jit.SassPassSettings(True, "v", 8, 0.50).key_value()
+    assert a != jit.SassPassSettings(True, "v", 8, 0.5).key_value()
 
 
 @pytest.mark.parametrize(
     "name, value", [("DEFAULT_MIN_RUN", 9), ("DEFAULT_FRACTION", 0.75), ("PASS_VERSION", "ffma-yield-reuse-next")]
 )
-def test_changing_a_default_or_the_version_changes_the_key(mode, monkeypatch, name, value):
-    explicit = replace(CANDIDATE, sass_min_run=sass_tools.DEFAULT_MIN_RUN, sass_fraction=sass_tools.DEFAULT_FRACTION)
-    before = key(CANDIDATE)
+def test_changing_a_default_or_the_version_changes_the_key_when_on(mode, monkeypatch, name, value):
+    mode("on")
+    on_before = key()
+    mode("off")
+    off_before = key()
     monkeypatch.setattr(sass_tools, name, value)
-    assert key(CANDIDATE) != before
-    if name != "PASS_VERSION":  # parameters given explicitly do not follow the defaults
-        assert key(explicit) == before
-
-
-def test_key_ignores_parameters_when_the_pass_is_off(mode, monkeypatch):
-    tuned = dict(sass_min_run=3, sass_fraction=0.25)
-    assert key(replace(PLAIN, **tuned)) == key(PLAIN)  # auto, kernel not asking for the pass
-    mode("off")
-    assert key(replace(CANDIDATE, **tuned)) == key(CANDIDATE) == key(PLAIN)
-    monkeypatch.setattr(sass_tools, "DEFAULT_MIN_RUN", 2)
-    monkeypatch.setattr(sass_tools, "PASS_VERSION", "another-pass")
-    assert key(CANDIDATE) == key(PLAIN)
-
-
-@pytest.mark.parametrize(
-    "change, field",
-    [(dict(sass_min_run=0), "sass_min_run"), (dict(sass_min_run=True), "sass_min_run"),
-     (dict(sass_fraction=1.5), "sass_fraction"), (dict(sass_fraction=float("nan")), "sass_fraction")],
-)
-def test_bad_parameters_are_refused(mode, change, field):
-    with pytest.raises(ValueError, match=f"kernel dgx_key_test: {field}: expected"):
-        key(replace(CANDIDATE, **change))
-    mode("off")
-    key(replace(CANDIDATE, **change))  # not applied, so not checked
+    assert key() == off_before  # off: the pass's parameters do not enter the key
+    mode("on")
+    assert key() != on_before
 
 
 @pytest.fixture
 def fake_build(monkeypatch, tmp_cache):
     """Fake NVRTC and pass: each compile returns distinct bytes; each pass call records its parameters."""
-    monkeypatch.setattr(jit, "_cubins", {})
     monkeypatch.setattr(jit, "_caches", {})
     calls: list[dict] = []
     counter = iter(range(1000))
@@ -123,17 +95,19 @@ def fake_build(monkeypatch, tmp_cache):
     return calls
 
 
-def test_a_cubin_is_never_returned_for_other_settings(mode, fake_build, tmp_cache):
+def test_a_cubin_is_never_returned_for_other_settings(mode, fake_build, monkeypatch, tmp_cache):
     """Each setting gets its own entry, built with exactly those settings; equal settings share one."""
-    a = jit.get_cubin(replace(CANDIDATE, sass_min_run=5), ARCH)
-    assert a.endswith(b"min_run=5 fraction=0.5")
-    assert fake_build == [dict(min_run=5, fraction=0.5, skip_interleaved=True)]
-    b = jit.get_cubin(replace(CANDIDATE, sass_min_run=6), ARCH)
-    assert b.endswith(b"min_run=6 fraction=0.5") and len(fake_build) == 2
-    c = jit.get_cubin(replace(CANDIDATE, sass_min_run=5, sass_fraction=0.25), ARCH)
-    assert c.endswith(b"min_run=5 fraction=0.25") and len(fake_build) == 3
-    assert jit.get_cubin(replace(CANDIDATE, sass_min_run=5), ARCH) == a and len(fake_build) == 3
-    mode("off")
-    plain = jit.get_cubin(replace(CANDIDATE, sass_min_run=5), ARCH)
-    assert b"patched" not in plain and len(fake_build) == 3
-    assert len(KernelCache(tmp_cache).entries()) == 4
+    plain = jit.get_cubin(PLAIN, ARCH)
+    assert b"patched" not in plain and fake_build == []
+    mode("on")
+    a = jit.get_cubin(PLAIN, ARCH)
+    assert a.endswith(b"min_run=%d fraction=%s" % (sass_tools.DEFAULT_MIN_RUN, str(sass_tools.DEFAULT_FRACTION).encode()))
+    assert fake_build == [dict(min_run=sass_tools.DEFAULT_MIN_RUN, fraction=sass_tools.DEFAULT_FRACTION,
+                               skip_interleaved=True)]
+    monkeypatch.setattr(sass_tools, "DEFAULT_MIN_RUN", 5)
+    b = jit.get_cubin(PLAIN, ARCH)
+    assert b.endswith(b"min_run=5 fraction=%s" % str(sass_tools.DEFAULT_FRACTION).encode()) and len(fake_build) == 2
+    assert jit.get_cubin(PLAIN, ARCH) == b and len(fake_build) == 2
+    mode("auto")
+    assert jit.get_cubin(PLAIN, ARCH) == plain and len(fake_build) == 2
+    assert len(KernelCache(tmp_cache).entries()) == 3

@@ -19,6 +19,7 @@ from dgx import jit, warmup
 from dgx.errors import JitStrictError
 from dgx.heuristics import choose_dense
 from dgx.kernels.fp8_gemm import GemmConfig
+from dgx.kinds import GemmKind, Layout
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,7 +30,6 @@ TINY = {"kind": "dense", "n": 256, "k": 256, "max_m": 1024}
 @pytest.fixture
 def fresh_jit(monkeypatch):
     """Forget the in-process kernel dicts so every lookup goes to the (test's) disk cache."""
-    monkeypatch.setattr(jit, "_cubins", {})
     monkeypatch.setattr(jit, "_caches", {})
     jit.reset_jit_stats()
 
@@ -181,13 +181,12 @@ def test_m_samples():
         warmup.m_samples(0)
 
 
-def test_plan_dedupes_and_reports_skipped_kinds():
+def test_plan_dedupes_kernels_across_entries_of_every_kind():
     one = warmup.parse_shapes([TINY])
     p1 = warmup.plan(one, arch="sm_90a")
     expected = {c for c in warmup.dense_configs(256, 256, 1024, warmup.DEFAULT_NUM_SMS)}
     assert len(p1.kernels) == len(expected) == 2
     assert {pk.source.name for pk in p1.kernels} == {c.kernel_name for c in expected}
-    assert p1.skipped == []
 
     many = warmup.parse_shapes(
         [
@@ -202,11 +201,9 @@ def test_plan_dedupes_and_reports_skipped_kinds():
         ]
     )
     p2 = warmup.plan(many, arch="sm_90a")
-    from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, LAYOUT_MASKED
-
     grouped = [
-        *warmup.grouped_configs(LAYOUT_MASKED, 256, 256, 2, 256, warmup.DEFAULT_NUM_SMS),
-        *warmup.grouped_configs(LAYOUT_CONTIGUOUS, 256, 256, 2, 256, warmup.DEFAULT_NUM_SMS),
+        *warmup.grouped_configs(Layout.MASKED, 256, 256, 2, 256, warmup.DEFAULT_NUM_SMS),
+        *warmup.grouped_configs(Layout.CONTIGUOUS, 256, 256, 2, 256, warmup.DEFAULT_NUM_SMS),
         *warmup.wgrad_configs(256, 256, 2, 256, warmup.DEFAULT_NUM_SMS, True),
         *warmup.wgrad_configs(256, 256, 1, 256, warmup.DEFAULT_NUM_SMS, False),
     ]
@@ -216,7 +213,7 @@ def test_plan_dedupes_and_reports_skipped_kinds():
     assert "dense n=256 k=256 max_m=64" in small.used_by
     masked = [pk for pk in p2.kernels if "masked" in pk.source.name]
     assert masked and all(pk.used_by[0] == "m_grouped_masked n=256 k=256 groups=2 max_m=256" for pk in masked)
-    assert p2.skipped == []  # every kind has kernels
+    assert set(warmup.ENUMERATORS) == set(GemmKind)  # every kind has kernels
     # Another arch or SM count is another plan; keys depend on the arch.
     p3 = warmup.plan(one, arch="sm_90")
     assert not {pk.key for pk in p3.kernels} & {pk.key for pk in p1.kernels}
@@ -240,7 +237,6 @@ def test_warmup_twice_then_strict_mode(tmp_cache, monkeypatch, fresh_jit, tmp_pa
     seen = []
     first = warmup.warmup(specs, jobs=2, progress=seen.append)
     assert first.to_json() | {"seconds": 0} == {"kernels": 2, "compiled": 2, "cached": 0, "failed": 0, "seconds": 0}
-    assert first.skipped == []
     assert [p.done for p in seen] == [1, 2] and all(p.total == 2 for p in seen)
     assert len(jit.kernel_cache().entries()) == 2
 
@@ -257,7 +253,6 @@ def test_warmup_twice_then_strict_mode(tmp_cache, monkeypatch, fresh_jit, tmp_pa
     moved = tmp_path / "moved-cache"
     shutil.copytree(tmp_cache, moved, ignore=shutil.ignore_patterns("locks", "tmp"))
     monkeypatch.setenv("DGX_CACHE_DIR", str(moved))
-    monkeypatch.setattr(jit, "_cubins", {})
     assert jit.get_cubin(choose_dense(1000, 256, 256, warmup.DEFAULT_NUM_SMS).config.render(), "sm_90a")
     assert jit.jit_stats()["compiles"] == 0
 
@@ -282,7 +277,6 @@ def test_failing_kernel_does_not_stop_the_others(tmp_cache, monkeypatch, fresh_j
         "sm_90a",
         132,
         [warmup.PlannedKernel(jit.kernel_key(s, "sm_90a"), s, ("test",)) for s in (bad, good)],
-        [],
     )
     result = warmup.run(the_plan, jobs=2)
     assert (result.kernels, result.compiled, result.cached, result.failed) == (2, 1, 0, 1)

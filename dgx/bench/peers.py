@@ -22,19 +22,16 @@ that runs but disagrees is *failed* with its ``calc_diff``; neither is timed, bo
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any, Callable
 
+from ..intmath import round_up
+from .prepared import Prepared, Unavailable
 from .problems import Part, Problem, calc_diff, dequant_block, dequant_token, matmul_fp32, per_row_cast, per_tensor_cast
 from .results import BF16, CUBLASLT, DGX, FAILED, FP8_TENSOR, OK, TRITON, UNAVAILABLE, ImplResult
 from .timing import ITERS, WARMUP, Timing, time_gpu
 
 DIFF_TOL = 1e-3
-
-
-class Unavailable(Exception):
-    """This implementation cannot run here (missing API, unsupported layout…)."""
 
 
 class Outcome(Exception):
@@ -45,20 +42,6 @@ class Outcome(Exception):
         self.status = status
         self.reason = reason
         self.diff = diff
-
-
-@dataclasses.dataclass
-class Prepared:
-    """A ready-to-time call. ``output()`` gives the valid rows (float32, stacked like ``Problem.ref``)."""
-
-    run: Callable[[], Any]
-    output: Callable[[], Any]
-    reset: Callable[[], None] = lambda: None
-    includes_c: bool = False  # output = c + a·bᵀ (accumulating implementations)
-    reference: Any = None  # own FP32 reference (else the problem's)
-    note: str = ""
-    config: str = ""  # the tuned configuration, where the implementation has one (Triton)
-    tried: list = dataclasses.field(default_factory=list)  # variants refused before this one, with why
 
 
 class Ctx:
@@ -285,7 +268,7 @@ class CublasLt(Peer):
             a, sfa, rows = p.a.contiguous(), p.sfa, None
             m = a.shape[0]
             if pad_m and m % pad_m:
-                mp = -(-m // pad_m) * pad_m
+                mp = round_up(m, pad_m)
                 a = torch.zeros(mp, a.shape[1], dtype=a.dtype, device=a.device)
                 a[:m] = p.a
                 sfa = torch.ones(mp, p.sfa.shape[1], dtype=torch.float32, device=a.device)
@@ -298,7 +281,7 @@ class CublasLt(Peer):
                 ST = F.ScalingType
                 if block:
                     nb, kb = p.sfb.shape
-                    kbp = -(-kb // 4) * 4 if pad else kb
+                    kbp = round_up(kb, 4) if pad else kb
                     sfb = torch.zeros(nb, kbp, dtype=torch.float32, device=p.sfb.device)
                     sfb[:, :kb] = p.sfb
                     sb = sfb.t()  # (kbp, nb) strides (1, kbp)

@@ -1,14 +1,13 @@
 """How the benchmark calls dgx, one adapter per suite (the only place that knows dgx's signatures).
 
-Every adapter returns a :class:`~dgx.bench.peers.Prepared` whose ``run()`` makes one dgx call on the
+Every adapter returns a :class:`~dgx.bench.prepared.Prepared` whose ``run()`` makes one dgx call on the
 problem's tensors. A missing dgx function is reported as unavailable, not as a failure.
 """
 
 from __future__ import annotations
 
-from .peers import Prepared, Unavailable
+from .prepared import Prepared, Unavailable
 from .problems import Problem
-from .suites import SUITE_TO_KIND
 
 DGX_ENTRY_POINTS: dict[str, str] = {
     "dense": "fp8_gemm_nt",
@@ -46,13 +45,8 @@ def _need(dgx, name: str):
 
 
 def unavailable_reason(suite: str) -> str | None:
-    """Why this build of dgx cannot run ``suite``, or None if it can (no GPU needed).
-
-    A suite needs its function in dgx (:data:`DGX_ENTRY_POINTS`) and kernels for its kind: the kinds
-    with kernels are those ``dgx warmup`` can build (:data:`dgx.warmup.ENUMERATORS`); the others it
-    reports as "no kernel yet" too. (``wgrad`` goes through ``fp8_gemm_nt``, which exists before
-    its FP32-accumulating kernel does.)
-    """
+    """Why this build of dgx cannot run ``suite``, or None if it can (no GPU needed): dgx does not import,
+    or lacks the suite's function (:data:`DGX_ENTRY_POINTS`)."""
     if suite not in DGX_ENTRY_POINTS:
         raise ValueError(f"unknown suite {suite!r}; expected one of {', '.join(DGX_ENTRY_POINTS)}")
     try:
@@ -62,13 +56,6 @@ def unavailable_reason(suite: str) -> str | None:
     name = DGX_ENTRY_POINTS[suite]
     if getattr(dgx, name, None) is None:
         return f"dgx.{name} does not exist in this build"
-    kind = SUITE_TO_KIND[suite]
-    try:
-        from dgx.warmup import ENUMERATORS
-    except Exception as e:  # noqa: BLE001 - a dgx without its warmup module has no kernel list
-        return f"import dgx.warmup failed: {type(e).__name__}: {e}"
-    if kind not in ENUMERATORS:
-        return f"this build has no kernel for kind {kind} yet (dgx warmup skips it too)"
     return None
 
 

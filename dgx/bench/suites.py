@@ -41,25 +41,20 @@ import zlib
 from typing import Any, Iterable
 
 from .. import warmup as _warmup
+from ..kinds import SHORT_NAMES, GemmKind
 from ..warmup import ShapesFileError, ShapeSpec
 
 # --------------------------------------------------------------------------------------------------
 # names
 
-SUITES = ("dense", "contiguous", "masked", "wgrad", "k_grouped")
-"""Suite names, in the order ``--suite all`` runs them."""
+SUITES = SHORT_NAMES
+"""Suite names (the kinds' short names, dgx.kinds.GemmKind.short_name), in the order ``--suite all`` runs them."""
 
 KINDS = _warmup.KINDS
 """Shape-file kinds (the warmup format's names)."""
 
-KIND_TO_SUITE = {
-    "dense": "dense",
-    "m_grouped_contiguous": "contiguous",
-    "m_grouped_masked": "masked",
-    "wgrad": "wgrad",
-    "k_grouped": "k_grouped",
-}
-SUITE_TO_KIND = {v: k for k, v in KIND_TO_SUITE.items()}
+KIND_TO_SUITE = {kind.value: kind.short_name for kind in GemmKind}
+SUITE_TO_KIND = {kind.short_name: kind.value for kind in GemmKind}
 
 GROUPED_KINDS = _warmup.GROUPED_KINDS
 

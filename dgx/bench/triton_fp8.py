@@ -16,7 +16,7 @@ import dataclasses
 import triton
 import triton.language as tl
 
-from .peers import Prepared
+from .prepared import Prepared
 from .problems import Problem
 from .suites import Shape
 

@@ -1,16 +1,51 @@
-"""The dense FP8 GEMM family (ptx/fp8_gemm.cuh): config, rendering and launch arguments."""
+"""The FP8 GEMM family (ptx/fp8_gemm.cuh): config, rendering, and the kernel's launch contract (INTERFACE)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from enum import IntEnum
 from math import gcd
 
 from .. import jit
+from ..intmath import ceil_div, round_up
+from ..kinds import GemmKind, Layout, ShareDim
+from .interface import TENSOR_MAP, KernelInterface, Param
 from .wgmma_render import render_wgmma_e4m3
 
-PAIR_NONE, PAIR_N, PAIR_M = 0, 1, 2  # ptx/scheduler.cuh PairDim
-LAYOUT_DENSE, LAYOUT_CONTIGUOUS, LAYOUT_MASKED, LAYOUT_K_GROUPED = 0, 1, 2, 3  # ptx/scheduler.cuh GemmLayout
-LAYOUT_NAMES = {LAYOUT_DENSE: "dense", LAYOUT_CONTIGUOUS: "contiguous", LAYOUT_MASKED: "masked", LAYOUT_K_GROUPED: "k_grouped"}
+# What a 2-CTA cluster shares through TMA multicast (GemmConfig.pair; ptx/scheduler.cuh PairDim).
+SHARE_NONE, SHARE_A, SHARE_B = int(ShareDim.NONE), int(ShareDim.A), int(ShareDim.B)
+PAIR_NONE, PAIR_N, PAIR_M = SHARE_NONE, SHARE_A, SHARE_B  # earlier names: pairs along N share A, along M share B
+# How the scheduler walks the tiles (GemmConfig.layout; ptx/scheduler.cuh GemmLayout).
+LAYOUT_DENSE, LAYOUT_CONTIGUOUS, LAYOUT_MASKED, LAYOUT_K_GROUPED = (int(v) for v in Layout)
+LAYOUT_NAMES = {int(v): v.name.lower() for v in Layout}
+
+# The kernel's one parameter: a struct of these members, in this order (ptx/fp8_gemm.cuh fp8_gemm_nt_body
+# binds them to its names). `tmap_*` are tensor maps of A, B, D and the A and B scales; `sfa`, `sfa_rows`,
+# `sfa_stride` what `tmap_sfa` maps (base, floats per row, row stride in floats); `sfb` the B scales; `m` the
+# rows (masked, K-grouped: per group); `grouped_layout` m_indices, masked_m or the K-grouped groups' K;
+# `d_ptr`/`ld_d` D for stores from registers; `accumulate` (weight gradient) whether D holds C and is added
+# to; `group_maps` (K-grouped) the groups' maps of A and B in device memory.
+INTERFACE = KernelInterface(
+    "Fp8GemmParams",
+    (
+        Param("tmap_a", TENSOR_MAP),
+        Param("tmap_b", TENSOR_MAP),
+        Param("tmap_d", TENSOR_MAP),
+        Param("tmap_sfa", TENSOR_MAP),
+        Param("tmap_sfb", TENSOR_MAP),
+        Param("sfb", "const float*"),
+        Param("sfa", "const float*"),
+        Param("sfa_rows", "int"),
+        Param("sfa_stride", "int"),
+        Param("m", "int"),
+        Param("grouped_layout", "const int*"),
+        Param("num_groups", "int"),
+        Param("d_ptr", "void*"),
+        Param("ld_d", "long long"),
+        Param("accumulate", "int"),
+        Param("group_maps", "const dgx::TensorMap*"),
+    ),
+)
 SMEM_LIMIT = 232448  # bytes of shared memory one block may use on Hopper (227 KB)
 BARRIER_BYTES = 16  # full + empty mbarrier per stage
 SFA_SLOT_BYTES_PER_ROW = 4  # A scales per stage: BLOCK_M floats
@@ -27,7 +62,7 @@ class GemmConfig:
     block_n: int
     stages: int
     group_n: int = 16
-    pair: int = PAIR_NONE  # 2-CTA clusters sharing A (PAIR_N) or B (PAIR_M) through TMA multicast
+    pair: int = SHARE_NONE  # 2-CTA clusters sharing A (SHARE_A) or B (SHARE_B) through TMA multicast
     layout: int = LAYOUT_DENSE  # dense, MoE groups along M (contiguous segments, masked slices) or along K
     wgrad: bool = False  # weight gradient: B scaled per row too, FP32 D = C + A.B^T
     # Deferred promotion: each k-block is promoted after the next one's MMAs are issued, into a second set of
@@ -36,12 +71,16 @@ class GemmConfig:
     defer: bool = False
 
     def __post_init__(self) -> None:
+        # Plain ints (an enum member given here renders and hashes like its value).
+        for name in ("pair", "layout"):
+            if isinstance(getattr(self, name), IntEnum):
+                object.__setattr__(self, name, int(getattr(self, name)))
         problems = validate_blocks(self.block_m, self.block_n, self.pair, self.defer, self.wgrad)
         if self.layout not in LAYOUT_NAMES:
             problems = problems or f"layout must be one of {sorted(LAYOUT_NAMES)}; got {self.layout}"
-        elif self.layout not in (LAYOUT_DENSE, LAYOUT_CONTIGUOUS) and self.pair != PAIR_NONE:
+        elif self.layout not in (LAYOUT_DENSE, LAYOUT_CONTIGUOUS) and self.pair != SHARE_NONE:
             problems = problems or "multicast pairs are for the dense and contiguous layouts only"
-        elif self.wgrad and self.pair != PAIR_NONE:
+        elif self.wgrad and self.pair != SHARE_NONE:
             problems = problems or "the weight gradient runs without multicast pairs"
         elif (self.layout == LAYOUT_K_GROUPED) != self.wgrad and self.layout != LAYOUT_DENSE:
             problems = problems or "the K-grouped layout is a weight gradient, the M-grouped ones are not"
@@ -52,24 +91,24 @@ class GemmConfig:
 
     @property
     def cluster(self) -> int:
-        return 1 if self.pair == PAIR_NONE else 2
+        return 1 if self.pair == SHARE_NONE else 2
 
     @property
     def box_rows_a(self) -> int:
         """Rows of A one CTA loads per stage (half the tile when A is shared)."""
-        return self.block_m // 2 if self.pair == PAIR_N else self.block_m
+        return self.block_m // 2 if self.pair == SHARE_A else self.block_m
 
     @property
     def box_rows_b(self) -> int:
-        return self.block_n // 2 if self.pair == PAIR_M else self.block_n
+        return self.block_n // 2 if self.pair == SHARE_B else self.block_n
 
     def units(self, m: int) -> int:
         """Scheduler work units for M rows: tiles, or tile pairs when clustered."""
-        mb, nb = -(-m // self.block_m), -(-self.n // self.block_n)
-        if self.pair == PAIR_M:
-            mb = -(-mb // 2)
-        elif self.pair == PAIR_N:
-            nb = -(-nb // 2)
+        mb, nb = ceil_div(m, self.block_m), ceil_div(self.n, self.block_n)
+        if self.pair == SHARE_B:
+            mb = ceil_div(mb, 2)
+        elif self.pair == SHARE_A:
+            nb = ceil_div(nb, 2)
         return mb * nb
 
     def grid(self, units: int, num_sms: int) -> int:
@@ -77,8 +116,8 @@ class GemmConfig:
         SM, and no more than keep the wave count (the same makespan on fewer SMs draws less power and
         L2 bandwidth; DeepGEMM sizes its grids the same way)."""
         slots = max(num_sms // self.cluster, 1)
-        waves = max(-(-units // slots), 1)
-        return max(-(-units // waves), 1) * self.cluster
+        waves = max(ceil_div(units, slots), 1)
+        return max(ceil_div(units, waves), 1) * self.cluster
 
     @property
     def math_warpgroups(self) -> int:
@@ -118,11 +157,14 @@ class GemmConfig:
         return name + "_d" if self.defer else name
 
     @property
+    def kind(self) -> GemmKind:
+        """What the kernel computes."""
+        return GemmKind.of(self.layout, self.wgrad)
+
+    @property
     def warmup_kind(self) -> str:
         """The `dgx warmup` shapes-file kind that builds this kernel."""
-        if self.wgrad:
-            return "k_grouped" if self.layout == LAYOUT_K_GROUPED else "wgrad"
-        return {LAYOUT_DENSE: "dense", LAYOUT_CONTIGUOUS: "m_grouped_contiguous", LAYOUT_MASKED: "m_grouped_masked"}[self.layout]
+        return self.kind.value
 
     def describe(self) -> tuple[tuple[str, str], ...]:
         return (("family", "fp8_gemm_nt"),) + tuple((f.name, str(getattr(self, f.name))) for f in fields(self))
@@ -133,21 +175,12 @@ class GemmConfig:
             f"{self.n}, {self.k}, {self.block_m}, {self.block_n}, {self.stages}, {self.group_n}, {self.d_span}, "
             f"{self.pair}, {'true' if self.wgrad else 'false'}, {'true' if self.defer else 'false'}"
         )
-        args = f"{self.layout}, {traits}"
+        body = f"dgx::fp8_gemm_nt_body<{self.layout}, {traits}>"
         source = (
             '#include "fp8_gemm.cuh"\n'
             + render_wgmma_e4m3(self.block_n)
-            + f'extern "C" __global__ void __launch_bounds__({self.threads}, 1) {self.kernel_name}(\n'
-            "    const __grid_constant__ dgx::TensorMap tmap_a, const __grid_constant__ dgx::TensorMap tmap_b,\n"
-            "    const __grid_constant__ dgx::TensorMap tmap_d, const __grid_constant__ dgx::TensorMap tmap_sfa,\n"
-            "    const __grid_constant__ dgx::TensorMap tmap_sfb, const float* sfb, const float* sfa, int sfa_rows,\n"
-            "    int sfa_stride, int m, const int* grouped_layout, int num_groups, void* d_ptr, long long ld_d,\n"
-            "    int accumulate, const dgx::TensorMap* group_maps) {\n"
-            f"  dgx::fp8_gemm_nt_body<{args}>(tmap_a, tmap_b, tmap_d, tmap_sfa, tmap_sfb, sfb, sfa, sfa_rows,\n"
-            "                              sfa_stride, m, grouped_layout, num_groups, d_ptr, ld_d, accumulate != 0,\n"
-            "                              group_maps);\n"
-            "}\n"
-            f"static_assert(dgx::Fp8GemmTraits<{traits}>::kSmemBytes == {self.smem_bytes},\n"
+            + INTERFACE.render_entry(self.kernel_name, self.threads, body)
+            + f"static_assert(dgx::Fp8GemmTraits<{traits}>::kSmemBytes == {self.smem_bytes},\n"
             '              "dgx.kernels.fp8_gemm.smem_bytes disagrees with the kernel\'s shared-memory layout");\n'
             f"static_assert(dgx::Fp8GemmTraits<{traits}>::kSfbInStage == {'true' if self.b_scales_in_stage else 'false'},\n"
             '              "GemmConfig.b_scales_in_stage (whether tmap_sfb maps the B scales) disagrees with the kernel");\n'
@@ -182,7 +215,7 @@ def sfa_times_sfb(block_m: int, block_n: int, k: int, stages: int, wgrad: bool =
     no stage of a tile's last round unused, or one per >= 32 k-blocks) over at least 32 k-blocks."""
     if wgrad or block_m != 256 or block_n != 128 or k <= 0:
         return False
-    k_blocks = -(-k // 128)
+    k_blocks = ceil_div(k, 128)
     unused_stages = (stages - k_blocks % stages) % stages
     return k_blocks >= 32 * max(unused_stages, 1)
 
@@ -192,7 +225,7 @@ def smem_bytes(block_m: int, block_n: int, stages: int, wgrad: bool = False, def
     for the plain tile (defer False), so a deferred tile runs its plain twin's count in a little less."""
     per_stage = block_m * 128 + block_n * 128 + block_m * SFA_SLOT_BYTES_PER_ROW + BARRIER_BYTES
     if wgrad:  # B scales per stage (128-byte aligned slot); an FP32 output tile
-        return block_m * block_n * 4 + stages * (per_stage + -(-block_n * 4 // 128) * 128)
+        return block_m * block_n * 4 + stages * (per_stage + round_up(block_n * 4, 128))
     if b_scales_in_stage(block_m, wgrad, defer):
         per_stage += SFB_BOX_SLOT_BYTES * (1 if 128 % block_n == 0 else 2)
     return block_m * block_n * 2 + stages * per_stage
@@ -206,12 +239,12 @@ def scale_split_compiled_in(block_n: int) -> bool:
     return 128 % block_n == 0 or 128 // gcd(block_n, 128) <= 4
 
 
-def validate_blocks(block_m: int, block_n: int, pair: int = PAIR_NONE, defer: bool = False, wgrad: bool = False) -> str:
+def validate_blocks(block_m: int, block_n: int, pair: int = SHARE_NONE, defer: bool = False, wgrad: bool = False) -> str:
     """'' if (block_m, block_n, pair) is a tile the kernel supports (with deferred promotion if `defer`, as a
     weight gradient if `wgrad`), else what is wrong."""
-    if pair not in (PAIR_NONE, PAIR_N, PAIR_M):
+    if pair not in (SHARE_NONE, SHARE_A, SHARE_B):
         return f"pair must be 0 (none), 1 (share A along N) or 2 (share B along M); got {pair}"
-    if pair == PAIR_M and block_n % 16:
+    if pair == SHARE_B and block_n % 16:
         return f"sharing B needs block_n a multiple of 16 (1024-byte halves); got {block_n}"
     if block_m not in (64, 128, 256):
         return f"block_m must be 64, 128 or 256; got {block_m}"

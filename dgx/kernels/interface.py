@@ -1,15 +1,20 @@
 """One description of a kernel's launch contract, from which the C++ side and the launch arguments are both made.
 
-A kernel takes a single ``__grid_constant__`` parameter: a struct whose members are listed once, here, by a
-:class:`KernelInterface`. That one list renders the struct (with ``static_assert`` s that pin every member's
-offset, so the compiler checks Python's layout), the ``extern "C"`` entry point that forwards the struct to
-the kernel body in ``ptx/``, and the byte image that ``cuLaunchKernelEx`` receives, filled by member name.
-Adding a parameter is one line in the family's interface plus its use; a value left out or misspelled at the
-call site is an error that names it.
+A :class:`KernelInterface` lists a kernel's parameters once (name and C++ type, in order). That list renders
+  - a struct of the members by value, with ``static_assert`` s that pin every member's offset and the size,
+    so the compiler checks Python's layout (kernel parameters are laid out by the same rules);
+  - a view struct the kernel body reads the members from by name (tensor maps by reference to their
+    ``__grid_constant__`` parameters, never copied; the rest by value);
+  - the ``extern "C"`` entry point, which takes the members as parameters in order and hands the view to the
+    kernel body in ``ptx/``;
+  - the launch argument: one image of the struct, filled by member name (:meth:`KernelInterface.pack`), and
+    a pointer per parameter into it.
+Adding a parameter is one line in the family's interface plus its use in the body; a value left out or
+misspelled at the call site is an error that names it.
 
-Struct members follow C++ layout rules (each at a multiple of its alignment, in order), the same rules the
-CUDA ABI uses for separate kernel parameters, so a kernel that moves from separate parameters to the struct
-keeps its constant-bank offsets and its SASS.
+The entry takes separate parameters rather than one struct parameter: the bytes and their constant-bank
+offsets are the same either way, but one struct parameter changes how the PTX loads them, and with that
+ptxas' schedule of some kernels.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import struct
 from dataclasses import dataclass, field
 
 from .. import runtime
+from ..intmath import round_up
 
 TENSOR_MAP = "dgx::TensorMap"
 
@@ -75,12 +81,12 @@ class KernelInterface:
             raise ValueError(f"{self.struct_name}: parameter names repeat: {names}")
         offsets, offset = [], 0
         for p in self.params:
-            offset = -(-offset // p.align) * p.align
+            offset = round_up(offset, p.align)
             offsets.append(offset)
             offset += p.size
         align = max((p.align for p in self.params), default=1)
         object.__setattr__(self, "offsets", tuple(offsets))
-        object.__setattr__(self, "size", -(-offset // align) * align)
+        object.__setattr__(self, "size", round_up(offset, align))
 
     def render_struct(self) -> str:
         """The struct's C++ definition. Members of a standard-layout struct sit in order, each at the next multiple
@@ -98,20 +104,45 @@ class KernelInterface:
             f'static_assert(sizeof({self.struct_name}) == {self.size}, "{self.struct_name}: size differs from Python\'s");\n'
         )
 
+    @property
+    def view_name(self) -> str:
+        """The C++ struct the kernel body reads: tensor maps by reference, the other members by value."""
+        return self.struct_name + "View"
+
+    def render_view(self) -> str:
+        """The struct handed to the kernel body: each tensor map a reference to its ``__grid_constant__``
+        parameter (never copied), each other member its value."""
+        members = "".join(
+            f"    const {p.ctype}& {p.name};\n" if p.ctype == TENSOR_MAP else f"    {p.ctype} {p.name};\n"
+            for p in self.params
+        )
+        return f"struct {self.view_name} {{\n{members}}};\n"
+
     def render_entry(self, kernel_name: str, threads: int, body: str) -> str:
-        """The struct and an ``extern "C"`` kernel `kernel_name` that hands it to `body` (a device function
-        taking ``const Struct&``, e.g. a template instantiation)."""
+        """The structs and an ``extern "C"`` kernel `kernel_name` that hands the view of its parameters to
+        `body` (a device function taking ``const View&``, e.g. a template instantiation).
+
+        The kernel takes the members as separate parameters, in order: the same bytes at the same offsets as
+        one struct parameter (:meth:`pack` fills them from one image), and the same PTX entry as a kernel
+        written with separate parameters (one struct parameter changes the PTX's parameter loads, and with
+        them ptxas' schedule of some kernels)."""
+        params = ",\n".join(
+            f"    const __grid_constant__ {p.ctype} {p.name}" if p.ctype == TENSOR_MAP else f"    {p.ctype} {p.name}"
+            for p in self.params
+        )
+        names = ", ".join(p.name for p in self.params)
         return (
             self.render_struct()
-            + f'extern "C" __global__ void __launch_bounds__({threads}, 1) {kernel_name}(\n'
-            f"    const __grid_constant__ {self.struct_name} params) {{\n"
-            f"  {body}(params);\n"
+            + self.render_view()
+            + f'extern "C" __global__ void __launch_bounds__({threads}, 1) {kernel_name}(\n{params}) {{\n'
+            f"  {body}({self.view_name}{{{names}}});\n"
             "}\n"
         )
 
     def pack(self, **values: object) -> runtime.ParamPack:
-        """The launch argument: every member's value by name (tensor maps as CUtensorMap objects, pointers
-        as integer addresses). Raises ValueError naming a missing or unknown member."""
+        """The launch arguments: every member's value by name (tensor maps as CUtensorMap objects, pointers
+        as integer addresses), packed once into the struct's image. Raises ValueError naming a missing or
+        unknown member."""
         missing = [p.name for p in self.params if p.name not in values]
         unknown = sorted(set(values) - {p.name for p in self.params})
         if missing or unknown:
@@ -124,4 +155,4 @@ class KernelInterface:
             else:
                 fmt = "Q" if p.ctype.endswith("*") else _SCALARS[p.ctype]
                 struct.pack_into("<" + fmt, buf, off, int(v) if fmt != "f" else float(v))
-        return runtime.ParamPack.of_struct(bytes(buf))
+        return runtime.ParamPack.of_members(bytes(buf), self.offsets)

@@ -5,8 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import jit, runtime
+from ..intmath import ceil_div, round_up
 from ..streams import resolve_stream
 from ..tensors import as_view, require_cuda
+from .interface import TENSOR_MAP, KernelInterface, Param
+
+# The kernel's parameters (ptx/smoke.cuh smoke_tile takes them in this order).
+INTERFACE = KernelInterface(
+    "SmokeParams",
+    (Param("src_map", TENSOR_MAP), Param("dst", "float*"), Param("rows", "int"), Param("cols", "int")),
+)
 
 
 @dataclass(frozen=True)
@@ -24,10 +32,11 @@ class SmokeConfig:
     def render(self) -> jit.KernelSource:
         source = (
             '#include "smoke.cuh"\n'
-            f'extern "C" __global__ void __launch_bounds__(128, 1) {self.kernel_name}(\n'
-            "    const __grid_constant__ dgx::TensorMap src_map, float* dst, int rows, int cols) {\n"
-            f"  dgx::smoke_tile<{self.rows}, {self.cols}>(src_map, dst, rows, cols);\n"
+            "template <typename Params>\n"
+            "__device__ __forceinline__ void smoke_body(const Params& p) {\n"
+            f"  dgx::smoke_tile<{self.rows}, {self.cols}>(p.src_map, p.dst, p.rows, p.cols);\n"
             "}\n"
+            + INTERFACE.render_entry(self.kernel_name, 128, "smoke_body")
         )
         return jit.KernelSource(
             name=self.kernel_name,
@@ -45,9 +54,8 @@ def _launcher(config: SmokeConfig, device: int, rows: int, cols: int) -> runtime
     launcher = _launchers.get(key)
     if launcher is None:
         kernel = jit.get_kernel(config.render(), device)
-        grid_x = -(-cols // config.cols)
-        grid_x = -(-grid_x // config.cluster) * config.cluster  # the grid is a whole number of clusters
-        grid_y = -(-rows // config.rows)
+        grid_x = round_up(ceil_div(cols, config.cols), config.cluster)  # a whole number of clusters
+        grid_y = ceil_div(rows, config.rows)
         shape = runtime.LaunchShape((grid_x, grid_y, 1), (128, 1, 1), (config.cluster, 1, 1), 0)
         launcher = _launchers[key] = runtime.Launcher(kernel, shape)
     return launcher
@@ -70,5 +78,5 @@ def smoke(src, dst, config: SmokeConfig = SmokeConfig(), stream=None) -> None:
         return
     launcher = _launcher(config, s.device, rows, cols)
     tmap = runtime.encode_tensor_map_2d("float32", s.ptr, cols, rows, cols * 4, config.cols, config.rows)
-    params = runtime.ParamPack([tmap, ("u64", d.ptr), ("i32", rows), ("i32", cols)])
+    params = INTERFACE.pack(src_map=tmap, dst=d.ptr, rows=rows, cols=cols)
     launcher.launch(resolve_stream(stream, s.device), params)

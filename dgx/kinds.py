@@ -1,0 +1,100 @@
+"""The kinds of GEMM dgx runs, one vocabulary for the API, warmup, inspect and bench.
+
+A :class:`GemmKind` is what a caller asks for (its value is the shapes-file ``kind``); a :class:`Layout` is
+how the kernel's scheduler walks the tiles (the integer ``ptx/scheduler.cuh`` takes as ``GemmLayout``). The
+dense and weight-gradient kinds share the dense layout; the weight gradient differs by its FP32 output and
+per-row B scales.
+"""
+
+from __future__ import annotations
+
+from enum import Enum, IntEnum
+
+
+class Layout(IntEnum):
+    """ptx/scheduler.cuh GemmLayout: how tiles map onto rows and groups."""
+
+    DENSE = 0
+    CONTIGUOUS = 1  # MoE groups along M, one contiguous segment of rows each
+    MASKED = 2  # MoE groups along M, one [M_max] slice each with a run-time row count
+    K_GROUPED = 3  # groups along K (weight gradients: one output per group)
+
+
+class ShareDim(IntEnum):
+    """ptx/scheduler.cuh PairDim: what a 2-CTA cluster shares through TMA multicast."""
+
+    NONE = 0
+    A = 1  # the two CTAs take neighbouring N blocks of the same rows: A is loaded once for both
+    B = 2  # the two CTAs take neighbouring M blocks of the same columns: B is loaded once for both
+
+
+class GemmKind(str, Enum):
+    """What a GEMM computes; the value is the shapes-file ``kind`` of ``dgx warmup`` and ``dgx bench``."""
+
+    DENSE = "dense"
+    M_GROUPED_CONTIGUOUS = "m_grouped_contiguous"
+    M_GROUPED_MASKED = "m_grouped_masked"
+    WGRAD = "wgrad"
+    K_GROUPED = "k_grouped"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def layout(self) -> Layout:
+        return _LAYOUTS[self]
+
+    @property
+    def wgrad(self) -> bool:
+        """Whether it is a weight gradient (FP32 D = C + A.B^T, both operands scaled per row)."""
+        return self in (GemmKind.WGRAD, GemmKind.K_GROUPED)
+
+    @property
+    def grouped(self) -> bool:
+        """Whether its shapes carry a group count."""
+        return self in (GemmKind.M_GROUPED_CONTIGUOUS, GemmKind.M_GROUPED_MASKED, GemmKind.K_GROUPED)
+
+    @property
+    def short_name(self) -> str:
+        """The name of the benchmark suite and of ``dgx inspect --kind`` (``contiguous``, ``masked``, ...)."""
+        return _SHORT[self]
+
+    @classmethod
+    def parse(cls, name: object) -> GemmKind:
+        """The kind called `name`: its value (``m_grouped_masked``) or its short name (``masked``)."""
+        if isinstance(name, cls):
+            return name
+        kind = _BY_NAME.get(name) if isinstance(name, str) else None
+        if kind is None:
+            raise ValueError(f"GEMM kind: expected one of {', '.join(_BY_NAME)}; got {name!r}")
+        return kind
+
+    @classmethod
+    def of(cls, layout: int, wgrad: bool) -> GemmKind:
+        """The kind a kernel of `layout` (and weight gradient or not) computes."""
+        for kind, kind_layout in _LAYOUTS.items():
+            if kind_layout == layout and kind.wgrad == bool(wgrad):
+                return kind
+        raise ValueError(f"no GEMM kind has layout {layout} with wgrad={wgrad}")
+
+
+_LAYOUTS = {
+    GemmKind.DENSE: Layout.DENSE,
+    GemmKind.M_GROUPED_CONTIGUOUS: Layout.CONTIGUOUS,
+    GemmKind.M_GROUPED_MASKED: Layout.MASKED,
+    GemmKind.WGRAD: Layout.DENSE,
+    GemmKind.K_GROUPED: Layout.K_GROUPED,
+}
+_SHORT = {
+    GemmKind.DENSE: "dense",
+    GemmKind.M_GROUPED_CONTIGUOUS: "contiguous",
+    GemmKind.M_GROUPED_MASKED: "masked",
+    GemmKind.WGRAD: "wgrad",
+    GemmKind.K_GROUPED: "k_grouped",
+}
+_BY_NAME: dict[str, GemmKind] = {**{k.value: k for k in GemmKind}, **{s: k for k, s in _SHORT.items()}}
+
+#: The shapes-file values, in order.
+KIND_NAMES: tuple[str, ...] = tuple(k.value for k in GemmKind)
+#: The short names (benchmark suites, ``dgx inspect --kind``), in order.
+SHORT_NAMES: tuple[str, ...] = tuple(_SHORT[k] for k in GemmKind)

@@ -1,0 +1,155 @@
+"""The launch layer under every GEMM entry point: check -> plan -> launch.
+
+One plan cache (a config chosen or given, its kernel compiled and loaded, its persistent grid sized) for
+every kind of GEMM, one cache of packed kernel parameters, and the per-row scales brought into the layout
+TMA reads. The entry points (dgx.gemm, dgx.grouped, dgx.wgrad) check their inputs, then call :func:`plan`,
+:func:`pack` and the plan's launcher; they import this module and not each other.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from . import jit, runtime
+from .device import get_num_sms
+from .heuristics import CONTIGUOUS_ALIGNMENT, choose_dense, choose_grouped, choose_wgrad
+from .kernels.fp8_gemm import GemmConfig
+from .kernels.fp8_gemm_args import Operands, pack_operands
+from .kinds import GemmKind
+from .layout import get_mn_major_tma_aligned_tensor, sfa_tma_layout
+from .streams import resolve_stream
+from .tensors import TensorView, as_view
+
+__all__ = ["GemmPlan", "Operands", "launch_plan", "pack", "plan", "scales_for_tma"]
+
+
+@dataclass(frozen=True)
+class GemmPlan:
+    """A compiled, loaded kernel and its launch shape for one problem (kind, shape, device, SM count)."""
+
+    config: GemmConfig
+    launcher: runtime.Launcher
+
+
+_plans: dict[tuple, GemmPlan] = {}
+_params: dict[tuple, runtime.ParamPack] = {}
+_PARAM_CACHE_LIMIT = 512
+
+
+def launch_plan(config: GemmConfig, units: int, device: int, num_sms: int) -> GemmPlan:
+    """Compiles/loads `config`'s kernel and sizes its persistent grid for at most `units` work units."""
+    kernel = jit.get_kernel(config.render(), device)
+    grid = config.grid(units, num_sms)
+    shape = runtime.LaunchShape((grid, 1, 1), (config.threads, 1, 1), (config.cluster, 1, 1), config.smem_bytes)
+    if config.cluster > 1:
+        resident = runtime.max_active_clusters(kernel, shape)
+        if resident < 1:
+            raise RuntimeError(f"no cluster of {config.cluster} CTAs of {config.kernel_name} fits on device {device}")
+        if grid // config.cluster > resident:
+            grid = resident * config.cluster
+            shape = runtime.LaunchShape(
+                (grid, 1, 1), (config.threads, 1, 1), (config.cluster, 1, 1), config.smem_bytes
+            )
+    return GemmPlan(config, runtime.Launcher(kernel, shape))
+
+
+def plan(kind: GemmKind, m: int, n: int, k: int, device: int, config: GemmConfig | None = None, *,
+         groups: int = 1, units_m: int | None = None) -> GemmPlan:
+    """The plan for a `kind` GEMM of M rows (the heuristic's M: masked, the expected rows per group;
+    K-grouped, a typical group's K), N, K and `groups`, on `device`; made once per distinct problem.
+
+    ``units_m`` (M-grouped) is the M the grid is sized for when it is not `m`: every row of the contiguous
+    layout, the M_max of each masked group. `config` replaces the heuristic's choice; one that does not
+    fit the problem raises ValueError.
+    """
+    num_sms = get_num_sms(device)
+    key = (kind, m, units_m, n, k, groups, device, num_sms, config)
+    found = _plans.get(key)
+    if found is None:
+        if config is None:
+            config = _choose(kind, m, n, k, groups, num_sms)
+        else:
+            _expect_config_fits(kind, config, n, k)
+        units = config.units(m if units_m is None else units_m)
+        if kind in (GemmKind.M_GROUPED_MASKED, GemmKind.WGRAD, GemmKind.K_GROUPED):
+            units *= groups  # masked: every block of every group; K-grouped: one output per group
+        found = launch_plan(config, units, device, num_sms)
+        _plans[key] = found
+    return found
+
+
+def _choose(kind: GemmKind, m: int, n: int, k: int, groups: int, num_sms: int) -> GemmConfig:
+    if kind == GemmKind.DENSE:
+        return choose_dense(m, n, k, num_sms).config
+    if kind.wgrad:
+        return choose_wgrad(m, n, k, num_sms, kind.layout, groups).config
+    return choose_grouped(kind.layout, m, n, k, groups, num_sms).config
+
+
+def _expect_config_fits(kind: GemmKind, config: GemmConfig, n: int, k: int) -> None:
+    """A config given for a `kind` GEMM with N = n (and K = k unless K-grouped) must be one of its kernels."""
+    fits = (
+        config.layout == kind.layout
+        and config.n == n
+        and (kind == GemmKind.K_GROUPED or config.k == k)
+        and (kind == GemmKind.DENSE or config.wgrad == kind.wgrad)
+    )
+    if kind in (GemmKind.M_GROUPED_CONTIGUOUS, GemmKind.M_GROUPED_MASKED) and CONTIGUOUS_ALIGNMENT % config.block_m:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"config is for a {config.kind} GEMM with N={config.n}, K={config.k} (block_m {config.block_m}); "
+            f"it does not fit a {kind} GEMM with N={n}, K={k}"
+        )
+
+
+def pack(config: GemmConfig, ops: Operands) -> runtime.ParamPack:
+    """The kernel's parameters for `ops`, encoded once per distinct (config, operands) and reused."""
+    key = (config, ops)
+    packed = _params.get(key)
+    if packed is None:
+        packed = pack_operands(config, ops)
+        if len(_params) >= _PARAM_CACHE_LIMIT:
+            _params.clear()
+        _params[key] = packed
+    return packed
+
+
+def scales_for_tma(scales, view: TensorView, stream, device: int, name: str = "SFA"):
+    """(view, its TMA layout, a converted copy to keep alive or None, the launch stream if resolved) of
+    per-row scales (SFA, or the weight gradient's SFB)."""
+    layout = sfa_tma_layout(view)
+    if layout is not None:
+        return view, layout, None, None
+    keep, launch_stream = _converted_scales(scales, stream, device, name)
+    view = as_view(keep, name)
+    return view, sfa_tma_layout(view), keep, launch_stream
+
+
+def _converted_scales(scales, stream, device: int, name: str = "SFA"):
+    """The scales copied into the TMA-aligned M-major layout on the GPU, on the launch stream; and that stream."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(scales, torch.Tensor):
+        raise ValueError(
+            f"{name}: expected the TMA-aligned MN-major layout (strides (1, S) with S >= rows and S * 4 a "
+            "multiple of 16 bytes, base address 16-byte aligned; see get_mn_major_tma_aligned_tensor); other "
+            f"layouts are converted only for torch tensors, and this is a {type(scales).__name__}"
+        )
+    launch_stream = resolve_stream(stream, device)
+
+    def convert():
+        out = get_mn_major_tma_aligned_tensor(scales)
+        if out is scales:  # already MN-major but its base address is not 16-byte aligned
+            out = get_mn_major_tma_aligned_tensor(scales.contiguous())
+        return out
+
+    if launch_stream == torch.cuda.current_stream(scales.device).cuda_stream:
+        return convert(), launch_stream  # torch's own stream: its allocator orders the reuse of the copy
+    # Another stream: copy there, and tell the allocator the copy is in use on it.
+    external = torch.cuda.ExternalStream(launch_stream, device=scales.device)
+    with torch.cuda.stream(external):
+        out = convert()
+    out.record_stream(external)
+    return out, launch_stream
+

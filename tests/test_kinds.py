@@ -1,0 +1,85 @@
+"""dgx.kinds: one vocabulary of GEMM kinds for the API, warmup, inspect and bench, and the names users
+already write (shapes-file kinds, `--kind` and suite names) mapping onto it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dgx import warmup
+from dgx.bench import suites
+from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, LAYOUT_DENSE, LAYOUT_K_GROUPED, LAYOUT_MASKED, GemmConfig
+from dgx.kinds import KIND_NAMES, SHORT_NAMES, GemmKind, Layout
+
+SHAPES_FILE_KINDS = ("dense", "m_grouped_contiguous", "m_grouped_masked", "wgrad", "k_grouped")
+SHORT = ("dense", "contiguous", "masked", "wgrad", "k_grouped")
+
+
+def test_the_names_users_write_are_the_kinds():
+    assert KIND_NAMES == SHAPES_FILE_KINDS == warmup.KINDS == suites.KINDS
+    assert SHORT_NAMES == SHORT == suites.SUITES
+    for value, short in zip(SHAPES_FILE_KINDS, SHORT):
+        kind = GemmKind(value)
+        assert GemmKind.parse(value) is GemmKind.parse(short) is kind
+        assert kind.value == str(kind) == f"{kind}" == value and kind.short_name == short
+        assert kind == value and hash(kind) == hash(value) and {value: 1}[kind] == 1  # a str where one was
+        assert json.loads(json.dumps({"kind": kind})) == {"kind": value}
+        assert suites.KIND_TO_SUITE[value] == short and suites.SUITE_TO_KIND[short] == value
+
+
+def test_parse_refuses_other_names():
+    with pytest.raises(ValueError, match="GEMM kind: expected one of dense, m_grouped_contiguous.*got 'sparse'"):
+        GemmKind.parse("sparse")
+    with pytest.raises(ValueError, match="got 3"):
+        GemmKind.parse(3)
+
+
+def test_layouts_and_the_kernel_side():
+    assert [int(v) for v in Layout] == [LAYOUT_DENSE, LAYOUT_CONTIGUOUS, LAYOUT_MASKED, LAYOUT_K_GROUPED] == [0, 1, 2, 3]
+    expect = {
+        GemmKind.DENSE: (Layout.DENSE, False, False),
+        GemmKind.M_GROUPED_CONTIGUOUS: (Layout.CONTIGUOUS, False, True),
+        GemmKind.M_GROUPED_MASKED: (Layout.MASKED, False, True),
+        GemmKind.WGRAD: (Layout.DENSE, True, False),
+        GemmKind.K_GROUPED: (Layout.K_GROUPED, True, True),
+    }
+    for kind, (layout, wgrad, grouped) in expect.items():
+        assert (kind.layout, kind.wgrad, kind.grouped) == (layout, wgrad, grouped)
+        assert GemmKind.of(layout, wgrad) is kind
+    assert warmup.GROUPED_KINDS == {"m_grouped_contiguous", "m_grouped_masked", "k_grouped"}
+    with pytest.raises(ValueError, match="no GEMM kind has layout 2 with wgrad=True"):
+        GemmKind.of(2, True)
+
+
+def test_configs_know_their_kind_and_render_the_same_for_an_enum_or_an_int():
+    plain = GemmConfig(n=4096, k=7168, block_m=128, block_n=128, stages=5, layout=2)
+    enum = GemmConfig(n=4096, k=7168, block_m=128, block_n=128, stages=5, layout=Layout.MASKED)
+    assert plain == enum and hash(plain) == hash(enum) and type(enum.layout) is int
+    assert plain.render().source == enum.render().source
+    assert plain.kind is GemmKind.M_GROUPED_MASKED and plain.warmup_kind == "m_grouped_masked"
+    wgrad = GemmConfig(n=4096, k=0, block_m=128, block_n=128, stages=4, layout=Layout.K_GROUPED, wgrad=True)
+    assert wgrad.kind is GemmKind.K_GROUPED
+
+
+def test_shapes_files_round_trip_through_the_enum():
+    entries = [{"kind": k, "n": 256, "k": 256} | ({"groups": 2} if k in warmup.GROUPED_KINDS else {})
+               for k in SHAPES_FILE_KINDS]
+    specs = warmup.parse_shapes(entries)
+    assert [s.kind for s in specs] == list(GemmKind)
+    assert [s.kind for s in specs] == list(SHAPES_FILE_KINDS)
+    assert specs[2].label == "m_grouped_masked n=256 k=256 groups=2"
+    assert json.loads(json.dumps([{"kind": s.kind} for s in specs])) == [{"kind": k} for k in SHAPES_FILE_KINDS]
+
+
+@pytest.mark.parametrize("name", ["masked", "m_grouped_masked"])
+def test_inspect_takes_the_short_and_the_shapes_file_name(name, tmp_cache, monkeypatch):
+    from click.testing import CliRunner
+
+    import cli
+    from dgx import jit
+
+    monkeypatch.setattr(jit, "_caches", {})
+    result = CliRunner().invoke(cli.main, ["inspect", "--gemm", "64", "256", "256", "--kind", name, "--groups", "2"])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("masked (2 groups) M=64 N=256 K=256")
