@@ -20,6 +20,7 @@
 #pragma once
 #include "cluster.cuh"
 #include "common.cuh"
+#include "fp8_gemm_traits.cuh"
 #include "mbarrier.cuh"
 #include "scheduler.cuh"
 #include "tma.cuh"
@@ -40,124 +41,6 @@ DGX_DEVICE uint32_t swizzle_offset(uint32_t offset) {
         return offset ^ (((offset >> 7) & kMask) << 4);
     }
 }
-
-template <int kN, int kK, int kBlockM, int kBlockN, int kNumStages, int kGroupN, int kDSpan, int kPair, bool kWgrad,
-          bool kDeferred>
-struct Fp8GemmTraits {
-    static constexpr int kBlockK = 128;  // one promotion (one scale) per 128 of K
-    static constexpr int kNumMathWG = kBlockM == 64 ? 1 : 2;
-    static constexpr int kWGRows = kBlockM / kNumMathWG;
-    static constexpr int kMmaPerWG = kWGRows / 64;
-    static constexpr int kNumKBlocks = (kK + kBlockK - 1) / kBlockK;  // K of the kernel (per group: run time)
-    static constexpr int kNumNBlocks = (kN + kBlockN - 1) / kBlockN;
-    static constexpr int kNumSfbRows = (kN + 127) / 128;
-    // The B-scale rows (128-column blocks) of the first and the last column of the tile starting at column
-    // n_start. Clamped: a pair's second tile may lie past N (nothing of it is stored).
-    struct SfbRows {
-        int lo, hi;
-    };
-    static DGX_DEVICE SfbRows sfb_rows(int n_start) {
-        return {min(n_start / 128, kNumSfbRows - 1), min((n_start + kBlockN - 1) / 128, kNumSfbRows - 1)};
-    }
-    // Index of k-block 0's B scale of 128-column block `row` of group `group` (scales [groups, rows, k-blocks]).
-    static DGX_DEVICE int sfb_index(int group, int row) { return (group * kNumSfbRows + row) * kNumKBlocks; }
-    static constexpr int kAccum = kBlockN / 2;  // FP32 accumulators per thread per m64 MMA
-    static constexpr int kMathThreads = kNumMathWG * 128;
-    static constexpr int kThreads = kMathThreads + 128;
-    // The output tile is staged in shared memory for TMA: BF16, or FP32 for the weight gradient.
-    static constexpr uint32_t kSmemD = kBlockM * kBlockN * (kWgrad ? 4 : 2);
-    static constexpr uint32_t kSmemA = kBlockM * kBlockK;
-    static constexpr uint32_t kSmemB = kBlockN * kBlockK;
-    // Scales travel with their stage: TMA loads the k-block's BLOCK_M floats of the M-major A scales
-    // (and for the weight gradient BLOCK_N floats of the N-major B scales).
-    static constexpr uint32_t kSmemSfa = kBlockM * 4;
-    // A tile spans at most two 128-wide B-scale blocks (the heuristic only picks such BLOCK_N).
-    static constexpr bool kSingleSfb = 128 % kBlockN == 0;
-    // BF16 one-slice tiles: the k-block's B scale of each block the tile spans, loaded with TMA in the box of 4
-    // floats (16 bytes) that holds it, into a 128-byte aligned destination each. The map sees the whole scale
-    // tensor as one row (elements past its end read as zeros; a map with a row per block would need scale rows
-    // 16-byte aligned, K % 512 == 0); a box must start 16-byte aligned (an unaligned start faulted as an
-    // illegal instruction), so the reader picks the scale out of its box. Not cp.async or plain bulk copies:
-    // racecheck does not see the full barrier order their stores before the readers' loads and reports every
-    // slot reuse (PERFLOG exp. 29). Deferred tiles load their B scales from global memory one k-block ahead
-    // (they were measured only that way), so they have no slot; they run the stage count of their plain twin.
-    static constexpr bool kSfbInStage = !kWgrad && kMmaPerWG == 1 && !kDeferred;
-    static constexpr uint32_t kSfbBox = 16;  // bytes per B-scale box
-    static constexpr uint32_t kSmemSfb = kWgrad ? kBlockN * 4 : (kSfbInStage ? (kSingleSfb ? 1 : 2) * kSfbBox : 0);
-    // TMA destinations: 128-byte aligned (the hi block's box 128 bytes after the lo block's).
-    static constexpr uint32_t kSmemSfbSlot =
-        kWgrad ? (kSmemSfb + 127) / 128 * 128 : (kSfbInStage ? (kSingleSfb ? 128 : 256) : 0);
-    static constexpr uint32_t kSmemBytes =
-        kSmemD + kNumStages * (kSmemA + kSmemB + kSmemSfa + kSmemSfbSlot) + kNumStages * 2 * 8;
-    // Two-slice (256-row) warpgroups run a leaner k-block: the ring position kept as a counter, the stage's
-    // descriptors as stage 0's plus an offset, the A scales read once the first MMAs are issued, and the next
-    // stage's full barrier probed before the promotion so its answer is back when needed (2-3% faster on the
-    // 256-row tiles); and their barrier waits, the producer's as well, suspend instead of spinning (4% under
-    // sustained load on 4096x7168x16384). Both made one-slice tiles slower (3-10% and 1-3%; PERFLOG exp.
-    // 13-15, for reasons not found in their SASS), so those keep the plain k-block and spinning waits.
-    static constexpr bool kLean = kMmaPerWG == 2;
-    // 256x128 tiles with a compile-time K long enough run their k-loop in stage rounds too: every tile starts at
-    // stage 0, and the producer completes the stages a tile's last round leaves unused with a bare arrival (the
-    // math warps wait for them and hand them back). Stages, barriers and descriptors are then compile-time
-    // offsets: 176 instead of 195 instructions per k-block, 1-2% faster with no unused stage or one per 56
-    // k-blocks, but 2% (16 k-blocks) to 11% (4 k-blocks) slower with two unused stages per tile. 256x64 (4
-    // stages, none unused) and 256x96 (four B-scale splits) were 1-2% slower in rounds (PERFLOG exp. 31).
-    static constexpr int kUnusedStages = (kNumStages - kNumKBlocks % kNumStages) % kNumStages;
-    static constexpr bool kLeanRounds = kLean && kBlockN == 128 && kK > 0 && kNumKBlocks >= 32 * kUnusedStages;
-    // BF16 tiles in lean rounds take their B scale multiplied into the A scales: for each stage one otherwise idle
-    // warp of the producer warpgroup reads the k-block's A scales from global memory, multiplies them by the
-    // tile's B scale and stores the products into the stage's A-scale slot; its 32 lanes' arrivals join the
-    // producer's on the full barrier. The math warps' k-block then has no B-scale load and no scale product
-    // (0.6-1% fewer cycles on 4096x7168x16384 than loading the B scale there, even on 4096x4096x7168). With few
-    // k-blocks per tile it lost (2% on 4096x24576x1536, 12 k-blocks), so it needs 32 (PERFLOG exp. 35).
-    static constexpr bool kSfaTimesSfb = kLeanRounds && !kWgrad && kNumKBlocks >= 32;
-    static_assert(!kSfaTimesSfb || kNumStages <= 3, "the producer warpgroup has three idle warps, one per stage");
-    static constexpr uint32_t kFullArrivals = kSfaTimesSfb ? 1 + 32 : 1;
-    // What TMA lands per stage.
-    static constexpr uint32_t kStageBytes = kSmemA + kSmemB + (kSfaTimesSfb ? 0 : kSmemSfa) + kSmemSfb;
-    // Deferred promotion (chosen per config): each k-block's promotion waits until the next k-block's MMAs are
-    // issued, into a second accumulator set. A k-block of a small tile is a dependent chain of small MMAs whose
-    // latency, not the tensor cores' throughput, sets the pace (decode shapes); the weight gradient's promotion
-    // (a scale per column) is twice the work of the BF16 kernel's. Deferred, the promotion, the scale reads and
-    // the next barrier wait overlap the MMAs instead of separating two chains. Costs N/2 registers. The k-loop
-    // runs in straight-line chunks of kDeferChunk k-blocks that end with no MMA in flight: MMAs in flight across
-    // a loop's back edge while the other set is read make ptxas serialise every wgmma (warning C7514).
-    static constexpr bool kDefer = kDeferred;
-    static constexpr int kDeferChunk = 8;
-    // Stage rounds: with the B scales in the stage and a k-block count that is a multiple of the stage count,
-    // every tile starts at stage 0, so the k-loop runs rounds of kNumStages k-blocks whose stages, barriers and
-    // descriptors are compile-time offsets, and the parity flips once a round (on 128x160 contiguous tiles
-    // 128 instead of 146 instructions per k-block, 4-6% faster; PERFLOG exp. 28, 30).
-    static constexpr bool kRounds = kSfbInStage && kNumKBlocks % kNumStages == 0;
-    static_assert((kSmemD + kNumStages * (kSmemA + kSmemB + kSmemSfa)) % 128 == 0 && kSmemSfbSlot % 128 == 0,
-                  "the B-scale slots are TMA destinations: 128-byte aligned");
-    static_assert(!kDefer || kMmaPerWG == 1, "deferred promotion is for one-slice tiles");
-    // 2 math WGs: 2 x 128 x 232 + 128 x 40 = 64512 of the SM's 65536 registers.
-    static constexpr uint32_t kMathRegs = 232;
-    static constexpr uint32_t kProducerRegs = 40;
-    // 2-CTA clusters share A (pair along N) or B (pair along M): each CTA loads half of the shared tile
-    // and multicasts it to both, which halves the L2 reads of that operand.
-    static constexpr int kCluster = kPair == kPairNone ? 1 : 2;
-    // A stage is handed back with one arrival per math warp of every CTA that reads its multicast data, or - where
-    // the A-scale warps write the next round's scales with plain stores - one per lane, so that each thread's
-    // reads are ordered before those stores (racecheck reports them otherwise; no slower).
-    static constexpr uint32_t kEmptyArrivals = kNumMathWG * 4 * kCluster * (kSfaTimesSfb ? 32 : 1);
-    static constexpr int kHalfRowsA = kPair == kPairN ? kBlockM / 2 : kBlockM;
-    static constexpr int kHalfRowsB = kPair == kPairM ? kBlockN / 2 : kBlockN;
-    static_assert(kHalfRowsA * 128 % 1024 == 0 && kHalfRowsB * 128 % 1024 == 0,
-                  "each multicast half must keep the 1024-byte alignment of the 128B swizzle");
-
-    static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 256, "BLOCK_M is 64, 128 or 256");
-    static_assert(kBlockN % 8 == 0 && kBlockN >= 8 && kBlockN <= 256, "wgmma e4m3 takes N = 8..256 by 8");
-    // Tiles start at multiples of BLOCK_N, so the worst offset inside a 128 block is 128 - gcd(BLOCK_N, 128).
-    static constexpr int kGcd128 = (kBlockN & -kBlockN) < 128 ? (kBlockN & -kBlockN) : 128;
-    static_assert(kWgrad || kBlockN - kGcd128 <= 128, "a tile must not span more than two 128-column B-scale blocks");
-    static_assert((kBlockN * (kWgrad ? 4 : 2)) % kDSpan == 0, "the D tile splits into whole swizzle spans");
-    static_assert((kSmemD + kNumStages * (kSmemA + kSmemB)) % 128 == 0, "TMA writes scales to 128-byte aligned smem");
-    static_assert(kSmemBytes <= 232448, "Hopper gives a block at most 227 KB of shared memory");
-    static_assert(kN % 8 == 0, "TMA needs 16-byte aligned rows of the BF16 output");
-    static_assert(!kWgrad || kPair == kPairNone, "the weight gradient runs without multicast");
-};
 
 // B scales of one k-block for the (at most two) 128-column blocks a tile touches.
 struct SfbPair {
