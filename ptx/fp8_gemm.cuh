@@ -20,6 +20,7 @@
 #pragma once
 #include "cluster.cuh"
 #include "common.cuh"
+#include "fp8_gemm_producer.cuh"
 #include "fp8_gemm_traits.cuh"
 #include "mbarrier.cuh"
 #include "scheduler.cuh"
@@ -491,60 +492,6 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
     if (threadIdx.x % 128 == 0) tma_store_wait_all();
 }
 
-// An A-scale warp of kSfaTimesSfb: for its stage of the ring, in each round of every tile, the k-block's BLOCK_M A
-// scales (from row `sfa_row` of the M-major scales' k-block row; `sfa_rows` floats are valid per row, rows lie
-// `sfa_stride` floats apart) times the tile's B scale, into the stage's A-scale slot; then its lanes' arrivals on
-// the full barrier (also for a stage the tile's last round leaves unused). One warp per stage, so a round's loads
-// are issued as soon as the warp has handed over the previous round, a whole ring ahead of the stage. (Staged two
-// rounds ahead through shared memory, with cp.async or TMA, it was 2-3% slower; PERFLOG exp. 35.)
-template <typename T, int kBlockM, int kBlockN, int kNumStages, typename Scheduler>
-__device__ __forceinline__ void sfa_times_sfb(Scheduler& scheduler, uint32_t stage, uint8_t* smem_sfa, uint64_t* full,
-                                              uint64_t* empty, const float* __restrict__ sfa, int sfa_rows,
-                                              int sfa_stride, const float* __restrict__ sfb, uint32_t lane) {
-    static_assert(kBlockM % 128 == 0 && T::kSingleSfb, "a lane takes 4 rows of every 128; one B scale per tile");
-    constexpr int kRuns = kBlockM / 128;
-    constexpr int kRoundBlocks = (T::kNumKBlocks + kNumStages - 1) / kNumStages * kNumStages;  // unused ones too
-    const uint32_t slot = smem_addr(smem_sfa) + stage * T::kSmemSfa + lane * 16;
-    uint32_t phase = 0;
-    Tile tile;
-    while (scheduler.next_tile(tile)) {
-        const float* sfb_tile = sfb + T::sfb_index(tile.group, T::sfb_rows(tile.n_block * kBlockN).lo);
-        // This lane's rows: 4 from `first` in each run of 128. 16-byte aligned: the scales' base and row stride
-        // are (TMA layout), and tiles start at multiples of 128 rows.
-        const int first = tile.sfa_row + static_cast<int>(lane) * 4;
-        const float* sfa_tile = sfa + static_cast<int64_t>(tile.sfa_kb0 + tile.kb0) * sfa_stride + first;
-        for (int kb = static_cast<int>(stage); kb < kRoundBlocks; kb += kNumStages) {
-            const bool used = kb < T::kNumKBlocks;
-            // The products are formed before the wait, so that once the stage is free only the stores remain.
-            F32x4 p[kRuns];
-            if (used) {
-                const float* src = sfa_tile + static_cast<int64_t>(kb) * sfa_stride;
-                const float sb = ld_global_nc(sfb_tile + kb);
-#pragma unroll
-                for (int r = 0; r < kRuns; ++r) {
-                    const int valid = min(max(sfa_rows - first - r * 128, 0), 4);
-                    F32x4 v{0.0f, 0.0f, 0.0f, 0.0f};  // rows past the last: zeros, as TMA fills them
-                    if (valid == 4) {
-                        v = ld_global_nc_f32x4(src + r * 128);
-                    } else {
-                        if (valid > 0) v.x = ld_global_nc(src + r * 128 + 0);
-                        if (valid > 1) v.y = ld_global_nc(src + r * 128 + 1);
-                        if (valid > 2) v.z = ld_global_nc(src + r * 128 + 2);
-                    }
-                    p[r] = F32x4{v.x * sb, v.y * sb, v.z * sb, v.w * sb};
-                }
-            }
-            mbarrier_wait<true>(&empty[stage], phase ^ 1);
-            phase ^= 1;
-            if (used) {
-#pragma unroll
-                for (int r = 0; r < kRuns; ++r) st_shared_v4_f32(slot + r * 512, p[r]);
-            }
-            mbarrier_arrive(&full[stage]);  // every lane, each after its own stores
-        }
-    }
-}
-
 // `tmap_sfa` covers the A scales in the M-major layout: a row of M floats per k-block (rows 16-byte
 // aligned; masked: the groups' k-blocks one after another), loaded in boxes of BLOCK_M x 1; `tmap_sfb`
 // the weight gradient's B scales likewise (N-major), or for BF16 one-slice tiles the B scales `sfb` as one
@@ -574,19 +521,19 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const 
     uint8_t* smem_sfb = smem_sfa + kNumStages * T::kSmemSfa;
     uint64_t* full = reinterpret_cast<uint64_t*>(smem_sfb + kNumStages * T::kSmemSfbSlot);
     uint64_t* empty = full + kNumStages;
+    const Fp8GemmSmem buffers{smem_d, smem_a, smem_b, smem_sfa, smem_sfb, full, empty};
 
     const uint32_t warp = warp_id();
     const uint32_t lane = lane_id();
-    constexpr uint32_t kProducerWarp = T::kMathThreads / 32;
 
-    if (warp == kProducerWarp && lane == 0) {
+    if (warp == T::kProducerWarp && lane == 0) {
         prefetch_tensor_map(&tmap_a);
         prefetch_tensor_map(&tmap_b);
         prefetch_tensor_map(&tmap_sfa);
         prefetch_tensor_map(&tmap_d);
         if constexpr (kWgrad || T::kSfbInStage) prefetch_tensor_map(&tmap_sfb);
         for (int s = 0; s < kNumStages; ++s) {
-            mbarrier_init(&full[s], T::kFullArrivals);  // the producer's expect-tx arrival (+ A-scale warp lanes)
+            mbarrier_init(&full[s], T::kFullArrivals);
             mbarrier_init(&empty[s], T::kEmptyArrivals);
         }
         fence_barrier_init();
@@ -595,84 +542,10 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const 
     if constexpr (T::kCluster > 1) cluster_sync(); else __syncthreads();
 
     // Each role builds its scheduler after its register reallocation: built before, its state stayed live across
-    // setmaxnreg, and ptxas spilled it.
-    Tile tile;
+    // setmaxnreg, and ptxas spilled it (PERFLOG exp. 35).
     if (threadIdx.x >= T::kMathThreads) {
-        // Producer warpgroup: one elected thread issues every load.
-        if constexpr (T::kNumMathWG == 2) setmaxnreg_dec<T::kProducerRegs>();
-        Scheduler scheduler(m, grouped_layout, num_groups);
-        if (warp == kProducerWarp && elect_one()) {
-            uint32_t it = 0;
-            while (scheduler.next_tile(tile)) {
-                const int num_kb = kLayout == kLayoutKGrouped ? tile.num_kb : T::kNumKBlocks;
-                // K-grouped: each group's A_g [M, k_g] and B_g [N, k_g] has its own map (its own row
-                // stride), made on the host and read from global memory; K restarts at 0 in each.
-                const TensorMap* map_a = kLayout == kLayoutKGrouped ? group_maps + 2 * tile.group : &tmap_a;
-                const TensorMap* map_b = kLayout == kLayoutKGrouped ? group_maps + 2 * tile.group + 1 : &tmap_b;
-                const int k_first = kLayout == kLayoutKGrouped ? 0 : tile.kb0;
-                // B scales in the stage: the element of `tmap_sfb` that starts the tile's row of its first
-                // 128-column block, and how far on the row of the block it ends in lies (0 when both are one).
-                // The map starts at the 16-byte boundary at or below `sfb`.
-                int sfb_lo = 0, sfb_hi_offset = 0;
-                if constexpr (T::kSfbInStage) {
-                    const auto [row0, row1] = T::sfb_rows(tile.n_block * kBlockN);
-                    const int lead = static_cast<int>(reinterpret_cast<uint64_t>(sfb) % 16 / 4);
-                    sfb_lo = lead + T::sfb_index(tile.group, row0);
-                    sfb_hi_offset = (row1 - row0) * T::kNumKBlocks;
-                }
-                for (int kb = 0; kb < num_kb; ++kb, ++it) {
-                    const uint32_t s = it % kNumStages;
-                    const uint32_t phase = (it / kNumStages) & 1;
-                    mbarrier_wait<T::kLean>(&empty[s], phase ^ 1);
-                    // Out-of-bounds parts of a box are zero-filled and still counted in the bytes.
-                    mbarrier_arrive_expect_tx(&full[s], T::kStageBytes);
-                    const int k0 = (k_first + kb) * T::kBlockK;
-                    // One operand's tile for this k-block: one box, or - for the operand a pair shares - this
-                    // CTA's half, multicast to both CTAs, or (a pair that does not share this unit) both halves
-                    // loaded here. Either way the stage receives the same bytes.
-                    auto load_operand = [&](const TensorMap* map, uint8_t* dst, int row, int half_rows, bool paired) {
-                        if (!paired) {
-                            tma_load_2d(map, &full[s], dst, k0, row);
-                        } else if (tile.share) {
-                            const int half = scheduler.rank * half_rows;
-                            tma_load_2d_multicast(map, &full[s], dst + half * T::kBlockK, k0, row + half, 0x3);
-                        } else {
-                            tma_load_2d(map, &full[s], dst, k0, row);
-                            tma_load_2d(map, &full[s], dst + half_rows * T::kBlockK, k0, row + half_rows);
-                        }
-                    };
-                    load_operand(map_a, smem_a + s * T::kSmemA, tile.a_row, T::kHalfRowsA, kPair == kPairN);
-                    load_operand(map_b, smem_b + s * T::kSmemB, tile.b_row, T::kHalfRowsB, kPair == kPairM);
-                    // A scales are per row, so each CTA of a pair loads its own (never multicast).
-                    if constexpr (!T::kSfaTimesSfb)
-                        tma_load_2d(&tmap_sfa, &full[s], smem_sfa + s * T::kSmemSfa, tile.sfa_row,
-                                    tile.sfa_kb0 + tile.kb0 + kb);
-                    if constexpr (kWgrad)
-                        tma_load_2d(&tmap_sfb, &full[s], smem_sfb + s * T::kSmemSfbSlot, tile.n_block * kBlockN,
-                                    tile.kb0 + kb);
-                    if constexpr (T::kSfbInStage) {
-                        uint8_t* slot = smem_sfb + s * T::kSmemSfbSlot;
-                        tma_load_2d(&tmap_sfb, &full[s], slot, (sfb_lo + kb) & ~3, 0);
-                        if constexpr (!T::kSingleSfb)
-                            tma_load_2d(&tmap_sfb, &full[s], slot + 128, (sfb_lo + kb + sfb_hi_offset) & ~3, 0);
-                    }
-                }
-                // Lean stage rounds start every tile at stage 0: the stages this tile's last round leaves unused
-                // are completed with a bare arrival (no bytes) once the math warps have handed them back.
-                if constexpr (T::kLeanRounds) {
-                    for (int unused = 0; unused < T::kUnusedStages; ++unused, ++it) {
-                        const uint32_t s = it % kNumStages;
-                        mbarrier_wait<true>(&empty[s], ((it / kNumStages) & 1) ^ 1);
-                        mbarrier_arrive(&full[s]);
-                    }
-                }
-            }
-        } else if (warp > kProducerWarp && warp <= kProducerWarp + kNumStages) {
-            if constexpr (T::kSfaTimesSfb)
-                sfa_times_sfb<T, kBlockM, kBlockN, kNumStages>(scheduler, warp - kProducerWarp - 1, smem_sfa, full,
-                                                               empty, sfa, sfa_rows, sfa_stride, sfb, lane);
-        }
-        __syncwarp();
+        fp8_gemm_producer<T, Scheduler>(buffers, tmap_a, tmap_b, tmap_sfa, tmap_sfb, sfb, sfa, sfa_rows, sfa_stride,
+                                        m, grouped_layout, num_groups, group_maps, warp, lane);
     } else {
         if constexpr (T::kNumMathWG == 2) setmaxnreg_inc<T::kMathRegs>();
         Scheduler scheduler(m, grouped_layout, num_groups);
