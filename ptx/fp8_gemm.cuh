@@ -20,6 +20,7 @@
 #pragma once
 #include "cluster.cuh"
 #include "common.cuh"
+#include "fp8_gemm_epilogue.cuh"
 #include "fp8_gemm_producer.cuh"
 #include "fp8_gemm_traits.cuh"
 #include "mbarrier.cuh"
@@ -29,20 +30,6 @@
 
 namespace dgx {
 
-// Offset inside a region written for TMA's SWIZZLE_<kSpan>B mode (rows of kSpan bytes): the 16-byte
-// unit index is XORed with the row index within each 128-byte line group (CUTLASS calls it
-// Swizzle<log2(kSpan/16), 4, 3>). kSpan == 16 means no swizzle. The region must be 1024-byte aligned.
-template <uint32_t kSpan>
-DGX_DEVICE uint32_t swizzle_offset(uint32_t offset) {
-    static_assert(kSpan == 16 || kSpan == 32 || kSpan == 64 || kSpan == 128, "TMA swizzle spans 32/64/128 B");
-    if constexpr (kSpan == 16) {
-        return offset;
-    } else {
-        constexpr uint32_t kMask = kSpan / 16 - 1;
-        return offset ^ (((offset >> 7) & kMask) << 4);
-    }
-}
-
 // B scales of one k-block for the (at most two) 128-column blocks a tile touches.
 struct SfbPair {
     float lo, hi;
@@ -50,12 +37,17 @@ struct SfbPair {
 
 // Math warpgroups: wgmma per stage, promotion with the scales, then the epilogue: BF16 through swizzled
 // shared memory and TMA stores, or (weight gradient) FP32 D = C + result straight from the registers.
-template <typename T, typename Scheduler, int kLayout, int kBlockM, int kBlockN, int kNumStages, int kDSpan, int kN,
-          bool kWgrad>
+template <typename T, typename Scheduler>
 __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* smem_d, uint8_t* smem_a, uint8_t* smem_b,
                                               uint8_t* smem_sfa, uint8_t* smem_sfb, uint64_t* full, uint64_t* empty,
                                               const TensorMap& tmap_d, const float* __restrict__ sfb, void* d_ptr,
                                               int64_t ld_d, bool accumulate, uint32_t warp, uint32_t lane) {
+    constexpr int kLayout = Scheduler::kLayout;
+    constexpr int kBlockN = T::kBlockN;
+    constexpr int kNumStages = T::kNumStages;
+    constexpr int kDSpan = T::kDSpan;
+    constexpr int kN = T::kN;
+    constexpr bool kWgrad = T::kWgrad;
     Tile tile;
     // The warpgroup index, broadcast from lane 0 so the compiler knows it is warp-uniform: the shared-memory
     // descriptors derived from it are then computed in uniform registers and feed wgmma directly, instead of
@@ -402,92 +394,8 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
                 k_loop(IntConst<-1>{});
         }
 
-        const int wg_row = tile.d_row + static_cast<int>(wg * T::kWGRows);
-        // A masked group's last block may end inside this warpgroup's rows, and the rows past the group's
-        // count must stay untouched: such a block is stored row by row from the registers.
-        const bool by_rows = kLayout == kLayoutMasked && wg_row + T::kWGRows > tile.d_row_end;
-        if (by_rows) {
-            uint16_t* d = static_cast<uint16_t*>(d_ptr);
-#pragma unroll
-            for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int row = wg_row + mm * 64 + static_cast<int>(row_in_wg) + h * 8;
-                    if (row >= tile.d_row_end) continue;
-                    uint16_t* out = d + row * ld_d + n_start + col_in_8;
-#pragma unroll
-                    for (int i = 0; i < kBlockN / 8; ++i) {
-                        if (n_start + i * 8 + static_cast<int>(col_in_8) < kN)
-                            st_global_u32(out + i * 8, pack_bf16x2(result[mm][i * 4 + h * 2], result[mm][i * 4 + h * 2 + 1]));
-                    }
-                }
-            }
-            continue;
-        }
-        // The tile goes into this warpgroup's swizzled slice of smem_d (BF16, or FP32 for the weight
-        // gradient), then out with one TMA operation per span, asynchronously while the next tile's MMAs
-        // start: a store, or for the weight gradient with C a reduce-add (D += tile; D holds C).
-        constexpr uint32_t kOutBytes = kWgrad ? 4 : 2;
-        uint8_t* region = smem_d + wg * T::kWGRows * kBlockN * kOutBytes;
-        const uint32_t region_addr = smem_addr(region);
-        const bool leader = threadIdx.x % 128 == 0;
-        if (leader) tma_store_wait_read();  // the previous tile's store has left this buffer
-        named_barrier_sync(1 + wg, 128);
-        // The region holds the warpgroup's rows span by span (kDSpan bytes of each row, rows one after another).
-        auto d_offset = [&](uint32_t row, uint32_t col_bytes) {
-            return region_addr + swizzle_offset<kDSpan>((col_bytes / kDSpan) * T::kWGRows * kDSpan + row * kDSpan +
-                                                        col_bytes % kDSpan);
-        };
-        if constexpr (kWgrad) {
-#pragma unroll
-            for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
-#pragma unroll
-                for (int i = 0; i < kBlockN / 8; ++i) {
-                    const uint32_t col_bytes = (i * 8 + col_in_8) * kOutBytes;
-                    const uint32_t row = mm * 64 + row_in_wg;
-                    st_shared_v2_f32(d_offset(row, col_bytes), result[mm][i * 4 + 0], result[mm][i * 4 + 1]);
-                    st_shared_v2_f32(d_offset(row + 8, col_bytes), result[mm][i * 4 + 2], result[mm][i * 4 + 3]);
-                }
-            }
-        } else {
-            // BF16 with stmatrix: one x4 store per 16 rows x 16 columns of the warp's fragment (matrices: rows
-            // 0-7 and 8-15 of column group i, then of group i + 1), an x2 for an odd last group. Lane l gives
-            // the address of row l % 8 of matrix l / 8. 8 rows of 16 bytes land in 8 distinct bank groups
-            // (the swizzle XORs by row % 8; unswizzled rows are 16 bytes apart).
-            const uint32_t lane_row = (warp % 4) * 16 + (lane / 8) % 2 * 8 + lane % 8;
-            const uint32_t lane_group = lane / 16;
-            auto pack = [&](int mm, int i, int h) {
-                return pack_bf16x2(result[mm][i * 4 + h * 2], result[mm][i * 4 + h * 2 + 1]);
-            };
-#pragma unroll
-            for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
-#pragma unroll
-                for (int i = 0; i < kBlockN / 8; i += 2) {
-                    if (i + 1 < kBlockN / 8) {
-                        stmatrix_x4(d_offset(mm * 64 + lane_row, (i + lane_group) * 16), pack(mm, i, 0), pack(mm, i, 1),
-                                    pack(mm, i + 1, 0), pack(mm, i + 1, 1));
-                    } else {
-                        stmatrix_x2(d_offset(mm * 64 + lane_row, i * 16), pack(mm, i, 0), pack(mm, i, 1));
-                    }
-                }
-            }
-        }
-        fence_proxy_async_shared();
-        named_barrier_sync(1 + wg, 128);
-        if (leader && wg_row < tile.d_row_end && n_start < kN) {
-            constexpr int kSpanCols = kDSpan / kOutBytes;
-#pragma unroll
-            for (int span = 0; span < kBlockN / kSpanCols; ++span) {
-                if (n_start + span * kSpanCols < kN) {
-                    const uint8_t* src = region + span * T::kWGRows * kDSpan;
-                    if (kWgrad && accumulate)
-                        tma_reduce_add_2d(&tmap_d, src, n_start + span * kSpanCols, wg_row);
-                    else
-                        tma_store_2d(&tmap_d, src, n_start + span * kSpanCols, wg_row);
-                }
-            }
-            tma_store_commit();
-        }
+        store_tile<T, Scheduler>(tile, n_start, result, MathThread{wg, warp, lane, row_in_wg, col_in_8}, smem_d, tmap_d,
+                                 d_ptr, ld_d, accumulate);
     }
     if (threadIdx.x % 128 == 0) tma_store_wait_all();
 }
@@ -549,7 +457,7 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const TensorMap& tmap_a, const 
     } else {
         if constexpr (T::kNumMathWG == 2) setmaxnreg_inc<T::kMathRegs>();
         Scheduler scheduler(m, grouped_layout, num_groups);
-        fp8_gemm_math<T, Scheduler, kLayout, kBlockM, kBlockN, kNumStages, kDSpan, kN, kWgrad>(
+        fp8_gemm_math<T, Scheduler>(
             scheduler, smem_d, smem_a, smem_b, smem_sfa, smem_sfb, full, empty, tmap_d, sfb, d_ptr, ld_d, accumulate,
             warp, lane);
     }
