@@ -1,22 +1,14 @@
-// FP8 GEMM with DeepSeek-V3 fine-grained scaling on Hopper: D[M, N] = A[M, K] . B[N, K]^T, where A carries
-// one FP32 scale per row per 128 of K and B one per 128x128 block. Persistent and warp-specialised:
-// one producer warpgroup feeds a ring of shared-memory stages with TMA; one or two math warpgroups run
-// wgmma m64nNk32 (e4m3) per 128 of K into FP32 registers and promote each partial sum into a second set
-// of FP32 registers scaled by scale_a[row] * scale_b[block] (the promotion keeps FP8 tensor-core
-// accumulation error from building up over long K). The epilogue packs BF16 into swizzled shared memory
-// with stmatrix and stores it with TMA while the producer already loads the next tile.
-//
-// The B scales of a one-slice BF16 tile travel with the stage as the A scales do: the producer loads the
-// k-block's (at most two) B scales into the stage with TMA, and the stage is full once they have landed too.
-// Such a tile whose k-block count is a multiple of the stage count runs its k-loop in rounds of compile-time
-// stages, as do 256x128 tiles whose K allows (see kLeanRounds). Those 256x128 BF16 tiles take their A scales
-// already multiplied by the B scale: the producer warpgroup's three idle warps, one per stage, load the A scales
-// with plain loads and store the products into the stage (kSfaTimesSfb), so the math warps' k-block holds no
-// B-scale load and no scale product.
-//
-// The weight-gradient variant (kWgrad) scales B per row too (one scale per column of D per 128 of K,
-// loaded with TMA into each stage like A's) and writes FP32 D = C + A . B^T with TMA reduce-adds into D
-// (which holds C). Its K-grouped layout runs each group over its own range of K.
+// FP8 GEMM with DeepSeek-V3 fine-grained scaling on Hopper: D[M, N] = A[M, K] . B[N, K]^T, where A carries one
+// FP32 scale per row per 128 of K and B one per 128x128 block. Persistent and warp-specialised:
+// - the producer warpgroup (fp8_gemm_producer.cuh) fills a ring of shared-memory stages with TMA;
+// - one or two math warpgroups (fp8_gemm_math below) run wgmma m64nNk32 (e4m3) per 128 of K into FP32
+//   registers and promote each partial sum into a second FP32 set scaled by scale_a[row] * scale_b[block]
+//   (the promotion keeps FP8 tensor-core accumulation error from building up over long K);
+// - their epilogue (fp8_gemm_epilogue.cuh) stores the tile through swizzled shared memory with TMA while the
+//   producer already loads the next tile.
+// The weight gradient (kWgrad) scales B per row too and writes FP32 D = C + A . B^T with TMA reduce-adds; its
+// K-grouped layout runs each group over its own range of K. Compile-time configuration, and the feature flags
+// that choose between measured variants (with their PERFLOG experiments): Fp8GemmTraits in fp8_gemm_traits.cuh.
 #pragma once
 #include "cluster.cuh"
 #include "common.cuh"
@@ -35,8 +27,9 @@ struct SfbPair {
     float lo, hi;
 };
 
-// Math warpgroups: wgmma per stage, promotion with the scales, then the epilogue: BF16 through swizzled
-// shared memory and TMA stores, or (weight gradient) FP32 D = C + result straight from the registers.
+// The math warpgroups: per tile, the k-loop (plain ring, stage rounds, or deferred promotion: see k_loop), then
+// the epilogue. The k-loop's pieces are lambdas over this function's state: as functions or members of a struct
+// they compiled to different SASS (register numbering and address arithmetic), which this file must keep.
 template <typename T, typename Scheduler>
 __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* smem_d, uint8_t* smem_a, uint8_t* smem_b,
                                               uint8_t* smem_sfa, uint8_t* smem_sfb, uint64_t* full, uint64_t* empty,
@@ -49,9 +42,8 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
     constexpr int kN = T::kN;
     constexpr bool kWgrad = T::kWgrad;
     Tile tile;
-    // The warpgroup index, broadcast from lane 0 so the compiler knows it is warp-uniform: the shared-memory
-    // descriptors derived from it are then computed in uniform registers and feed wgmma directly, instead of
-    // per-thread arithmetic and register-to-uniform moves before every MMA (4-10% faster, PERFLOG exp. 9).
+    // The warpgroup index is broadcast from lane 0 so the compiler knows it is warp-uniform: descriptors derived
+    // from it stay in uniform registers and feed wgmma directly (4-10% faster, PERFLOG exp. 9).
     const uint32_t wg = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
     const uint32_t row_in_wg = (warp % 4) * 16 + lane / 4;  // accumulator row of this thread (and +8)
     const uint32_t col_in_8 = (lane % 4) * 2;               // accumulator column pair inside each 8
@@ -90,9 +82,8 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
         // B scales in the stage: where k-block 0's scales sit in their boxes (k-block kb's: kb further, mod 4).
         const uint32_t sfb_spot_lo = static_cast<uint32_t>(reinterpret_cast<uint64_t>(sfb0)) / 4;
         const uint32_t sfb_spot_hi = static_cast<uint32_t>(reinterpret_cast<uint64_t>(sfb1)) / 4;
-        // Where they do not travel with the stage, those scales come from global memory (L1-resident: one line
-        // holds 32 k-blocks), one k-block ahead: loaded in the same iteration, their latency would sit between
-        // the MMAs and the promotion.
+        // B scales not in the stage come from global memory (L1-resident: a line holds 32 k-blocks), one k-block
+        // ahead so their latency does not sit between the MMAs and the promotion.
         auto load_sfb = [&](int kb) {
             if constexpr (kWgrad) {
                 return SfbPair{1.0f, 1.0f};  // per-column scales come from the stage instead
@@ -120,10 +111,8 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
             }
         };
 
-        // result += accum * scale_a[row] * scale_b[block] (scale: a[row], a[row + 8] times the lo block's B scale,
-        // then the same times the hi block's). kFormer: how many 8-column groups of the tile use B-scale block
-        // `lo` (the rest `hi`), known at compile time when the tile loop was specialised for it, else -1
-        // (compare with `boundary`).
+        // res += acc * scale (scale: a[row], a[row + 8] times the lo block's B scale, then times the hi block's).
+        // kFormer: how many 8-column groups use block lo (the rest hi) where compiled in, else -1 (`boundary`).
         auto promote = [&](float (&res)[T::kAccum], const float (&acc)[T::kAccum], const float (&scale)[4], auto former) {
             constexpr int kFormer = decltype(former)::value;
 #pragma unroll
@@ -171,12 +160,11 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
             wgmma_commit();
         };
 
-        // One k-block: wait for its stage, then per m64 slice of this warpgroup's rows: four k32 MMAs into
-        // the one accumulator set, wait, promote into the slice's result. While one warpgroup promotes,
-        // the other's MMAs keep the tensor cores busy, and a 256-row tile needs one accumulator set, not two.
-        // `fixed`: the stage as a compile-time constant (stage rounds), or -1 (the ring's next slot). The lean
-        // k-block in rounds takes its B scales `sb` as loaded by the caller in the same k-block (the first MMAs
-        // hide the load), not one k-block ahead.
+        // One k-block: wait for its stage, then per m64 slice of this warpgroup's rows: four k32 MMAs into the
+        // one accumulator set, wait, promote into the slice's result (while one warpgroup promotes, the other's
+        // MMAs keep the tensor cores busy). `fixed`: the stage of a round (compile time), or -1 (the ring's next
+        // slot). The lean k-block (T::kLean: PERFLOG exp. 13-15) keeps the ring position as a counter, forms
+        // descriptors as an offset, reads the A scales after the first MMAs and probes the next stage early.
         auto k_block = [&](int kb, const SfbPair& sb, SfbPair& sb_next, auto former, auto fixed) {
             constexpr int kFixed = decltype(fixed)::value;
             // The stage's A scales (every read of a stage comes before it is handed back).
@@ -231,9 +219,8 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
             for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
                 mma_slice(accum, advance_desc(desc_a, mm * 64 * T::kBlockK), desc_b);
                 if (mm == 0) {
-                    // The scale products are formed while the first MMAs run. B scales that travel with the
-                    // stage are read only now: read with the A scales, they stay live across the descriptor
-                    // setup, and the stage-round loop of 128x160 no longer fits its registers (spills).
+                    // The scale products are formed while the first MMAs run. B scales in the stage are read
+                    // only now: read with the A scales, the round loop of 128x160 spills.
                     if constexpr (T::kLean) load_sa(s);
                     SfbPair b = sb;
                     if constexpr (T::kSfbInStage) {
@@ -323,11 +310,10 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
             sb = sbs[kCount % 2];
         };
 
-        // Deferred: whole chunks, then the tail (num_kb is the kernel's k-blocks but for K-grouped). Stage rounds
-        // (kRounds, kLeanRounds): every tile starts at stage 0 (one-slice tiles take a multiple of kNumStages
-        // k-blocks; 256x128 tiles end with a tail and the stages the producer completes with no data). Plain:
-        // unrolled by two so the prefetched B scales ping-pong between two register pairs without moves (a move
-        // would wait for the load and put its latency back on the chain).
+        // The three k-loops. Deferred (PERFLOG exp. 16): whole chunks, then the tail. Stage rounds (kRounds,
+        // kLeanRounds; exp. 28, 31): every tile starts at stage 0; 256x128 tiles end with a copied tail and the
+        // stages the producer completes with no data. Plain ring: unrolled by two so the prefetched B scales
+        // ping-pong between two register pairs without moves (a move would put the load's latency back).
         auto k_loop = [&](auto former) {
             if constexpr (T::kDefer) {
                 SfbPair sb = load_sfb(0);
@@ -384,9 +370,8 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
         if constexpr (T::kSingleSfb || kWgrad) {
             k_loop(IntConst<kBlockN / 8>{});
         } else {
-            // Tiles start at multiples of BLOCK_N, so `boundary` takes 128 / gcd(BLOCK_N, 128) values; with
-            // few of them the loop is specialised for each (a select per column group otherwise: up to 25%
-            // slower, PERFLOG), as DeepGEMM does for its unaligned BLOCK_N.
+            // `boundary` takes 128 / gcd(BLOCK_N, 128) values; with at most four the k-loop is compiled for
+            // each (a select per column group otherwise: up to 25% slower, PERFLOG exp. 6).
             constexpr int kGap = T::kGcd128 / 8;
             if constexpr (128 / T::kGcd128 <= 4)
                 dispatch_int<kGap, kGap, 16>(min(boundary, kBlockN) / 8, k_loop);
