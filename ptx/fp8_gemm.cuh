@@ -1,25 +1,20 @@
-// FP8 GEMM with DeepSeek-V3 fine-grained scaling on Hopper: D[M, N] = A[M, K] . B[N, K]^T, where A carries
-// one FP32 scale per row per 128 of K and B one per 128x128 block. Persistent and warp-specialised:
-// one producer warpgroup feeds a ring of shared-memory stages with TMA; one or two math warpgroups run
-// wgmma m64nNk32 (e4m3) per 128 of K into FP32 registers and promote each partial sum into a second set
-// of FP32 registers scaled by scale_a[row] * scale_b[block] (the promotion keeps FP8 tensor-core
-// accumulation error from building up over long K). The epilogue packs BF16 into swizzled shared memory
-// with stmatrix and stores it with TMA while the producer already loads the next tile.
-//
-// The B scales of a one-slice BF16 tile travel with the stage as the A scales do: the producer loads the
-// k-block's (at most two) B scales into the stage with TMA, and the stage is full once they have landed too.
-// Such a tile whose k-block count is a multiple of the stage count runs its k-loop in rounds of compile-time
-// stages, as do 256x128 tiles whose K allows (see kLeanRounds). Those 256x128 BF16 tiles take their A scales
-// already multiplied by the B scale: the producer warpgroup's three idle warps, one per stage, load the A scales
-// with plain loads and store the products into the stage (kSfaTimesSfb), so the math warps' k-block holds no
-// B-scale load and no scale product.
-//
-// The weight-gradient variant (kWgrad) scales B per row too (one scale per column of D per 128 of K,
-// loaded with TMA into each stage like A's) and writes FP32 D = C + A . B^T with TMA reduce-adds into D
-// (which holds C). Its K-grouped layout runs each group over its own range of K.
+// FP8 GEMM with DeepSeek-V3 fine-grained scaling on Hopper: D[M, N] = A[M, K] . B[N, K]^T, where A carries one
+// FP32 scale per row per 128 of K and B one per 128x128 block. Persistent and warp-specialised:
+// - the producer warpgroup (fp8_gemm_producer.cuh) fills a ring of shared-memory stages with TMA;
+// - one or two math warpgroups (fp8_gemm_math below) run wgmma m64nNk32 (e4m3) per 128 of K into FP32
+//   registers and promote each partial sum into a second FP32 set scaled by scale_a[row] * scale_b[block]
+//   (the promotion keeps FP8 tensor-core accumulation error from building up over long K);
+// - their epilogue (fp8_gemm_epilogue.cuh) stores the tile through swizzled shared memory with TMA while the
+//   producer already loads the next tile.
+// The weight gradient (kWgrad) scales B per row too and writes FP32 D = C + A . B^T with TMA reduce-adds; its
+// K-grouped layout runs each group over its own range of K. Compile-time configuration, and the feature flags
+// that choose between measured variants (with their PERFLOG experiments): Fp8GemmTraits in fp8_gemm_traits.cuh.
 #pragma once
 #include "cluster.cuh"
 #include "common.cuh"
+#include "fp8_gemm_epilogue.cuh"
+#include "fp8_gemm_producer.cuh"
+#include "fp8_gemm_traits.cuh"
 #include "mbarrier.cuh"
 #include "scheduler.cuh"
 #include "tma.cuh"
@@ -27,155 +22,28 @@
 
 namespace dgx {
 
-// Offset inside a region written for TMA's SWIZZLE_<kSpan>B mode (rows of kSpan bytes): the 16-byte
-// unit index is XORed with the row index within each 128-byte line group (CUTLASS calls it
-// Swizzle<log2(kSpan/16), 4, 3>). kSpan == 16 means no swizzle. The region must be 1024-byte aligned.
-template <uint32_t kSpan>
-DGX_DEVICE uint32_t swizzle_offset(uint32_t offset) {
-    static_assert(kSpan == 16 || kSpan == 32 || kSpan == 64 || kSpan == 128, "TMA swizzle spans 32/64/128 B");
-    if constexpr (kSpan == 16) {
-        return offset;
-    } else {
-        constexpr uint32_t kMask = kSpan / 16 - 1;
-        return offset ^ (((offset >> 7) & kMask) << 4);
-    }
-}
-
-template <int kN, int kK, int kBlockM, int kBlockN, int kNumStages, int kGroupN, int kDSpan, int kPair, bool kWgrad,
-          bool kDeferred>
-struct Fp8GemmTraits {
-    static constexpr int kBlockK = 128;  // one promotion (one scale) per 128 of K
-    static constexpr int kNumMathWG = kBlockM == 64 ? 1 : 2;
-    static constexpr int kWGRows = kBlockM / kNumMathWG;
-    static constexpr int kMmaPerWG = kWGRows / 64;
-    static constexpr int kNumKBlocks = (kK + kBlockK - 1) / kBlockK;  // K of the kernel (per group: run time)
-    static constexpr int kNumNBlocks = (kN + kBlockN - 1) / kBlockN;
-    static constexpr int kNumSfbRows = (kN + 127) / 128;
-    // The B-scale rows (128-column blocks) of the first and the last column of the tile starting at column
-    // n_start. Clamped: a pair's second tile may lie past N (nothing of it is stored).
-    struct SfbRows {
-        int lo, hi;
-    };
-    static DGX_DEVICE SfbRows sfb_rows(int n_start) {
-        return {min(n_start / 128, kNumSfbRows - 1), min((n_start + kBlockN - 1) / 128, kNumSfbRows - 1)};
-    }
-    // Index of k-block 0's B scale of 128-column block `row` of group `group` (scales [groups, rows, k-blocks]).
-    static DGX_DEVICE int sfb_index(int group, int row) { return (group * kNumSfbRows + row) * kNumKBlocks; }
-    static constexpr int kAccum = kBlockN / 2;  // FP32 accumulators per thread per m64 MMA
-    static constexpr int kMathThreads = kNumMathWG * 128;
-    static constexpr int kThreads = kMathThreads + 128;
-    // The output tile is staged in shared memory for TMA: BF16, or FP32 for the weight gradient.
-    static constexpr uint32_t kSmemD = kBlockM * kBlockN * (kWgrad ? 4 : 2);
-    static constexpr uint32_t kSmemA = kBlockM * kBlockK;
-    static constexpr uint32_t kSmemB = kBlockN * kBlockK;
-    // Scales travel with their stage: TMA loads the k-block's BLOCK_M floats of the M-major A scales
-    // (and for the weight gradient BLOCK_N floats of the N-major B scales).
-    static constexpr uint32_t kSmemSfa = kBlockM * 4;
-    // A tile spans at most two 128-wide B-scale blocks (the heuristic only picks such BLOCK_N).
-    static constexpr bool kSingleSfb = 128 % kBlockN == 0;
-    // BF16 one-slice tiles: the k-block's B scale of each block the tile spans, loaded with TMA in the box of 4
-    // floats (16 bytes) that holds it, into a 128-byte aligned destination each. The map sees the whole scale
-    // tensor as one row (elements past its end read as zeros; a map with a row per block would need scale rows
-    // 16-byte aligned, K % 512 == 0); a box must start 16-byte aligned (an unaligned start faulted as an
-    // illegal instruction), so the reader picks the scale out of its box. Not cp.async or plain bulk copies:
-    // racecheck does not see the full barrier order their stores before the readers' loads and reports every
-    // slot reuse (PERFLOG exp. 29). Deferred tiles load their B scales from global memory one k-block ahead
-    // (they were measured only that way), so they have no slot; they run the stage count of their plain twin.
-    static constexpr bool kSfbInStage = !kWgrad && kMmaPerWG == 1 && !kDeferred;
-    static constexpr uint32_t kSfbBox = 16;  // bytes per B-scale box
-    static constexpr uint32_t kSmemSfb = kWgrad ? kBlockN * 4 : (kSfbInStage ? (kSingleSfb ? 1 : 2) * kSfbBox : 0);
-    // TMA destinations: 128-byte aligned (the hi block's box 128 bytes after the lo block's).
-    static constexpr uint32_t kSmemSfbSlot =
-        kWgrad ? (kSmemSfb + 127) / 128 * 128 : (kSfbInStage ? (kSingleSfb ? 128 : 256) : 0);
-    static constexpr uint32_t kSmemBytes =
-        kSmemD + kNumStages * (kSmemA + kSmemB + kSmemSfa + kSmemSfbSlot) + kNumStages * 2 * 8;
-    // Two-slice (256-row) warpgroups run a leaner k-block: the ring position kept as a counter, the stage's
-    // descriptors as stage 0's plus an offset, the A scales read once the first MMAs are issued, and the next
-    // stage's full barrier probed before the promotion so its answer is back when needed (2-3% faster on the
-    // 256-row tiles); and their barrier waits, the producer's as well, suspend instead of spinning (4% under
-    // sustained load on 4096x7168x16384). Both made one-slice tiles slower (3-10% and 1-3%; PERFLOG exp.
-    // 13-15, for reasons not found in their SASS), so those keep the plain k-block and spinning waits.
-    static constexpr bool kLean = kMmaPerWG == 2;
-    // 256x128 tiles with a compile-time K long enough run their k-loop in stage rounds too: every tile starts at
-    // stage 0, and the producer completes the stages a tile's last round leaves unused with a bare arrival (the
-    // math warps wait for them and hand them back). Stages, barriers and descriptors are then compile-time
-    // offsets: 176 instead of 195 instructions per k-block, 1-2% faster with no unused stage or one per 56
-    // k-blocks, but 2% (16 k-blocks) to 11% (4 k-blocks) slower with two unused stages per tile. 256x64 (4
-    // stages, none unused) and 256x96 (four B-scale splits) were 1-2% slower in rounds (PERFLOG exp. 31).
-    static constexpr int kUnusedStages = (kNumStages - kNumKBlocks % kNumStages) % kNumStages;
-    static constexpr bool kLeanRounds = kLean && kBlockN == 128 && kK > 0 && kNumKBlocks >= 32 * kUnusedStages;
-    // BF16 tiles in lean rounds take their B scale multiplied into the A scales: for each stage one otherwise idle
-    // warp of the producer warpgroup reads the k-block's A scales from global memory, multiplies them by the
-    // tile's B scale and stores the products into the stage's A-scale slot; its 32 lanes' arrivals join the
-    // producer's on the full barrier. The math warps' k-block then has no B-scale load and no scale product
-    // (0.6-1% fewer cycles on 4096x7168x16384 than loading the B scale there, even on 4096x4096x7168). With few
-    // k-blocks per tile it lost (2% on 4096x24576x1536, 12 k-blocks), so it needs 32 (PERFLOG exp. 35).
-    static constexpr bool kSfaTimesSfb = kLeanRounds && !kWgrad && kNumKBlocks >= 32;
-    static_assert(!kSfaTimesSfb || kNumStages <= 3, "the producer warpgroup has three idle warps, one per stage");
-    static constexpr uint32_t kFullArrivals = kSfaTimesSfb ? 1 + 32 : 1;
-    // What TMA lands per stage.
-    static constexpr uint32_t kStageBytes = kSmemA + kSmemB + (kSfaTimesSfb ? 0 : kSmemSfa) + kSmemSfb;
-    // Deferred promotion (chosen per config): each k-block's promotion waits until the next k-block's MMAs are
-    // issued, into a second accumulator set. A k-block of a small tile is a dependent chain of small MMAs whose
-    // latency, not the tensor cores' throughput, sets the pace (decode shapes); the weight gradient's promotion
-    // (a scale per column) is twice the work of the BF16 kernel's. Deferred, the promotion, the scale reads and
-    // the next barrier wait overlap the MMAs instead of separating two chains. Costs N/2 registers. The k-loop
-    // runs in straight-line chunks of kDeferChunk k-blocks that end with no MMA in flight: MMAs in flight across
-    // a loop's back edge while the other set is read make ptxas serialise every wgmma (warning C7514).
-    static constexpr bool kDefer = kDeferred;
-    static constexpr int kDeferChunk = 8;
-    // Stage rounds: with the B scales in the stage and a k-block count that is a multiple of the stage count,
-    // every tile starts at stage 0, so the k-loop runs rounds of kNumStages k-blocks whose stages, barriers and
-    // descriptors are compile-time offsets, and the parity flips once a round (on 128x160 contiguous tiles
-    // 128 instead of 146 instructions per k-block, 4-6% faster; PERFLOG exp. 28, 30).
-    static constexpr bool kRounds = kSfbInStage && kNumKBlocks % kNumStages == 0;
-    static_assert((kSmemD + kNumStages * (kSmemA + kSmemB + kSmemSfa)) % 128 == 0 && kSmemSfbSlot % 128 == 0,
-                  "the B-scale slots are TMA destinations: 128-byte aligned");
-    static_assert(!kDefer || kMmaPerWG == 1, "deferred promotion is for one-slice tiles");
-    // 2 math WGs: 2 x 128 x 232 + 128 x 40 = 64512 of the SM's 65536 registers.
-    static constexpr uint32_t kMathRegs = 232;
-    static constexpr uint32_t kProducerRegs = 40;
-    // 2-CTA clusters share A (pair along N) or B (pair along M): each CTA loads half of the shared tile
-    // and multicasts it to both, which halves the L2 reads of that operand.
-    static constexpr int kCluster = kPair == kPairNone ? 1 : 2;
-    // A stage is handed back with one arrival per math warp of every CTA that reads its multicast data, or - where
-    // the A-scale warps write the next round's scales with plain stores - one per lane, so that each thread's
-    // reads are ordered before those stores (racecheck reports them otherwise; no slower).
-    static constexpr uint32_t kEmptyArrivals = kNumMathWG * 4 * kCluster * (kSfaTimesSfb ? 32 : 1);
-    static constexpr int kHalfRowsA = kPair == kPairN ? kBlockM / 2 : kBlockM;
-    static constexpr int kHalfRowsB = kPair == kPairM ? kBlockN / 2 : kBlockN;
-    static_assert(kHalfRowsA * 128 % 1024 == 0 && kHalfRowsB * 128 % 1024 == 0,
-                  "each multicast half must keep the 1024-byte alignment of the 128B swizzle");
-
-    static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 256, "BLOCK_M is 64, 128 or 256");
-    static_assert(kBlockN % 8 == 0 && kBlockN >= 8 && kBlockN <= 256, "wgmma e4m3 takes N = 8..256 by 8");
-    // Tiles start at multiples of BLOCK_N, so the worst offset inside a 128 block is 128 - gcd(BLOCK_N, 128).
-    static constexpr int kGcd128 = (kBlockN & -kBlockN) < 128 ? (kBlockN & -kBlockN) : 128;
-    static_assert(kWgrad || kBlockN - kGcd128 <= 128, "a tile must not span more than two 128-column B-scale blocks");
-    static_assert((kBlockN * (kWgrad ? 4 : 2)) % kDSpan == 0, "the D tile splits into whole swizzle spans");
-    static_assert((kSmemD + kNumStages * (kSmemA + kSmemB)) % 128 == 0, "TMA writes scales to 128-byte aligned smem");
-    static_assert(kSmemBytes <= 232448, "Hopper gives a block at most 227 KB of shared memory");
-    static_assert(kN % 8 == 0, "TMA needs 16-byte aligned rows of the BF16 output");
-    static_assert(!kWgrad || kPair == kPairNone, "the weight gradient runs without multicast");
-};
-
 // B scales of one k-block for the (at most two) 128-column blocks a tile touches.
 struct SfbPair {
     float lo, hi;
 };
 
-// Math warpgroups: wgmma per stage, promotion with the scales, then the epilogue: BF16 through swizzled
-// shared memory and TMA stores, or (weight gradient) FP32 D = C + result straight from the registers.
-template <typename T, typename Scheduler, int kLayout, int kBlockM, int kBlockN, int kNumStages, int kDSpan, int kN,
-          bool kWgrad>
+// The math warpgroups: per tile, the k-loop (plain ring, stage rounds, or deferred promotion: see k_loop), then
+// the epilogue. The k-loop's pieces are lambdas over this function's state: as functions or members of a struct
+// they compiled to different SASS (register numbering and address arithmetic), which this file must keep.
+template <typename T, typename Scheduler>
 __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* smem_d, uint8_t* smem_a, uint8_t* smem_b,
                                               uint8_t* smem_sfa, uint8_t* smem_sfb, uint64_t* full, uint64_t* empty,
                                               const TensorMap& tmap_d, const float* __restrict__ sfb, void* d_ptr,
                                               int64_t ld_d, bool accumulate, uint32_t warp, uint32_t lane) {
+    constexpr int kLayout = Scheduler::kLayout;
+    constexpr int kBlockN = T::kBlockN;
+    constexpr int kNumStages = T::kNumStages;
+    constexpr int kDSpan = T::kDSpan;
+    constexpr int kN = T::kN;
+    constexpr bool kWgrad = T::kWgrad;
     Tile tile;
-    // The warpgroup index, broadcast from lane 0 so the compiler knows it is warp-uniform: the shared-memory
-    // descriptors derived from it are then computed in uniform registers and feed wgmma directly, instead of
-    // per-thread arithmetic and register-to-uniform moves before every MMA (4-10% faster, PERFLOG exp. 9).
+    // The warpgroup index is broadcast from lane 0 so the compiler knows it is warp-uniform: descriptors derived
+    // from it stay in uniform registers and feed wgmma directly (4-10% faster, PERFLOG exp. 9).
     const uint32_t wg = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
     const uint32_t row_in_wg = (warp % 4) * 16 + lane / 4;  // accumulator row of this thread (and +8)
     const uint32_t col_in_8 = (lane % 4) * 2;               // accumulator column pair inside each 8
@@ -214,9 +82,8 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
         // B scales in the stage: where k-block 0's scales sit in their boxes (k-block kb's: kb further, mod 4).
         const uint32_t sfb_spot_lo = static_cast<uint32_t>(reinterpret_cast<uint64_t>(sfb0)) / 4;
         const uint32_t sfb_spot_hi = static_cast<uint32_t>(reinterpret_cast<uint64_t>(sfb1)) / 4;
-        // Where they do not travel with the stage, those scales come from global memory (L1-resident: one line
-        // holds 32 k-blocks), one k-block ahead: loaded in the same iteration, their latency would sit between
-        // the MMAs and the promotion.
+        // B scales not in the stage come from global memory (L1-resident: a line holds 32 k-blocks), one k-block
+        // ahead so their latency does not sit between the MMAs and the promotion.
         auto load_sfb = [&](int kb) {
             if constexpr (kWgrad) {
                 return SfbPair{1.0f, 1.0f};  // per-column scales come from the stage instead
@@ -244,10 +111,8 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
             }
         };
 
-        // result += accum * scale_a[row] * scale_b[block] (scale: a[row], a[row + 8] times the lo block's B scale,
-        // then the same times the hi block's). kFormer: how many 8-column groups of the tile use B-scale block
-        // `lo` (the rest `hi`), known at compile time when the tile loop was specialised for it, else -1
-        // (compare with `boundary`).
+        // res += acc * scale (scale: a[row], a[row + 8] times the lo block's B scale, then times the hi block's).
+        // kFormer: how many 8-column groups use block lo (the rest hi) where compiled in, else -1 (`boundary`).
         auto promote = [&](float (&res)[T::kAccum], const float (&acc)[T::kAccum], const float (&scale)[4], auto former) {
             constexpr int kFormer = decltype(former)::value;
 #pragma unroll
@@ -295,12 +160,11 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
             wgmma_commit();
         };
 
-        // One k-block: wait for its stage, then per m64 slice of this warpgroup's rows: four k32 MMAs into
-        // the one accumulator set, wait, promote into the slice's result. While one warpgroup promotes,
-        // the other's MMAs keep the tensor cores busy, and a 256-row tile needs one accumulator set, not two.
-        // `fixed`: the stage as a compile-time constant (stage rounds), or -1 (the ring's next slot). The lean
-        // k-block in rounds takes its B scales `sb` as loaded by the caller in the same k-block (the first MMAs
-        // hide the load), not one k-block ahead.
+        // One k-block: wait for its stage, then per m64 slice of this warpgroup's rows: four k32 MMAs into the
+        // one accumulator set, wait, promote into the slice's result (while one warpgroup promotes, the other's
+        // MMAs keep the tensor cores busy). `fixed`: the stage of a round (compile time), or -1 (the ring's next
+        // slot). The lean k-block (T::kLean: PERFLOG exp. 13-15) keeps the ring position as a counter, forms
+        // descriptors as an offset, reads the A scales after the first MMAs and probes the next stage early.
         auto k_block = [&](int kb, const SfbPair& sb, SfbPair& sb_next, auto former, auto fixed) {
             constexpr int kFixed = decltype(fixed)::value;
             // The stage's A scales (every read of a stage comes before it is handed back).
@@ -355,9 +219,8 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
             for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
                 mma_slice(accum, advance_desc(desc_a, mm * 64 * T::kBlockK), desc_b);
                 if (mm == 0) {
-                    // The scale products are formed while the first MMAs run. B scales that travel with the
-                    // stage are read only now: read with the A scales, they stay live across the descriptor
-                    // setup, and the stage-round loop of 128x160 no longer fits its registers (spills).
+                    // The scale products are formed while the first MMAs run. B scales in the stage are read
+                    // only now: read with the A scales, the round loop of 128x160 spills.
                     if constexpr (T::kLean) load_sa(s);
                     SfbPair b = sb;
                     if constexpr (T::kSfbInStage) {
@@ -447,11 +310,10 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
             sb = sbs[kCount % 2];
         };
 
-        // Deferred: whole chunks, then the tail (num_kb is the kernel's k-blocks but for K-grouped). Stage rounds
-        // (kRounds, kLeanRounds): every tile starts at stage 0 (one-slice tiles take a multiple of kNumStages
-        // k-blocks; 256x128 tiles end with a tail and the stages the producer completes with no data). Plain:
-        // unrolled by two so the prefetched B scales ping-pong between two register pairs without moves (a move
-        // would wait for the load and put its latency back on the chain).
+        // The three k-loops. Deferred (PERFLOG exp. 16): whole chunks, then the tail. Stage rounds (kRounds,
+        // kLeanRounds; exp. 28, 31): every tile starts at stage 0; 256x128 tiles end with a copied tail and the
+        // stages the producer completes with no data. Plain ring: unrolled by two so the prefetched B scales
+        // ping-pong between two register pairs without moves (a move would put the load's latency back).
         auto k_loop = [&](auto former) {
             if constexpr (T::kDefer) {
                 SfbPair sb = load_sfb(0);
@@ -508,9 +370,8 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
         if constexpr (T::kSingleSfb || kWgrad) {
             k_loop(IntConst<kBlockN / 8>{});
         } else {
-            // Tiles start at multiples of BLOCK_N, so `boundary` takes 128 / gcd(BLOCK_N, 128) values; with
-            // few of them the loop is specialised for each (a select per column group otherwise: up to 25%
-            // slower, PERFLOG), as DeepGEMM does for its unaligned BLOCK_N.
+            // `boundary` takes 128 / gcd(BLOCK_N, 128) values; with at most four the k-loop is compiled for
+            // each (a select per column group otherwise: up to 25% slower, PERFLOG exp. 6).
             constexpr int kGap = T::kGcd128 / 8;
             if constexpr (128 / T::kGcd128 <= 4)
                 dispatch_int<kGap, kGap, 16>(min(boundary, kBlockN) / 8, k_loop);
@@ -518,148 +379,10 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
                 k_loop(IntConst<-1>{});
         }
 
-        const int wg_row = tile.d_row + static_cast<int>(wg * T::kWGRows);
-        // A masked group's last block may end inside this warpgroup's rows, and the rows past the group's
-        // count must stay untouched: such a block is stored row by row from the registers.
-        const bool by_rows = kLayout == kLayoutMasked && wg_row + T::kWGRows > tile.d_row_end;
-        if (by_rows) {
-            uint16_t* d = static_cast<uint16_t*>(d_ptr);
-#pragma unroll
-            for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int row = wg_row + mm * 64 + static_cast<int>(row_in_wg) + h * 8;
-                    if (row >= tile.d_row_end) continue;
-                    uint16_t* out = d + row * ld_d + n_start + col_in_8;
-#pragma unroll
-                    for (int i = 0; i < kBlockN / 8; ++i) {
-                        if (n_start + i * 8 + static_cast<int>(col_in_8) < kN)
-                            st_global_u32(out + i * 8, pack_bf16x2(result[mm][i * 4 + h * 2], result[mm][i * 4 + h * 2 + 1]));
-                    }
-                }
-            }
-            continue;
-        }
-        // The tile goes into this warpgroup's swizzled slice of smem_d (BF16, or FP32 for the weight
-        // gradient), then out with one TMA operation per span, asynchronously while the next tile's MMAs
-        // start: a store, or for the weight gradient with C a reduce-add (D += tile; D holds C).
-        constexpr uint32_t kOutBytes = kWgrad ? 4 : 2;
-        uint8_t* region = smem_d + wg * T::kWGRows * kBlockN * kOutBytes;
-        const uint32_t region_addr = smem_addr(region);
-        const bool leader = threadIdx.x % 128 == 0;
-        if (leader) tma_store_wait_read();  // the previous tile's store has left this buffer
-        named_barrier_sync(1 + wg, 128);
-        // The region holds the warpgroup's rows span by span (kDSpan bytes of each row, rows one after another).
-        auto d_offset = [&](uint32_t row, uint32_t col_bytes) {
-            return region_addr + swizzle_offset<kDSpan>((col_bytes / kDSpan) * T::kWGRows * kDSpan + row * kDSpan +
-                                                        col_bytes % kDSpan);
-        };
-        if constexpr (kWgrad) {
-#pragma unroll
-            for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
-#pragma unroll
-                for (int i = 0; i < kBlockN / 8; ++i) {
-                    const uint32_t col_bytes = (i * 8 + col_in_8) * kOutBytes;
-                    const uint32_t row = mm * 64 + row_in_wg;
-                    st_shared_v2_f32(d_offset(row, col_bytes), result[mm][i * 4 + 0], result[mm][i * 4 + 1]);
-                    st_shared_v2_f32(d_offset(row + 8, col_bytes), result[mm][i * 4 + 2], result[mm][i * 4 + 3]);
-                }
-            }
-        } else {
-            // BF16 with stmatrix: one x4 store per 16 rows x 16 columns of the warp's fragment (matrices: rows
-            // 0-7 and 8-15 of column group i, then of group i + 1), an x2 for an odd last group. Lane l gives
-            // the address of row l % 8 of matrix l / 8. 8 rows of 16 bytes land in 8 distinct bank groups
-            // (the swizzle XORs by row % 8; unswizzled rows are 16 bytes apart).
-            const uint32_t lane_row = (warp % 4) * 16 + (lane / 8) % 2 * 8 + lane % 8;
-            const uint32_t lane_group = lane / 16;
-            auto pack = [&](int mm, int i, int h) {
-                return pack_bf16x2(result[mm][i * 4 + h * 2], result[mm][i * 4 + h * 2 + 1]);
-            };
-#pragma unroll
-            for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
-#pragma unroll
-                for (int i = 0; i < kBlockN / 8; i += 2) {
-                    if (i + 1 < kBlockN / 8) {
-                        stmatrix_x4(d_offset(mm * 64 + lane_row, (i + lane_group) * 16), pack(mm, i, 0), pack(mm, i, 1),
-                                    pack(mm, i + 1, 0), pack(mm, i + 1, 1));
-                    } else {
-                        stmatrix_x2(d_offset(mm * 64 + lane_row, i * 16), pack(mm, i, 0), pack(mm, i, 1));
-                    }
-                }
-            }
-        }
-        fence_proxy_async_shared();
-        named_barrier_sync(1 + wg, 128);
-        if (leader && wg_row < tile.d_row_end && n_start < kN) {
-            constexpr int kSpanCols = kDSpan / kOutBytes;
-#pragma unroll
-            for (int span = 0; span < kBlockN / kSpanCols; ++span) {
-                if (n_start + span * kSpanCols < kN) {
-                    const uint8_t* src = region + span * T::kWGRows * kDSpan;
-                    if (kWgrad && accumulate)
-                        tma_reduce_add_2d(&tmap_d, src, n_start + span * kSpanCols, wg_row);
-                    else
-                        tma_store_2d(&tmap_d, src, n_start + span * kSpanCols, wg_row);
-                }
-            }
-            tma_store_commit();
-        }
+        store_tile<T, Scheduler>(tile, n_start, result, MathThread{wg, warp, lane, row_in_wg, col_in_8}, smem_d, tmap_d,
+                                 d_ptr, ld_d, accumulate);
     }
     if (threadIdx.x % 128 == 0) tma_store_wait_all();
-}
-
-// An A-scale warp of kSfaTimesSfb: for its stage of the ring, in each round of every tile, the k-block's BLOCK_M A
-// scales (from row `sfa_row` of the M-major scales' k-block row; `sfa_rows` floats are valid per row, rows lie
-// `sfa_stride` floats apart) times the tile's B scale, into the stage's A-scale slot; then its lanes' arrivals on
-// the full barrier (also for a stage the tile's last round leaves unused). One warp per stage, so a round's loads
-// are issued as soon as the warp has handed over the previous round, a whole ring ahead of the stage. (Staged two
-// rounds ahead through shared memory, with cp.async or TMA, it was 2-3% slower; PERFLOG exp. 35.)
-template <typename T, int kBlockM, int kBlockN, int kNumStages, typename Scheduler>
-__device__ __forceinline__ void sfa_times_sfb(Scheduler& scheduler, uint32_t stage, uint8_t* smem_sfa, uint64_t* full,
-                                              uint64_t* empty, const float* __restrict__ sfa, int sfa_rows,
-                                              int sfa_stride, const float* __restrict__ sfb, uint32_t lane) {
-    static_assert(kBlockM % 128 == 0 && T::kSingleSfb, "a lane takes 4 rows of every 128; one B scale per tile");
-    constexpr int kRuns = kBlockM / 128;
-    constexpr int kRoundBlocks = (T::kNumKBlocks + kNumStages - 1) / kNumStages * kNumStages;  // unused ones too
-    const uint32_t slot = smem_addr(smem_sfa) + stage * T::kSmemSfa + lane * 16;
-    uint32_t phase = 0;
-    Tile tile;
-    while (scheduler.next_tile(tile)) {
-        const float* sfb_tile = sfb + T::sfb_index(tile.group, T::sfb_rows(tile.n_block * kBlockN).lo);
-        // This lane's rows: 4 from `first` in each run of 128. 16-byte aligned: the scales' base and row stride
-        // are (TMA layout), and tiles start at multiples of 128 rows.
-        const int first = tile.sfa_row + static_cast<int>(lane) * 4;
-        const float* sfa_tile = sfa + static_cast<int64_t>(tile.sfa_kb0 + tile.kb0) * sfa_stride + first;
-        for (int kb = static_cast<int>(stage); kb < kRoundBlocks; kb += kNumStages) {
-            const bool used = kb < T::kNumKBlocks;
-            // The products are formed before the wait, so that once the stage is free only the stores remain.
-            F32x4 p[kRuns];
-            if (used) {
-                const float* src = sfa_tile + static_cast<int64_t>(kb) * sfa_stride;
-                const float sb = ld_global_nc(sfb_tile + kb);
-#pragma unroll
-                for (int r = 0; r < kRuns; ++r) {
-                    const int valid = min(max(sfa_rows - first - r * 128, 0), 4);
-                    F32x4 v{0.0f, 0.0f, 0.0f, 0.0f};  // rows past the last: zeros, as TMA fills them
-                    if (valid == 4) {
-                        v = ld_global_nc_f32x4(src + r * 128);
-                    } else {
-                        if (valid > 0) v.x = ld_global_nc(src + r * 128 + 0);
-                        if (valid > 1) v.y = ld_global_nc(src + r * 128 + 1);
-                        if (valid > 2) v.z = ld_global_nc(src + r * 128 + 2);
-                    }
-                    p[r] = F32x4{v.x * sb, v.y * sb, v.z * sb, v.w * sb};
-                }
-            }
-            mbarrier_wait<true>(&empty[stage], phase ^ 1);
-            phase ^= 1;
-            if (used) {
-#pragma unroll
-                for (int r = 0; r < kRuns; ++r) st_shared_v4_f32(slot + r * 512, p[r]);
-            }
-            mbarrier_arrive(&full[stage]);  // every lane, each after its own stores
-        }
-    }
 }
 
 // `tmap_sfa` covers the A scales in the M-major layout: a row of M floats per k-block (rows 16-byte
@@ -702,19 +425,19 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const Params& params) {
     uint8_t* smem_sfb = smem_sfa + kNumStages * T::kSmemSfa;
     uint64_t* full = reinterpret_cast<uint64_t*>(smem_sfb + kNumStages * T::kSmemSfbSlot);
     uint64_t* empty = full + kNumStages;
+    const Fp8GemmSmem buffers{smem_d, smem_a, smem_b, smem_sfa, smem_sfb, full, empty};
 
     const uint32_t warp = warp_id();
     const uint32_t lane = lane_id();
-    constexpr uint32_t kProducerWarp = T::kMathThreads / 32;
 
-    if (warp == kProducerWarp && lane == 0) {
+    if (warp == T::kProducerWarp && lane == 0) {
         prefetch_tensor_map(&tmap_a);
         prefetch_tensor_map(&tmap_b);
         prefetch_tensor_map(&tmap_sfa);
         prefetch_tensor_map(&tmap_d);
         if constexpr (kWgrad || T::kSfbInStage) prefetch_tensor_map(&tmap_sfb);
         for (int s = 0; s < kNumStages; ++s) {
-            mbarrier_init(&full[s], T::kFullArrivals);  // the producer's expect-tx arrival (+ A-scale warp lanes)
+            mbarrier_init(&full[s], T::kFullArrivals);
             mbarrier_init(&empty[s], T::kEmptyArrivals);
         }
         fence_barrier_init();
@@ -723,88 +446,14 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const Params& params) {
     if constexpr (T::kCluster > 1) cluster_sync(); else __syncthreads();
 
     // Each role builds its scheduler after its register reallocation: built before, its state stayed live across
-    // setmaxnreg, and ptxas spilled it.
-    Tile tile;
+    // setmaxnreg, and ptxas spilled it (PERFLOG exp. 35).
     if (threadIdx.x >= T::kMathThreads) {
-        // Producer warpgroup: one elected thread issues every load.
-        if constexpr (T::kNumMathWG == 2) setmaxnreg_dec<T::kProducerRegs>();
-        Scheduler scheduler(m, grouped_layout, num_groups);
-        if (warp == kProducerWarp && elect_one()) {
-            uint32_t it = 0;
-            while (scheduler.next_tile(tile)) {
-                const int num_kb = kLayout == kLayoutKGrouped ? tile.num_kb : T::kNumKBlocks;
-                // K-grouped: each group's A_g [M, k_g] and B_g [N, k_g] has its own map (its own row
-                // stride), made on the host and read from global memory; K restarts at 0 in each.
-                const TensorMap* map_a = kLayout == kLayoutKGrouped ? group_maps + 2 * tile.group : &tmap_a;
-                const TensorMap* map_b = kLayout == kLayoutKGrouped ? group_maps + 2 * tile.group + 1 : &tmap_b;
-                const int k_first = kLayout == kLayoutKGrouped ? 0 : tile.kb0;
-                // B scales in the stage: the element of `tmap_sfb` that starts the tile's row of its first
-                // 128-column block, and how far on the row of the block it ends in lies (0 when both are one).
-                // The map starts at the 16-byte boundary at or below `sfb`.
-                int sfb_lo = 0, sfb_hi_offset = 0;
-                if constexpr (T::kSfbInStage) {
-                    const auto [row0, row1] = T::sfb_rows(tile.n_block * kBlockN);
-                    const int lead = static_cast<int>(reinterpret_cast<uint64_t>(sfb) % 16 / 4);
-                    sfb_lo = lead + T::sfb_index(tile.group, row0);
-                    sfb_hi_offset = (row1 - row0) * T::kNumKBlocks;
-                }
-                for (int kb = 0; kb < num_kb; ++kb, ++it) {
-                    const uint32_t s = it % kNumStages;
-                    const uint32_t phase = (it / kNumStages) & 1;
-                    mbarrier_wait<T::kLean>(&empty[s], phase ^ 1);
-                    // Out-of-bounds parts of a box are zero-filled and still counted in the bytes.
-                    mbarrier_arrive_expect_tx(&full[s], T::kStageBytes);
-                    const int k0 = (k_first + kb) * T::kBlockK;
-                    // One operand's tile for this k-block: one box, or - for the operand a pair shares - this
-                    // CTA's half, multicast to both CTAs, or (a pair that does not share this unit) both halves
-                    // loaded here. Either way the stage receives the same bytes.
-                    auto load_operand = [&](const TensorMap* map, uint8_t* dst, int row, int half_rows, bool paired) {
-                        if (!paired) {
-                            tma_load_2d(map, &full[s], dst, k0, row);
-                        } else if (tile.share) {
-                            const int half = scheduler.rank * half_rows;
-                            tma_load_2d_multicast(map, &full[s], dst + half * T::kBlockK, k0, row + half, 0x3);
-                        } else {
-                            tma_load_2d(map, &full[s], dst, k0, row);
-                            tma_load_2d(map, &full[s], dst + half_rows * T::kBlockK, k0, row + half_rows);
-                        }
-                    };
-                    load_operand(map_a, smem_a + s * T::kSmemA, tile.a_row, T::kHalfRowsA, kPair == kPairN);
-                    load_operand(map_b, smem_b + s * T::kSmemB, tile.b_row, T::kHalfRowsB, kPair == kPairM);
-                    // A scales are per row, so each CTA of a pair loads its own (never multicast).
-                    if constexpr (!T::kSfaTimesSfb)
-                        tma_load_2d(&tmap_sfa, &full[s], smem_sfa + s * T::kSmemSfa, tile.sfa_row,
-                                    tile.sfa_kb0 + tile.kb0 + kb);
-                    if constexpr (kWgrad)
-                        tma_load_2d(&tmap_sfb, &full[s], smem_sfb + s * T::kSmemSfbSlot, tile.n_block * kBlockN,
-                                    tile.kb0 + kb);
-                    if constexpr (T::kSfbInStage) {
-                        uint8_t* slot = smem_sfb + s * T::kSmemSfbSlot;
-                        tma_load_2d(&tmap_sfb, &full[s], slot, (sfb_lo + kb) & ~3, 0);
-                        if constexpr (!T::kSingleSfb)
-                            tma_load_2d(&tmap_sfb, &full[s], slot + 128, (sfb_lo + kb + sfb_hi_offset) & ~3, 0);
-                    }
-                }
-                // Lean stage rounds start every tile at stage 0: the stages this tile's last round leaves unused
-                // are completed with a bare arrival (no bytes) once the math warps have handed them back.
-                if constexpr (T::kLeanRounds) {
-                    for (int unused = 0; unused < T::kUnusedStages; ++unused, ++it) {
-                        const uint32_t s = it % kNumStages;
-                        mbarrier_wait<true>(&empty[s], ((it / kNumStages) & 1) ^ 1);
-                        mbarrier_arrive(&full[s]);
-                    }
-                }
-            }
-        } else if (warp > kProducerWarp && warp <= kProducerWarp + kNumStages) {
-            if constexpr (T::kSfaTimesSfb)
-                sfa_times_sfb<T, kBlockM, kBlockN, kNumStages>(scheduler, warp - kProducerWarp - 1, smem_sfa, full,
-                                                               empty, sfa, sfa_rows, sfa_stride, sfb, lane);
-        }
-        __syncwarp();
+        fp8_gemm_producer<T, Scheduler>(buffers, tmap_a, tmap_b, tmap_sfa, tmap_sfb, sfb, sfa, sfa_rows, sfa_stride,
+                                        m, grouped_layout, num_groups, group_maps, warp, lane);
     } else {
         if constexpr (T::kNumMathWG == 2) setmaxnreg_inc<T::kMathRegs>();
         Scheduler scheduler(m, grouped_layout, num_groups);
-        fp8_gemm_math<T, Scheduler, kLayout, kBlockM, kBlockN, kNumStages, kDSpan, kN, kWgrad>(
+        fp8_gemm_math<T, Scheduler>(
             scheduler, smem_d, smem_a, smem_b, smem_sfa, smem_sfb, full, empty, tmap_d, sfb, d_ptr, ld_d, accumulate,
             warp, lane);
     }

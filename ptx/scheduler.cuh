@@ -38,8 +38,9 @@ struct Tile {
     bool share = true;  // pairs: the shared operand is multicast (else each CTA loads its whole tile itself)
 };
 
-template <int kLayout, int kBlockM, int kBlockN, int kNumNBlocks, int kNumKBlocks, int kGroupN, int kPair, int kN>
+template <int kLayout_, int kBlockM, int kBlockN, int kNumNBlocks, int kNumKBlocks, int kGroupN, int kPair, int kN>
 struct TileScheduler {
+    static constexpr int kLayout = kLayout_;  // GemmLayout
     static_assert(kGroupN >= 1, "a raster band holds at least one unit");
     static_assert(kLayout == kLayoutDense || kLayout == kLayoutContiguous || kPair == kPairNone,
                   "multicast pairs are for the dense and contiguous layouts only");

@@ -1,0 +1,146 @@
+// The epilogue of the FP8 GEMM kernel (ptx/fp8_gemm.cuh): a math warpgroup's promoted results out to D, through
+// its swizzled slice of the staged output tile and TMA (a store, or the weight gradient's reduce-add), while the
+// next tile's MMAs start.
+#pragma once
+#include "common.cuh"
+#include "fp8_gemm_traits.cuh"
+#include "scheduler.cuh"
+#include "tma.cuh"
+
+namespace dgx {
+
+// A math thread's place: its warpgroup, warp and lane, and where its part of an m64 accumulator fragment lies
+// (rows row_in_wg and row_in_wg + 8 of the slice; columns col_in_8 and col_in_8 + 1 of each group of 8).
+struct MathThread {
+    uint32_t wg, warp, lane, row_in_wg, col_in_8;
+};
+
+// Offset inside a region written for TMA's SWIZZLE_<kSpan>B mode (rows of kSpan bytes): the 16-byte unit index
+// is XORed with the row index within each 128-byte line group (CUTLASS's Swizzle<log2(kSpan/16), 4, 3>).
+// kSpan == 16 means no swizzle. The region must be 1024-byte aligned.
+template <uint32_t kSpan>
+DGX_DEVICE uint32_t swizzle_offset(uint32_t offset) {
+    static_assert(kSpan == 16 || kSpan == 32 || kSpan == 64 || kSpan == 128, "TMA swizzle spans 32/64/128 B");
+    if constexpr (kSpan == 16) {
+        return offset;
+    } else {
+        constexpr uint32_t kMask = kSpan / 16 - 1;
+        return offset ^ (((offset >> 7) & kMask) << 4);
+    }
+}
+
+// Shared address of byte `col_bytes` of row `row` in a warpgroup's slice of the output tile, which holds the
+// warpgroup's rows span by span (kDSpan bytes of each row, rows one after another), swizzled for TMA.
+// `region_addr` by reference: passed by value, the address arithmetic compiled differently.
+template <typename T>
+DGX_DEVICE uint32_t d_offset(const uint32_t& region_addr, uint32_t row, uint32_t col_bytes) {
+    return region_addr + swizzle_offset<T::kDSpan>((col_bytes / T::kDSpan) * T::kWGRows * T::kDSpan +
+                                                   row * T::kDSpan + col_bytes % T::kDSpan);
+}
+
+// A masked group's last block may end inside a warpgroup's rows, and the rows past the group's count must stay
+// untouched: such a block is stored row by row from the registers (BF16).
+template <typename T>
+DGX_DEVICE void store_rows(const float (&result)[T::kMmaPerWG][T::kAccum], const MathThread& t, int wg_row,
+                           int row_end, int n_start, void* d_ptr, int64_t ld_d) {
+    uint16_t* d = static_cast<uint16_t*>(d_ptr);
+#pragma unroll
+    for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = wg_row + mm * 64 + static_cast<int>(t.row_in_wg) + h * 8;
+            if (row >= row_end) continue;
+            uint16_t* out = d + row * ld_d + n_start + t.col_in_8;
+#pragma unroll
+            for (int i = 0; i < T::kBlockN / 8; ++i) {
+                if (n_start + i * 8 + static_cast<int>(t.col_in_8) < T::kN)
+                    st_global_u32(out + i * 8, pack_bf16x2(result[mm][i * 4 + h * 2], result[mm][i * 4 + h * 2 + 1]));
+            }
+        }
+    }
+}
+
+// Weight gradient: FP32 results into the slice with 64-bit stores (stmatrix is 16-bit only).
+template <typename T>
+DGX_DEVICE void write_slice_fp32(const float (&result)[T::kMmaPerWG][T::kAccum], const MathThread& t,
+                                 uint32_t region_addr) {
+#pragma unroll
+    for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
+#pragma unroll
+        for (int i = 0; i < T::kBlockN / 8; ++i) {
+            const uint32_t col_bytes = (i * 8 + t.col_in_8) * 4;
+            const uint32_t row = mm * 64 + t.row_in_wg;
+            st_shared_v2_f32(d_offset<T>(region_addr, row, col_bytes), result[mm][i * 4 + 0], result[mm][i * 4 + 1]);
+            st_shared_v2_f32(d_offset<T>(region_addr, row + 8, col_bytes), result[mm][i * 4 + 2],
+                             result[mm][i * 4 + 3]);
+        }
+    }
+}
+
+// BF16 results into the slice with stmatrix: one x4 per 16 rows x 16 columns of the warp's fragment (matrices:
+// rows 0-7 and 8-15 of column group i, then of group i + 1), an x2 for an odd last group. Lane l gives the
+// address of row l % 8 of matrix l / 8; 8 rows of 16 bytes land in 8 distinct bank groups (the swizzle XORs by
+// row % 8; unswizzled rows are 16 bytes apart). PERFLOG exp. 10.
+template <typename T>
+DGX_DEVICE void write_slice_bf16(const float (&result)[T::kMmaPerWG][T::kAccum], const MathThread& t,
+                                 uint32_t region_addr) {
+    const uint32_t lane_row = (t.warp % 4) * 16 + (t.lane / 8) % 2 * 8 + t.lane % 8;
+    const uint32_t lane_group = t.lane / 16;
+    auto pack = [&](int mm, int i, int h) {
+        return pack_bf16x2(result[mm][i * 4 + h * 2], result[mm][i * 4 + h * 2 + 1]);
+    };
+#pragma unroll
+    for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
+#pragma unroll
+        for (int i = 0; i < T::kBlockN / 8; i += 2) {
+            if (i + 1 < T::kBlockN / 8) {
+                stmatrix_x4(d_offset<T>(region_addr, mm * 64 + lane_row, (i + lane_group) * 16), pack(mm, i, 0),
+                            pack(mm, i, 1), pack(mm, i + 1, 0), pack(mm, i + 1, 1));
+            } else {
+                stmatrix_x2(d_offset<T>(region_addr, mm * 64 + lane_row, i * 16), pack(mm, i, 0), pack(mm, i, 1));
+            }
+        }
+    }
+}
+
+// A math warpgroup's rows of the tile out to D: into its slice of the staged tile, then out with one TMA
+// operation per swizzle span, asynchronously (the next tile's MMAs start meanwhile): a store, or for the weight
+// gradient with `accumulate` a reduce-add (D += tile; D holds C). Masked partial blocks: store_rows.
+template <typename T, typename Scheduler>
+DGX_DEVICE void store_tile(const Tile& tile, int n_start, const float (&result)[T::kMmaPerWG][T::kAccum],
+                           const MathThread& t, uint8_t* smem_d, const TensorMap& tmap_d, void* d_ptr, int64_t ld_d,
+                           bool accumulate) {
+    const int wg_row = tile.d_row + static_cast<int>(t.wg * T::kWGRows);
+    if (Scheduler::kLayout == kLayoutMasked && wg_row + T::kWGRows > tile.d_row_end) {
+        store_rows<T>(result, t, wg_row, tile.d_row_end, n_start, d_ptr, ld_d);
+        return;
+    }
+    constexpr uint32_t kOutBytes = T::kWgrad ? 4 : 2;
+    uint8_t* region = smem_d + t.wg * T::kWGRows * T::kBlockN * kOutBytes;
+    const uint32_t region_addr = smem_addr(region);
+    const bool leader = threadIdx.x % 128 == 0;
+    if (leader) tma_store_wait_read();  // the previous tile's store has left this buffer
+    named_barrier_sync(1 + t.wg, 128);
+    if constexpr (T::kWgrad)
+        write_slice_fp32<T>(result, t, region_addr);
+    else
+        write_slice_bf16<T>(result, t, region_addr);
+    fence_proxy_async_shared();
+    named_barrier_sync(1 + t.wg, 128);
+    if (leader && wg_row < tile.d_row_end && n_start < T::kN) {
+        constexpr int kSpanCols = T::kDSpan / kOutBytes;
+#pragma unroll
+        for (int span = 0; span < T::kBlockN / kSpanCols; ++span) {
+            if (n_start + span * kSpanCols < T::kN) {
+                const uint8_t* src = region + span * T::kWGRows * T::kDSpan;
+                if (T::kWgrad && accumulate)
+                    tma_reduce_add_2d(&tmap_d, src, n_start + span * kSpanCols, wg_row);
+                else
+                    tma_store_2d(&tmap_d, src, n_start + span * kSpanCols, wg_row);
+            }
+        }
+        tma_store_commit();
+    }
+}
+
+}  // namespace dgx

@@ -1,0 +1,141 @@
+// Compile-time configuration of the FP8 GEMM kernel (ptx/fp8_gemm.cuh): tile, warpgroups, feature flags,
+// shared-memory layout and barrier counts, all derived from the ten template arguments that
+// dgx/kernels/fp8_gemm.py renders. Every role of the kernel takes this struct as `T`.
+#pragma once
+#include "common.cuh"
+#include "scheduler.cuh"
+
+namespace dgx {
+
+template <int kN_, int kK_, int kBlockM_, int kBlockN_, int kNumStages_, int kGroupN_, int kDSpan_, int kPair_,
+          bool kWgrad_, bool kDeferred_>
+struct Fp8GemmTraits {
+    // ---- The problem and the tile.
+    static constexpr int kN = kN_;
+    static constexpr int kK = kK_;  // 0 for the K-grouped layout (each group's K comes at run time)
+    static constexpr int kBlockM = kBlockM_;
+    static constexpr int kBlockN = kBlockN_;
+    static constexpr int kBlockK = 128;  // one promotion (one scale) per 128 of K
+    static constexpr int kNumStages = kNumStages_;
+    static constexpr int kGroupN = kGroupN_;  // raster band of the scheduler, in units along N
+    static constexpr int kDSpan = kDSpan_;    // bytes per swizzle span of the staged output tile (16: none)
+    static constexpr int kPair = kPair_;      // PairDim: 2-CTA clusters sharing A (kPairN) or B (kPairM)
+    static constexpr bool kWgrad = kWgrad_;   // weight gradient: B scaled per row, FP32 D = C + A . B^T
+    static constexpr int kNumKBlocks = (kK + kBlockK - 1) / kBlockK;  // K of the kernel (K-grouped: per group)
+    static constexpr int kNumNBlocks = (kN + kBlockN - 1) / kBlockN;
+
+    // ---- Warpgroups: one or two math warpgroups of kWGRows rows each, then the producer warpgroup.
+    static constexpr int kNumMathWG = kBlockM == 64 ? 1 : 2;
+    static constexpr int kWGRows = kBlockM / kNumMathWG;
+    static constexpr int kMmaPerWG = kWGRows / 64;  // m64 slices per warpgroup, run one after the other
+    static constexpr int kAccum = kBlockN / 2;      // FP32 accumulators per thread per m64 slice
+    static constexpr int kMathThreads = kNumMathWG * 128;
+    static constexpr int kThreads = kMathThreads + 128;
+    static constexpr uint32_t kProducerWarp = kMathThreads / 32;  // the first warp of the producer warpgroup
+    // Two math warpgroups: 2 x 128 x 232 + 128 x 40 = 64512 of the SM's 65536 registers (setmaxnreg).
+    static constexpr uint32_t kMathRegs = 232;
+    static constexpr uint32_t kProducerRegs = 40;
+    static constexpr int kCluster = kPair == kPairNone ? 1 : 2;
+    // Rows of the shared operand that each CTA of a pair loads and multicasts to both.
+    static constexpr int kHalfRowsA = kPair == kPairN ? kBlockM / 2 : kBlockM;
+    static constexpr int kHalfRowsB = kPair == kPairM ? kBlockN / 2 : kBlockN;
+
+    // ---- B-scale blocks (128 columns each; the weight gradient has a scale per column instead).
+    static constexpr int kNumSfbRows = (kN + 127) / 128;
+    // A tile spans one 128-column block, or at most two (validate_blocks allows no wider split).
+    static constexpr bool kSingleSfb = 128 % kBlockN == 0;
+    // Tiles start at multiples of BLOCK_N, so the worst offset inside a 128 block is 128 - gcd(BLOCK_N, 128).
+    static constexpr int kGcd128 = (kBlockN & -kBlockN) < 128 ? (kBlockN & -kBlockN) : 128;
+    struct SfbRows {
+        int lo, hi;
+    };
+    // The B-scale rows of the first and the last column of the tile starting at column n_start; clamped, as
+    // a pair's second tile may lie past N (nothing of it is stored).
+    static DGX_DEVICE SfbRows sfb_rows(int n_start) {
+        return {min(n_start / 128, kNumSfbRows - 1), min((n_start + kBlockN - 1) / 128, kNumSfbRows - 1)};
+    }
+    // Index of k-block 0's B scale of block `row` of group `group` (scales laid out [groups, rows, k-blocks]).
+    static DGX_DEVICE int sfb_index(int group, int row) { return (group * kNumSfbRows + row) * kNumKBlocks; }
+
+    // ---- Feature flags. Each one is a measured trade-off; docs/PERFLOG.md has the numbers.
+    // Deferred promotion: a k-block is promoted after the next k-block's MMAs are issued, into a second
+    // accumulator set, so the chain of small MMAs overlaps the promotion (latency-bound one-slice tiles and
+    // the weight gradient; PERFLOG exp. 16, 19).
+    static constexpr bool kDefer = kDeferred_;
+    // Straight-line chunks of k-blocks that end with no MMA in flight: an MMA in flight across a loop's
+    // back edge while the other set is read makes ptxas serialise every wgmma (warning C7514).
+    static constexpr int kDeferChunk = 8;
+    static_assert(!kDefer || kMmaPerWG == 1, "deferred promotion is for one-slice tiles");
+    // BF16 one-slice tiles load their k-block's (at most two) B scales into the stage with TMA, like the A
+    // scales (PERFLOG exp. 28, 29); deferred tiles keep prefetching them from global memory (exp. 33).
+    static constexpr bool kSfbInStage = !kWgrad && kMmaPerWG == 1 && !kDefer;
+    // Two-slice (256-row) warpgroups run the lean k-block (ring position as a counter, descriptors as an
+    // offset, the next stage's barrier probed early) with suspending barrier waits: faster for them, slower
+    // for one-slice tiles (PERFLOG exp. 13-15).
+    static constexpr bool kLean = kMmaPerWG == 2;
+    // Stage rounds: when every tile starts at stage 0, the k-loop runs rounds of kNumStages k-blocks whose
+    // stages, barriers and descriptors are compile-time constants (fewer instructions per k-block).
+    // One-slice tiles with the B scales in the stage need a k-block count that is a multiple of the stage
+    // count (PERFLOG exp. 28, 30).
+    static constexpr bool kRounds = kSfbInStage && kNumKBlocks % kNumStages == 0;
+    // 256x128 tiles complete the stages a tile's last round leaves unused with a bare arrival; that pays
+    // with none or at most one such stage per 32 k-blocks (PERFLOG exp. 31).
+    static constexpr int kUnusedStages = (kNumStages - kNumKBlocks % kNumStages) % kNumStages;
+    static constexpr bool kLeanRounds = kLean && kBlockN == 128 && kK > 0 && kNumKBlocks >= 32 * kUnusedStages;
+    // BF16 lean-round tiles of at least 32 k-blocks take their A scales already multiplied by the B scale:
+    // one idle producer-warpgroup warp per stage forms the products, so the math warps' k-block has no
+    // B-scale load and no scale product (PERFLOG exp. 35).
+    static constexpr bool kSfaTimesSfb = kLeanRounds && !kWgrad && kNumKBlocks >= 32;
+    static_assert(!kSfaTimesSfb || kNumStages <= 3, "the producer warpgroup has three idle warps, one per stage");
+
+    // ---- Shared memory: the output tile, then per stage A, B, the A scales and the B-scale slot, then the
+    // full and empty barriers.
+    static constexpr uint32_t kSmemD = kBlockM * kBlockN * (kWgrad ? 4 : 2);  // BF16, or FP32 for the wgrad
+    static constexpr uint32_t kSmemA = kBlockM * kBlockK;
+    static constexpr uint32_t kSmemB = kBlockN * kBlockK;
+    static constexpr uint32_t kSmemSfa = kBlockM * 4;  // the k-block's BLOCK_M A scales (M-major)
+    // B scales in the stage: the 16-byte box that holds each block's scale (a TMA box must start 16-byte
+    // aligned; the reader picks the scale out of it). Weight gradient: BLOCK_N per-column scales.
+    static constexpr uint32_t kSfbBox = 16;
+    static constexpr uint32_t kSmemSfb = kWgrad ? kBlockN * 4 : (kSfbInStage ? (kSingleSfb ? 1 : 2) * kSfbBox : 0);
+    // TMA destinations are 128-byte aligned: the hi block's box lies 128 bytes after the lo block's.
+    static constexpr uint32_t kSmemSfbSlot =
+        kWgrad ? (kSmemSfb + 127) / 128 * 128 : (kSfbInStage ? (kSingleSfb ? 128 : 256) : 0);
+    static constexpr uint32_t kSmemBytes =
+        kSmemD + kNumStages * (kSmemA + kSmemB + kSmemSfa + kSmemSfbSlot) + kNumStages * 2 * 8;
+    // What TMA lands per stage (the A-scale warps of kSfaTimesSfb store their products themselves).
+    static constexpr uint32_t kStageBytes = kSmemA + kSmemB + (kSfaTimesSfb ? 0 : kSmemSfa) + kSmemSfb;
+
+    // ---- Barrier arrivals. Full: the producer's expect-tx arrival, plus the 32 lanes of the stage's
+    // A-scale warp. Empty: one per math warp of every CTA that reads the stage's multicast data - or one per
+    // lane where the A-scale warps overwrite the stage with plain stores, so that racecheck sees each
+    // thread's reads ordered before them (no slower; PERFLOG exp. 35).
+    static constexpr uint32_t kFullArrivals = kSfaTimesSfb ? 1 + 32 : 1;
+    static constexpr uint32_t kEmptyArrivals = kNumMathWG * 4 * kCluster * (kSfaTimesSfb ? 32 : 1);
+
+    static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 256, "BLOCK_M is 64, 128 or 256");
+    static_assert(kBlockN % 8 == 0 && kBlockN >= 8 && kBlockN <= 256, "wgmma e4m3 takes N = 8..256 by 8");
+    static_assert(kWgrad || kBlockN - kGcd128 <= 128, "a tile must not span more than two 128-column B-scale blocks");
+    static_assert((kBlockN * (kWgrad ? 4 : 2)) % kDSpan == 0, "the D tile splits into whole swizzle spans");
+    static_assert((kSmemD + kNumStages * (kSmemA + kSmemB)) % 128 == 0, "TMA writes scales to 128-byte aligned smem");
+    static_assert((kSmemD + kNumStages * (kSmemA + kSmemB + kSmemSfa)) % 128 == 0 && kSmemSfbSlot % 128 == 0,
+                  "the B-scale slots are TMA destinations: 128-byte aligned");
+    static_assert(kSmemBytes <= 232448, "Hopper gives a block at most 227 KB of shared memory");
+    static_assert(kN % 8 == 0, "TMA needs 16-byte aligned rows of the BF16 output");
+    static_assert(!kWgrad || kPair == kPairNone, "the weight gradient runs without multicast");
+    static_assert(kHalfRowsA * 128 % 1024 == 0 && kHalfRowsB * 128 % 1024 == 0,
+                  "each multicast half must keep the 1024-byte alignment of the 128B swizzle");
+};
+
+// The kernel's shared memory as fp8_gemm_nt_body carves it up (layout: Fp8GemmTraits' kSmem* sizes).
+struct Fp8GemmSmem {
+    uint8_t* d;    // the staged output tile
+    uint8_t* a;    // kNumStages x kSmemA
+    uint8_t* b;    // kNumStages x kSmemB
+    uint8_t* sfa;  // kNumStages x kSmemSfa
+    uint8_t* sfb;  // kNumStages x kSmemSfbSlot
+    uint64_t* full;   // per stage: its data has landed
+    uint64_t* empty;  // per stage: every reader has handed it back
+};
+
+}  // namespace dgx
