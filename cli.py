@@ -152,6 +152,11 @@ def collect_info() -> dict:
         except Exception as exc:
             info["cache_entries"] = None
             info["cache_error"] = str(exc)
+    else:
+        blocker = next((p for p in root.parents if p.exists()), None)
+        if blocker is not None and not blocker.is_dir():
+            info["cache_entries"] = None
+            info["cache_error"] = f"it cannot be created: {blocker} is a file, not a directory"
     try:
         import sass_tools
 
@@ -622,7 +627,6 @@ def warmup(preset, shapes_file, max_m, num_sms, arch, jobs, as_json) -> None:
     jobs = jobs or os.cpu_count() or 1
     source = f"preset {preset}" if preset else shapes_file
     kc = _kernel_cache()
-    kc.require_writable("build kernels into it")
     click.echo(
         f"dgx warmup: {len(entries)} shapes from {source}; M up to {max_m} (unless an entry says), "
         f"{num_sms} SMs, {arch}; cache {kc.root}",
@@ -639,6 +643,8 @@ def warmup(preset, shapes_file, max_m, num_sms, arch, jobs, as_json) -> None:
     corrupt_before = kc.stats.corrupt
     missing = sum(1 for pk in the_plan.kernels if not kc.contains(pk.key))
     corrupt = kc.stats.corrupt - corrupt_before
+    if missing:
+        kc.require_writable(f"build the {_plural(missing, 'missing kernel')} into it")
     if corrupt:
         click.echo(f"dgx warmup: {_plural(corrupt, 'corrupt cache entry', 'corrupt cache entries')} removed; rebuilding", err=True)
     click.echo(
