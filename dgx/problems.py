@@ -80,8 +80,7 @@ def check_problem(
         if k % limits.K_GROUP_ALIGN:
             raise ProblemError(
                 label("k"),
-                f"expected a multiple of {limits.K_GROUP_ALIGN} for kind k_grouped (each group's scales cover "
-                f"whole 128-column blocks of K), got {k}",
+                f"expected a multiple of {limits.K_GROUP_ALIGN} for k_grouped (K per group), got {k}",
             )
     elif k % limits.K_ALIGN:
         raise ProblemError(

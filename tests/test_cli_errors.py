@@ -275,7 +275,7 @@ def test_get_num_sms_without_a_driver_says_what_to_do(monkeypatch):
         ({"kind": "dense", "n": 2112, "k": 7168, "m": 2**40}, "field 'm': expected M <= "),
         ({"kind": "m_grouped_masked", "n": 2**30, "k": 7168, "groups": 4}, "field 'groups': expected groups x N"),
         ({"kind": "m_grouped_masked", "n": 4096, "k": 7168, "groups": 1024, "max_m": 2**22}, "groups x M"),
-        ({"kind": "k_grouped", "n": 4096, "k": 7000, "groups": 4}, "multiple of 128 for kind k_grouped"),
+        ({"kind": "k_grouped", "n": 4096, "k": 7000, "groups": 4}, "multiple of 128 for k_grouped (K per group)"),
         ({"kind": "k_grouped", "n": 4096, "k": 2**28, "groups": 16}, "groups x K"),
         ({"kind": "dense", "n": 2100, "k": 7168}, "field 'n': expected a multiple of 8"),
     ],

@@ -152,3 +152,14 @@ def test_warmup_says_what_another_process_built(runner, tmp_path, tmp_cache, mon
     assert result.exit_code == 0, result.output
     assert "2/2 done (1 compiled here, 1 built by another process)" in result.stderr
     assert "1 compiled, 1 cached (1 of them built meanwhile by another process)" in result.stdout
+
+
+def test_dtype_errors_say_what_each_argument_accepts():
+    torch = pytest.importorskip("torch")
+    from dgx.tensors import as_view
+
+    t = torch.zeros(4, 4, dtype=torch.float16)
+    expected = {"A": "float8_e4m3fn", "SFB": "float32", "d": "bfloat16/float32", "m_indices": "int32"}
+    for name, accepted in expected.items():
+        with pytest.raises(TypeError, match=f"^{name}: expected a tensor of dtype {accepted}; got torch.float16$"):
+            as_view(t, name)
