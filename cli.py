@@ -12,11 +12,12 @@ import json
 import os
 import platform
 import sys
+import warnings
 
 import click
 
 import dgx
-from dgx import env, warmup as warmup_mod
+from dgx import env, interrupts, problems, user_errors, warmup as warmup_mod
 from dgx.kinds import KIND_NAMES, SHORT_NAMES, GemmKind
 
 # `dgx inspect --kind`: the short names (as the benchmark's suites) or the shapes-file kinds.
@@ -62,25 +63,48 @@ def _first_lines(text: str, limit: int = MAX_ERROR_LINES) -> str:
 
 
 def _kernel_cache():
-    """The KernelCache at DGX_CACHE_DIR (created if absent); cache errors become CLI errors."""
-    from cache import CacheError
-
+    """The KernelCache at DGX_CACHE_DIR (created if absent); its errors reach the user as one line."""
     from dgx import jit
 
-    try:
-        return jit.kernel_cache()
-    except CacheError as exc:
-        raise click.ClickException(str(exc)) from None
+    return jit.kernel_cache()
+
+
+class _Main(click.Group):
+    """The ``dgx`` group: errors the user can fix become one ``Error:`` line (exit 1), interrupts exit
+    128 + the signal, and nothing the user did prints a traceback."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except interrupts.Interrupted as exc:
+            click.echo(f"dgx: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("dgx: interrupted by SIGINT", err=True)
+            ctx.exit(130)
+        except Exception as exc:
+            message = user_errors.user_message(exc)
+            if message is None:
+                raise
+            raise click.ClickException(message) from None
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings as one line on stderr (no source lines)."""
+    click.echo(f"dgx: warning: {message}", err=True)
 
 
 def _default_num_sms() -> int:
     return env.num_sms_override() or warmup_mod.DEFAULT_NUM_SMS
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(version=dgx.__version__, prog_name="dgx")
 def main() -> None:
     """dgx: FP8 GEMM kernels for NVIDIA Hopper with DeepSeek-V3 fine-grained scaling."""
+    warnings.showwarning = _show_warning
 
 
 # --- info -----------------------------------------------------------------------------------------
@@ -130,15 +154,29 @@ def collect_info() -> dict:
         except Exception as exc:
             info["cache_entries"] = None
             info["cache_error"] = str(exc)
+    else:
+        blocker = next((p for p in root.parents if p.exists()), None)
+        if blocker is not None and not blocker.is_dir():
+            info["cache_entries"] = None
+            info["cache_error"] = f"it cannot be created: {blocker} is a file, not a directory"
     try:
         import sass_tools
 
         info["nvdisasm"] = sass_tools.nvdisasm_path()
     except Exception:
         info["nvdisasm"] = None
+    try:
+        from dgx import jit
+
+        info["install"] = jit.install_summary()
+    except Exception as exc:
+        info["install"] = None
+        info["install_error"] = user_errors.user_message(exc) or f"{type(exc).__name__}: {exc}"
     info["env"] = {
         v.name: {"value": os.environ.get(v.name), "default": v.default, "help": v.help} for v in env.VARIABLES
     }
+    for name, problem in env.problems().items():
+        info["env"][name]["error"] = problem
     return info
 
 
@@ -169,6 +207,15 @@ def info(as_json: bool) -> None:
     cache_note = f"{entries} entries" if entries is not None else f"unusable: {data.get('cache_error')}"
     rows.append(("cache", f"{data['cache_root']} ({cache_note})"))
     rows.append(("nvdisasm", data["nvdisasm"] or "none (pip install nvidia-cuda-nvdisasm)"))
+    inst = data.get("install")
+    rows.append(
+        (
+            "kernel keys",
+            f"dgx {inst['dgx']}, NVRTC {inst['nvrtc']}, {inst['arch']}, fingerprint {inst['fingerprint']}"
+            if inst
+            else f"unavailable ({data.get('install_error')})",
+        )
+    )
     width = max(len(r[0]) for r in rows)
     for name, value in rows:
         click.echo(f"{name.ljust(width)}  {value}")
@@ -176,7 +223,8 @@ def info(as_json: bool) -> None:
     for name, var in data["env"].items():
         value = var["value"]
         shown = "(unset)" if value is None else repr(value)
-        click.echo(f"  {name} = {shown}  [default: {var['default'] or 'empty'}]")
+        flag = f"  INVALID: {var['error']}" if "error" in var else ""
+        click.echo(f"  {name} = {shown}  [default: {var['default'] or 'empty'}]{flag}")
 
 
 # --- cache ----------------------------------------------------------------------------------------
@@ -237,19 +285,31 @@ def cache_list(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 def cache_verify(as_json: bool) -> None:
     """Check every entry's manifest and sha256; remove the corrupt ones."""
+    from dgx import install
+
     kc = _kernel_cache()
     report = kc.verify(remove=True)
+    ok = set(report.ok)
+    entries = [e for e in kc.entries() if e.key in ok]
+    foreign = install.foreign_compilers(e.compiler for e in entries)
     data = {
         "ok": len(report.ok),
-        "removed": len(report.corrupt),
+        "removed": len(report.corrupt) if report.removed else 0,
         "corrupt": [{"key": k, "reason": report.reasons.get(k, "")} for k in report.corrupt],
+        "compiler": install.compiler_label(),
+        "other_compiler": dict(sorted(((c or "unknown"), n) for c, n in foreign.items())),
     }
     if as_json:
         _emit_json(data)
         return
+    verb = "removed" if report.removed else "corrupt (left in place: the cache is read-only)"
     for item in data["corrupt"]:
-        click.echo(f"removed {item['key'][:16]}: {item['reason']}")
-    click.echo(f"{data['ok']} ok, {data['removed']} removed ({kc.root})")
+        click.echo(f"{verb} {item['key'][:16]}: {item['reason']}")
+    note = install.mismatch_note(foreign, len(entries), str(kc.root))
+    if note:
+        click.echo(f"note: {note}")
+    tail = f"{data['removed']} removed" if report.removed else f"{len(report.corrupt)} corrupt, not removed (read-only)"
+    click.echo(f"{data['ok']} ok, {tail} ({kc.root})")
 
 
 @cache.command("clear")
@@ -260,6 +320,7 @@ def cache_clear(yes: bool) -> None:
     count = len(kc.entries())
     if not yes:
         click.confirm(f"Remove all {count} kernels from {kc.root}?", abort=True)
+    kc.require_writable("remove its kernels")
     removed = kc.clear()
     click.echo(f"removed {removed} kernels from {kc.root}")
 
@@ -270,10 +331,14 @@ def cache_export(file: str) -> None:
     """Write every verified entry to FILE (.tar.gz, .tgz, .tar.xz or .txz)."""
     from cache import CacheError, export_bundle
 
+    from dgx import jit
+
     kc = _kernel_cache()
     try:
-        written = export_bundle(kc, file)
-    except (ValueError, OSError, CacheError) as exc:
+        written = export_bundle(kc, file, metadata={"built_by": jit.install_summary()})
+    except OSError as exc:
+        raise click.ClickException(f"cannot export to {file}: {exc.strerror or exc}: {exc.filename or file}") from None
+    except (ValueError, CacheError) as exc:
         raise click.ClickException(f"cannot export to {file}: {exc}") from None
     click.echo(f"exported {_plural(written, 'kernel')} to {file}")
 
@@ -284,6 +349,8 @@ def cache_import(file: str) -> None:
     """Import a bundle written by `dgx cache export`: all entries verified first, or nothing."""
     from cache import BundleError, CacheError, import_bundle
 
+    from dgx import install
+
     kc = _kernel_cache()
     try:
         report = import_bundle(kc, file)
@@ -291,6 +358,18 @@ def cache_import(file: str) -> None:
         raise click.ClickException(str(exc)) from None
     except (OSError, CacheError) as exc:
         raise click.ClickException(f"cannot import {file}: {exc}; nothing was imported") from None
+    built_by = (report.metadata or {}).get("built_by")
+    if isinstance(built_by, dict) and built_by.get("nvrtc") not in (None, install.nvrtc_version()):
+        click.echo(
+            f"note: this bundle was built with NVRTC {built_by.get('nvrtc')} (dgx {built_by.get('dgx')}), "
+            f"this install loads NVRTC {install.nvrtc_version()}",
+            err=True,
+        )
+    note = install.mismatch_note(
+        install.foreign_compilers(report.compilers.values()), len(report.compilers), f"bundle {file}"
+    )
+    if note:
+        click.echo(f"note: {note}", err=True)
     click.echo(
         f"imported {len(report.imported)} kernels, skipped {len(report.skipped)} already present, into {kc.root}"
     )
@@ -376,6 +455,9 @@ def inspect(cubin_path, key, gemm, kind, groups, num_sms, arch, sass, as_json) -
         raise click.UsageError(f"expected exactly one of --cubin, --key, --gemm; got {', '.join(given) or 'none'}")
     if sass and as_json:
         raise click.UsageError("expected --sass or --json, got both")
+    problems.check_arch(arch)
+    if gemm:
+        _check_gemm(gemm, kind, groups)
     header = None
     if cubin_path:
         with open(cubin_path, "rb") as f:
@@ -415,6 +497,25 @@ def inspect(cubin_path, key, gemm, kind, groups, num_sms, arch, sass, as_json) -
         _print_report(r)
 
 
+_GEMM_LABELS = {"m": "--gemm M", "n": "--gemm N", "k": "--gemm K", "groups": "--groups", "kind": "--kind"}
+
+
+def _check_gemm(gemm, kind: str, groups: int) -> None:
+    """The rules dgx warmup applies to a shapes-file entry, applied to --gemm M N K (dgx/problems.py)."""
+    m, n, k = gemm
+    problem_kind = GemmKind.parse(kind).value  # M is M_sum for contiguous
+    problems.check_problem(
+        problem_kind,
+        n=n,
+        k=k,
+        groups=groups if problem_kind in problems.GROUPED_KINDS else None,
+        m=m,
+        m_field="m",
+        m_is_sum=True,
+        label=lambda f: _GEMM_LABELS.get(f, f),
+    )
+
+
 def _gemm_cubin(gemm, kind: str, groups: int, num_sms: int, arch: str) -> tuple[bytes, str]:
     from dgx import jit
     from dgx.errors import DgxError
@@ -450,26 +551,42 @@ def _gemm_cubin(gemm, kind: str, groups: int, num_sms: int, arch: str) -> tuple[
 
 
 class _ProgressLine:
-    """done/total, failures, elapsed and ETA on stderr: one updating line on a terminal, else a line
-    every few seconds."""
+    """A progress line on stderr: one updating line on a terminal, else a line every few seconds."""
 
     def __init__(self, interval: float = 5.0):
         self.tty = sys.stderr.isatty()
         self.interval = interval
         self.last = 0.0
 
-    def __call__(self, p: warmup_mod.Progress) -> None:
-        eta = p.eta if p.done < p.total else None
-        eta_text = "" if eta is None else f", ETA {int(eta) // 60}:{int(eta) % 60:02d}"
-        failed = f", {p.failed} failed" if p.failed else ""
-        text = f"{p.done}/{p.total} compiled{failed}, {p.elapsed:.1f} s{eta_text}"
+    def show(self, done: int, total: int, elapsed: float, eta: float | None, text: str) -> None:
+        eta_text = "" if eta is None or done >= total else f", ETA {int(eta) // 60}:{int(eta) % 60:02d}"
+        line = f"{text}, {elapsed:.1f} s{eta_text}"
         if self.tty:
             width = 30
-            filled = width * p.done // max(p.total, 1)
-            click.echo(f"\r  [{'#' * filled}{'.' * (width - filled)}] {text}   ", nl=p.done == p.total, err=True)
-        elif p.done == p.total or p.elapsed - self.last >= self.interval:
-            self.last = p.elapsed
-            click.echo(f"  {text}", err=True)
+            filled = width * done // max(total, 1)
+            click.echo(f"\r  [{'#' * filled}{'.' * (width - filled)}] {line}   ", nl=done >= total, err=True)
+        elif done >= total or elapsed - self.last >= self.interval:
+            self.last = elapsed
+            click.echo(f"  {line}", err=True)
+
+    def compile(self, p: warmup_mod.Progress) -> None:
+        parts = [f"{p.compiled} compiled here"]
+        if p.elsewhere:
+            parts.append(f"{p.elsewhere} built by another process")
+        if p.failed:
+            parts.append(f"{p.failed} failed")
+        self.show(p.done, p.total, p.elapsed, p.eta, f"{p.done}/{p.total} done ({', '.join(parts)})")
+
+    def enumerate(self, p: warmup_mod.PlanProgress) -> None:
+        self.show(p.done, p.total, p.elapsed, p.eta, f"enumerating: {p.done}/{p.total} M values asked")
+
+
+def _on_interrupt(running: int) -> None:
+    click.echo(
+        f"\ndgx warmup: interrupted: no new compiles; waiting for the {_plural(running, 'running compile')} to "
+        "finish (interrupt again to stop them now)",
+        err=True,
+    )
 
 
 @main.command()
@@ -483,13 +600,17 @@ class _ProgressLine:
     help="Largest M to warm for, for entries without their own max_m.",
 )
 @click.option("--num-sms", type=click.IntRange(min=1), default=None, help="SMs to plan for [default: $DGX_NUM_SMS or 132].")
-@click.option("--arch", default=warmup_mod.DEFAULT_ARCH, show_default=True, help="Architecture to compile for.")
+@click.option("--arch", default=warmup_mod.DEFAULT_ARCH, show_default=True, help="Architecture to compile for (sm_90a only).")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Compile processes [default: CPU count].")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stdout.")
 def warmup(preset, shapes_file, max_m, num_sms, arch, jobs, as_json) -> None:
-    """Compile, without a GPU, every kernel the heuristics can pick for the shapes of a preset or file."""
+    """Compile, without a GPU, every kernel the heuristics can pick for the shapes of a preset or file.
+
+    Ctrl-C (or SIGTERM) stops it: no new compiles start, the running ones finish (a second Ctrl-C kills
+    them) and what was built stays in the cache."""
     if (preset is None) == (shapes_file is None):
         raise click.UsageError("expected exactly one of --preset NAME or --shapes FILE, got " + ("both" if preset else "neither"))
+    problems.check_arch(arch)
     try:
         entries = warmup_mod.load_preset(preset) if preset else warmup_mod.load_shapes_file(shapes_file)
     except (warmup_mod.ShapesFileError, ValueError) as exc:
@@ -503,26 +624,43 @@ def warmup(preset, shapes_file, max_m, num_sms, arch, jobs, as_json) -> None:
         f"{num_sms} SMs, {arch}; cache {kc.root}",
         err=True,
     )
+    line = _ProgressLine()
     try:
-        the_plan = warmup_mod.plan(entries, max_m=max_m, num_sms=num_sms, arch=arch, jobs=jobs)
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from None
+        the_plan = warmup_mod.plan(entries, max_m=max_m, num_sms=num_sms, arch=arch, jobs=jobs, progress=line.enumerate)
+    except interrupts.Interrupted as exc:
+        click.echo(f"\ndgx warmup: {exc} while enumerating kernels; nothing was compiled", err=True)
+        sys.exit(exc.exit_code)
+    corrupt_before = kc.stats.corrupt
     missing = sum(1 for pk in the_plan.kernels if not kc.contains(pk.key))
+    corrupt = kc.stats.corrupt - corrupt_before
+    if missing:
+        kc.require_writable(f"build the {_plural(missing, 'missing kernel')} into it")
+    if corrupt:
+        click.echo(f"dgx warmup: {_plural(corrupt, 'corrupt cache entry', 'corrupt cache entries')} removed; rebuilding", err=True)
     click.echo(
         f"dgx warmup: {_plural(len(the_plan.kernels), 'distinct kernel')} ({the_plan.seconds:.1f} s to enumerate), "
         f"{missing} to compile" + (f" with {_plural(min(jobs, missing), 'process', 'processes')}" if missing else ""),
         err=True,
     )
-    result = warmup_mod.run(the_plan, jobs=jobs, progress=_ProgressLine())
+    result = warmup_mod.run(the_plan, jobs=jobs, progress=line.compile, on_interrupt=_on_interrupt)
     for name, error in result.failures:
         click.echo(f"dgx warmup: FAILED {name}:\n{_first_lines(error)}", err=True)
     if as_json:
         click.echo(json.dumps(result.to_json()))
     else:
+        elsewhere = f" ({result.built_elsewhere} of them built meanwhile by another process)" if result.built_elsewhere else ""
         click.echo(
-            f"dgx warmup: {_plural(result.kernels, 'kernel')}: {result.compiled} compiled, {result.cached} cached, "
-            f"{result.failed} failed in {result.seconds:.1f} s"
+            f"dgx warmup: {_plural(result.kernels, 'kernel')}: {result.compiled} compiled, {result.cached} cached"
+            f"{elsewhere}, {result.failed} failed in {result.seconds:.1f} s"
         )
+    if result.interrupted:
+        click.echo(
+            f"dgx warmup: interrupted by {result.interrupted}: kept {result.compiled + result.cached} of "
+            f"{result.kernels} kernels in the cache ({result.compiled} compiled by this run); {result.not_built} "
+            "not built: run the same command again to build them",
+            err=True,
+        )
+        sys.exit(128 + getattr(__import__("signal"), result.interrupted))
     if result.failed:
         sys.exit(1)
 

@@ -13,7 +13,14 @@ Bundles (:func:`export_bundle`, :func:`import_bundle`) carry verified entries be
 """
 
 from .bundle import ImportReport, export_bundle, import_bundle
-from .errors import BundleError, CacheCorruptionWarning, CacheError, CacheMissError, CacheSecurityError
+from .errors import (
+    BundleError,
+    CacheCorruptionWarning,
+    CacheError,
+    CacheMissError,
+    CacheReadOnlyError,
+    CacheSecurityError,
+)
 from .keys import compute_key
 from .store import FORMAT_VERSION, CacheStats, EntryInfo, KernelCache, VerifyReport, is_key
 
@@ -23,6 +30,7 @@ __all__ = [
     "CacheCorruptionWarning",
     "CacheError",
     "CacheMissError",
+    "CacheReadOnlyError",
     "CacheSecurityError",
     "CacheStats",
     "EntryInfo",

@@ -12,6 +12,7 @@ consistent cache.
 
 from __future__ import annotations
 
+import errno
 import gzip
 import hashlib
 import io
@@ -21,8 +22,10 @@ import shutil
 import tarfile
 import tempfile
 import zlib
-from collections.abc import Iterable
-from dataclasses import dataclass
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from .errors import BundleError, CacheMissError
 from .store import (
@@ -54,12 +57,22 @@ _META_TYPES = frozenset(
 )
 
 
+#: The optional member describing the bundle (who built it: the caller's ``metadata``), a JSON object.
+BUNDLE_META_NAME = "bundle.json"
+
+
 @dataclass(frozen=True)
 class ImportReport:
-    """Keys moved into the cache, and keys skipped because a valid entry was there already."""
+    """Keys moved into the cache, and keys skipped because a valid entry was there already.
+
+    ``metadata`` is the bundle's ``bundle.json`` (None for bundles without one); ``compilers`` maps every
+    key of the bundle to its manifest's ``compiler`` field (None where it has none).
+    """
 
     imported: tuple[str, ...]
     skipped: tuple[str, ...]
+    metadata: Mapping[str, Any] | None = field(default=None, compare=False)
+    compilers: Mapping[str, str | None] = field(default_factory=dict, compare=False)
 
 
 def _compression(path: str, compression: str | None) -> str:
@@ -70,7 +83,7 @@ def _compression(path: str, compression: str | None) -> str:
         elif lower.endswith((".tar.xz", ".txz")):
             compression = "xz"
         else:
-            raise ValueError(f"bundle path {path!r} must end in .tar.gz, .tgz, .tar.xz or .txz (or pass compression=)")
+            raise ValueError(f"bundle file {path!r} must end in .tar.gz, .tgz, .tar.xz or .txz")
     if compression not in ("gz", "xz"):
         raise ValueError(f"compression must be 'gz' or 'xz', got {compression!r}")
     return compression
@@ -82,6 +95,7 @@ def export_bundle(
     keys: Iterable[str] | None = None,
     *,
     compression: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
 ) -> int:
     """Write the verified entries of ``cache`` (all, or ``keys``) to a tar.gz / tar.xz at ``path``.
 
@@ -89,13 +103,19 @@ def export_bundle(
     CacheCorruptionWarning) and left out. A key given in ``keys`` that is not in the cache raises
     CacheMissError. The archive is written to a temporary file beside ``path`` and renamed over it,
     and is reproducible (fixed order, owners and gzip timestamp); like any temporary file it gets mode
-    0600 (chmod it to share it). Returns the number of entries written.
+    0600 (chmod it to share it). ``metadata`` (a JSON-able dict: who built the kernels) is written first,
+    as ``bundle.json``. Returns the number of entries written.
     """
     path = os.fspath(path)
     kind = _compression(path, compression)
     explicit = keys is not None
     wanted = sorted({check_key(k) for k in keys}) if keys is not None else cache._disk_keys()
     directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(errno.ENOENT, "the directory to write the bundle into does not exist", directory)
+    meta_bytes = None
+    if metadata is not None:
+        meta_bytes = (json.dumps(dict(metadata), sort_keys=True, indent=2) + "\n").encode("utf-8")
     fd, part = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".part", dir=directory)
     written = 0
     try:
@@ -105,6 +125,11 @@ def export_bundle(
             else:
                 compressed = lzma.LZMAFile(raw, "wb", preset=6)
             with compressed, tarfile.open(fileobj=compressed, mode="w", format=tarfile.PAX_FORMAT) as tar:
+                if meta_bytes is not None:
+                    info = tarfile.TarInfo(BUNDLE_META_NAME)
+                    info.size = len(meta_bytes)
+                    info.mode = 0o644
+                    tar.addfile(info, io.BytesIO(meta_bytes))
                 for key in wanted:
                     found = cache._disk_entry(key)
                     if found is None:
@@ -184,6 +209,8 @@ def _member_target(member: tarfile.TarInfo) -> tuple[str, str | None]:
         raise ValueError(f"member {name!r} is an unexpected directory")
     if member.type not in (tarfile.REGTYPE, tarfile.AREGTYPE):
         raise ValueError(f"member {name!r} is not a regular file (tar type {member.type!r})")
+    if name == BUNDLE_META_NAME:
+        return "", BUNDLE_META_NAME
     if len(parts) != 2 or not is_key(parts[0]) or parts[1] not in ENTRY_FILES:
         raise ValueError(
             f"member {name!r} has an unexpected name (a bundle holds only <key>/{MANIFEST_NAME} and <key>/{CUBIN_NAME})"
@@ -218,6 +245,13 @@ def _stage(path: str, staging: str, max_total_bytes: int, max_members: int) -> d
                         key, fname = _member_target(member)
                     except ValueError as exc:
                         raise BundleError(path, str(exc)) from None
+                    if fname == BUNDLE_META_NAME:
+                        if "" in staged:
+                            raise BundleError(path, f"member {member.name!r} appears twice")
+                        if member.size > MAX_MANIFEST_BYTES:
+                            raise BundleError(path, f"member {member.name!r} ({member.size} bytes) is over the size limit")
+                        staged[""] = {BUNDLE_META_NAME: _copy_member(tar.extractfile(member), os.path.join(staging, BUNDLE_META_NAME))}
+                        continue
                     entry = staged.setdefault(key, {})
                     if fname is None:
                         continue
@@ -269,9 +303,12 @@ def import_bundle(
     refused. Entries already present (and valid) in the cache are skipped, not replaced.
     """
     path = os.fspath(path)
+    cache.require_writable("import kernels into it")
     staging = cache._mkdtemp("import-")
     try:
         staged = _stage(path, staging, max_total_bytes, max_members)
+        metadata = _read_metadata(path, staging) if staged.pop("", None) is not None else None
+        compilers: dict[str, str | None] = {}
         for key, files in sorted(staged.items()):
             missing = sorted(ENTRY_FILES - files.keys())
             if missing:
@@ -279,9 +316,12 @@ def import_bundle(
             with open(os.path.join(staging, key, MANIFEST_NAME), "rb") as f:
                 raw = f.read()
             try:
-                check_cubin(parse_manifest(key, raw), *files[CUBIN_NAME])
+                manifest = parse_manifest(key, raw)
+                check_cubin(manifest, *files[CUBIN_NAME])
             except EntryCorrupt as exc:
                 raise BundleError(path, f"entry {key}: {exc.reason}") from None
+            compiler = manifest.get("compiler")
+            compilers[key] = compiler if isinstance(compiler, str) else None
         imported: list[str] = []
         skipped: list[str] = []
         for key in sorted(staged):
@@ -292,6 +332,33 @@ def import_bundle(
                     skipped.append(key)
                 else:
                     imported.append(key)
-        return ImportReport(imported=tuple(imported), skipped=tuple(skipped))
+        return ImportReport(tuple(imported), tuple(skipped), metadata, compilers)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _read_metadata(path: str, staging: str) -> dict[str, Any]:
+    with open(os.path.join(staging, BUNDLE_META_NAME), "rb") as f:
+        raw = f.read()
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise BundleError(path, f"its {BUNDLE_META_NAME} is not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise BundleError(path, f"its {BUNDLE_META_NAME} holds a {type(data).__name__}, not an object")
+    return data
+
+
+def read_bundle_metadata(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The ``bundle.json`` of a bundle, without importing anything (None if it has none or is unreadable)."""
+    try:
+        with tarfile.open(os.fspath(path), mode="r:*") as tar:
+            member = tar.next()
+            if member is None or member.name != BUNDLE_META_NAME or not member.isfile():
+                return None
+            if member.size > MAX_MANIFEST_BYTES:
+                return None
+            data = json.loads(tar.extractfile(member).read().decode("utf-8"))
+    except (OSError, tarfile.TarError, ValueError, EOFError, zlib.error, lzma.LZMAError):
+        return None
+    return data if isinstance(data, dict) else None

@@ -31,6 +31,21 @@ class CacheSecurityError(CacheError):
         )
 
 
+class CacheReadOnlyError(CacheError):
+    """The cache root cannot be written (or created) by us; loading existing kernels still works.
+
+    Attributes:
+        root: the cache root.
+    """
+
+    def __init__(self, root: str | os.PathLike, what: str):
+        self.root = os.fspath(root)
+        super().__init__(
+            f"kernel cache root {self.root!r} {what}. Make it writable (chmod u+w), or set DGX_CACHE_DIR to a "
+            "directory you can write"
+        )
+
+
 class CacheMissError(CacheError):
     """A kernel is not in the cache and building it was not allowed (``allow_build=False``).
 

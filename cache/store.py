@@ -29,13 +29,13 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import CacheCorruptionWarning, CacheError, CacheMissError, CacheSecurityError
+from .errors import CacheCorruptionWarning, CacheError, CacheMissError, CacheReadOnlyError, CacheSecurityError
 
 FORMAT_VERSION = 1
 CUBIN_NAME = "kernel.cubin"
@@ -244,10 +244,26 @@ def _remove_tree(path: str) -> None:
         pass
 
 
+def _make_parents(path: str) -> None:
+    """Create the parents of the cache root; a parent that cannot be made is a CacheError naming it."""
+    parent = os.path.dirname(path)
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise CacheError(
+            f"kernel cache root {path!r} cannot be created: a component of {parent!r} is a file, not a directory"
+        ) from None
+    except PermissionError:
+        raise CacheReadOnlyError(path, f"cannot be created (no permission to create {parent!r})") from None
+
+
 def _check_root(root: str) -> None:
     st = os.stat(root)
     if not stat.S_ISDIR(st.st_mode):
-        raise CacheError(f"kernel cache root {root!r} exists and is not a directory")
+        raise CacheError(
+            f"kernel cache root {root!r} exists and is not a directory: set DGX_CACHE_DIR to a directory "
+            "(or move the file away)"
+        )
     uid = os.geteuid()
     reasons: list[str] = []
     fixes: list[str] = []
@@ -272,11 +288,13 @@ class KernelCache:
 
     def __init__(self, root: str | os.PathLike):
         given = os.path.abspath(os.fspath(root))
-        os.makedirs(os.path.dirname(given), exist_ok=True)
+        _make_parents(given)
         try:
             os.mkdir(given, 0o700)
         except FileExistsError:
             pass
+        except PermissionError:
+            raise CacheReadOnlyError(given, "cannot be created (no permission to write its parent)") from None
         else:
             os.chmod(given, 0o700)  # the umask may have taken bits away; never adds any
         real = os.path.realpath(given)
@@ -284,8 +302,10 @@ class KernelCache:
         self._root = real
         self._tmp = os.path.join(real, TMP_DIR)
         self._locks = os.path.join(real, LOCK_DIR)
-        self._ensure_layout()
-        self._sweep_tmp(STALE_TMP_SECONDS)
+        self._writable = os.access(real, os.W_OK | os.X_OK)
+        if self._writable:
+            self._ensure_layout()
+            self._sweep_tmp(STALE_TMP_SECONDS)
         self._mem: dict[str, bytes] = {}
         self._mutex = threading.Lock()
         self._counts = dict.fromkeys(("hits_memory", "hits_disk", "misses", "builds", "corrupt"), 0)
@@ -296,6 +316,16 @@ class KernelCache:
     @property
     def root(self) -> Path:
         return Path(self._root)
+
+    @property
+    def read_only(self) -> bool:
+        """True if we cannot write under the root: loads work, builds, imports and removals do not."""
+        return not self._writable
+
+    def require_writable(self, action: str = "write to it") -> None:
+        """Raise CacheReadOnlyError (saying what could not be done) unless the root is writable."""
+        if not self._writable:
+            raise CacheReadOnlyError(self._root, f"is not writable by uid {os.geteuid()}, so dgx cannot {action}")
 
     @property
     def stats(self) -> CacheStats:
@@ -324,6 +354,7 @@ class KernelCache:
             return cubin
         if not allow_build:
             raise CacheMissError(key, self._root)
+        self.require_writable(f"store the new kernel {key[:16]}")
         with self._key_lock(key):
             found = self._load_locked(key)
             if found is not None:  # another process built it while we waited
@@ -348,6 +379,7 @@ class KernelCache:
         """Store ``cubin`` under ``key``. If a valid entry exists already, it is kept (first writer wins)."""
         check_key(key)
         cubin, extra = self._check_build_result(key, (cubin, manifest_extra))
+        self.require_writable(f"store the kernel {key[:16]}")
         with self._key_lock(key):
             found = self._load_locked(key)
             stored = found[0] if found is not None else self._publish(key, cubin, make_manifest(key, cubin, extra))
@@ -389,6 +421,7 @@ class KernelCache:
         ok: list[str] = []
         corrupt: list[str] = []
         reasons: dict[str, str] = {}
+        remove = remove and self._writable  # a read-only cache is checked, not changed: the report says so
         for key in self._disk_keys():
             try:
                 found = self._read_disk(key)
@@ -413,11 +446,39 @@ class KernelCache:
         return VerifyReport(ok=tuple(ok), corrupt=tuple(corrupt), reasons=reasons, removed=remove)
 
     def clear(self) -> int:
-        """Remove every entry (and this object's in-memory copies); return how many entries were removed."""
+        """Remove every entry (and this object's in-memory copies), the lock files no process holds and
+        the emptied shard directories; return how many entries were removed."""
+        self.require_writable("remove its kernels")
         removed = sum(1 for key in self._disk_keys() if self._discard(key))
         with self._mutex:
             self._mem.clear()
         self._sweep_tmp(STALE_TMP_SECONDS)
+        self._remove_idle_locks()
+        self._remove_empty_shards()
+        return removed
+
+    def remove_abandoned(self, keys: Iterable[str]) -> int:
+        """Remove the unfinished files of builds of ``keys`` whose writer is gone (killed mid-write).
+
+        A key's staging directories are removed only while we hold its lock, so a build still running
+        elsewhere (which holds the lock) is never touched. Returns how many directories were removed.
+        """
+        if not self._writable:
+            return 0
+        removed = 0
+        try:
+            names = os.listdir(self._tmp)
+        except FileNotFoundError:
+            return 0
+        for key in keys:
+            prefix = f"new-{check_key(key)[:16]}-"
+            mine = [n for n in names if n.startswith(prefix)]
+            if not mine:
+                continue
+            with self._key_lock(key):
+                for name in mine:
+                    _remove_tree(os.path.join(self._tmp, name))
+                    removed += 1
         return removed
 
     def __repr__(self) -> str:
@@ -431,6 +492,45 @@ class KernelCache:
     def _ensure_layout(self) -> None:
         for d in (self._tmp, self._locks):
             os.makedirs(d, mode=0o700, exist_ok=True)
+
+    def _remove_idle_locks(self) -> None:
+        """Delete the lock files no process holds. Safe: _key_lock re-checks after locking that its file
+        is still the one at the path, so a process that opened a lock file we delete starts over."""
+        try:
+            names = os.listdir(self._locks)
+        except FileNotFoundError:
+            return
+        for name in names:
+            if not (name.endswith(".lock") and is_key(name[:-5])):
+                continue
+            path = os.path.join(self._locks, name)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | _O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # someone holds it: keep it
+                os.close(fd)
+                continue
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            finally:
+                os.close(fd)
+
+    def _remove_empty_shards(self) -> None:
+        try:
+            shards = os.listdir(self._root)
+        except FileNotFoundError:
+            return
+        for shard in shards:
+            if len(shard) == 2 and _HEX.issuperset(shard):
+                try:
+                    os.rmdir(os.path.join(self._root, shard))
+                except OSError:  # not empty (an entry landed meanwhile), or not a directory
+                    pass
 
     def _count(self, name: str) -> None:
         with self._mutex:
@@ -492,7 +592,16 @@ class KernelCache:
     def _disk_entry(self, key: str) -> tuple[bytes, dict[str, Any]] | None:
         try:
             return self._read_disk(key)
-        except EntryCorrupt:  # maybe a writer or remover raced us: decide under the lock
+        except EntryCorrupt as exc:  # maybe a writer or remover raced us: decide under the lock
+            if not self._writable:  # nobody writes here: it is corrupt, and it cannot be removed
+                self._count("corrupt")
+                warnings.warn(
+                    f"kernel cache entry {key} in {self._root} is corrupt: {exc.reason}; the cache is read-only, "
+                    "so it was left in place and is treated as missing",
+                    CacheCorruptionWarning,
+                    stacklevel=4,
+                )
+                return None
             with self._key_lock(key):
                 return self._load_locked(key)
 
@@ -552,13 +661,8 @@ class KernelCache:
         if key in held:
             raise CacheError(f"kernel {key} was requested again while it is being built or stored (recursive build?)")
         path = os.path.join(self._locks, key + ".lock")
+        fd = self._open_locked(path)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | _O_CLOEXEC, 0o600)
-        except FileNotFoundError:
-            self._ensure_layout()
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | _O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
             held.add(key)
             try:
                 yield
@@ -566,6 +670,26 @@ class KernelCache:
                 held.discard(key)
         finally:
             os.close(fd)  # releases the flock
+
+    def _open_locked(self, path: str) -> int:
+        """Open and flock the lock file at ``path``; retry if it was deleted or replaced meanwhile (clear()
+        deletes idle lock files), so that every holder holds the file that is at the path."""
+        while True:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | _O_CLOEXEC, 0o600)
+            except FileNotFoundError:
+                self._ensure_layout()
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                    return fd
+            except FileNotFoundError:
+                pass
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)
 
     @staticmethod
     def _check_build_result(key: str, result: object) -> tuple[bytes, Mapping[str, Any]]:

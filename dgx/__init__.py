@@ -15,11 +15,11 @@ from .grouped import (
     m_grouped_gemm_fp8_fp8_bf16_nt_masked,
 )
 from .jit import jit_stats, reset_jit_stats
+from .version import __version__
 from .mqa import fp8_mqa_logits, fp8_paged_mqa_logits, get_paged_mqa_logits_metadata
 from .wgrad import k_grouped_fp8_gemm_nt_contiguous, k_grouped_wgrad_gemm_fp8_fp8_fp32_nt, wgrad_gemm_fp8_fp8_fp32_nt
 from .layout import get_mn_major_tma_aligned_tensor, get_tma_aligned_size, transform_sf_into_required_layout
 
-__version__ = "0.1.0"
 
 __all__ = [
     "fp8_gemm_nt",

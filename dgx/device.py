@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from . import env, runtime
+from .errors import DgxError
 
 _num_sms: int | None = None
 generation = 0  # bumped by set_num_sms so that per-call caches keyed on it drop their old plans
@@ -12,7 +13,10 @@ def set_num_sms(num_sms: int) -> None:
     """Plan kernels for `num_sms` SMs (e.g. to leave SMs to a concurrent communication kernel)."""
     if not isinstance(num_sms, int) or num_sms <= 0:
         raise ValueError(f"set_num_sms: expected a positive int; got {num_sms!r}")
-    available = runtime.device_info(0).num_sms if runtime.device_count() else num_sms
+    try:
+        available = runtime.device_info(0).num_sms if runtime.device_count() else num_sms
+    except Exception:  # no usable driver: nothing to check the count against
+        available = num_sms
     if num_sms > available:
         raise ValueError(f"set_num_sms: the device has {available} SMs; got {num_sms}")
     global _num_sms, generation
@@ -27,4 +31,10 @@ def get_num_sms(device: int = 0) -> int:
     override = env.num_sms_override()
     if override is not None:
         return override
-    return runtime.device_info(device).num_sms
+    try:
+        return runtime.device_info(device).num_sms
+    except Exception as exc:  # no driver, no GPU, or a loader error from cuda-bindings
+        raise DgxError(
+            f"get_num_sms: cannot read the SM count of CUDA device {device} ({type(exc).__name__}: {exc}); "
+            "without a GPU and driver, call dgx.set_num_sms(N) or set DGX_NUM_SMS=N"
+        ) from exc

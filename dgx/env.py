@@ -9,6 +9,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import EnvError
+
 
 @dataclass(frozen=True)
 class EnvVar:
@@ -71,9 +73,10 @@ def dump_dir() -> Path | None:
 
 
 def sass_interleave() -> str:
-    value = os.environ.get("DGX_SASS_INTERLEAVE", "auto").strip().lower() or "auto"
+    raw = os.environ.get("DGX_SASS_INTERLEAVE", "auto")
+    value = raw.strip().lower() or "auto"
     if value not in ("auto", "on", "off"):
-        raise ValueError(f"DGX_SASS_INTERLEAVE must be one of auto, on, off; got {value!r}")
+        raise EnvError("DGX_SASS_INTERLEAVE", raw, "auto, on or off", "unset it for the default (auto)")
     return value
 
 
@@ -82,13 +85,32 @@ def print_configs() -> bool:
 
 
 def num_sms_override() -> int | None:
-    value = os.environ.get("DGX_NUM_SMS", "").strip()
+    raw = os.environ.get("DGX_NUM_SMS", "")
+    value = raw.strip()
     if not value:
         return None
     try:
         n = int(value)
     except ValueError:
-        raise ValueError(f"DGX_NUM_SMS must be a positive integer; got {value!r}") from None
+        n = 0
     if n <= 0:
-        raise ValueError(f"DGX_NUM_SMS must be a positive integer; got {n}")
+        raise EnvError(
+            "DGX_NUM_SMS", raw, "a positive integer (the SM count to plan kernels for, e.g. 132)",
+            "set it to the SMs the servers use, or unset it to use all of the GPU's",
+        )
     return n
+
+
+# Variables whose value is checked, and the function that checks it (raising EnvError).
+_CHECKED = {"DGX_SASS_INTERLEAVE": sass_interleave, "DGX_NUM_SMS": num_sms_override}
+
+
+def problems() -> dict[str, str]:
+    """The variables set to a value dgx cannot use: name -> the error message (``dgx info`` shows them)."""
+    out = {}
+    for name, check in _CHECKED.items():
+        try:
+            check()
+        except EnvError as exc:
+            out[name] = str(exc)
+    return out

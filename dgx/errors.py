@@ -41,5 +41,28 @@ class CudaError(DgxError):
         super().__init__(msg)
 
 
+class ConfigError(DgxError, ValueError):
+    """A setting (an environment variable, an option) has a value dgx cannot use; the message names the
+    setting, the value and what to do."""
+
+
+class EnvError(ConfigError):
+    """An environment variable dgx reads has a value it cannot use.
+
+    Attributes:
+        name: the variable.
+        value: its value.
+    """
+
+    def __init__(self, name: str, value: str, expected: str, fix: str):
+        self.name = name
+        self.value = value
+        super().__init__(f"{name}={value!r}: expected {expected}; {fix}")
+
+
 class JitStrictError(DgxError):
-    """A kernel was missing from the cache while ``DGX_JIT_STRICT=1`` forbids compiling at run time."""
+    """A kernel was missing from the cache while ``DGX_JIT_STRICT=1`` forbids compiling at run time.
+
+    The message ends with what the cache holds instead when that was built by another NVRTC (a cache
+    warmed by another install: every key differs).
+    """

@@ -21,6 +21,7 @@ from cache import CacheMissError, KernelCache, compute_key
 
 from . import compiler, env, runtime
 from .errors import JitStrictError
+from .limits import SUPPORTED_ARCH
 
 # Bump when the way dgx turns a KernelSource into a cubin changes in a way the inputs do not show.
 JIT_FORMAT = "1"
@@ -255,9 +256,15 @@ def get_cubin(src: KernelSource, arch: str) -> bytes:
         return kc.get_or_build(key, build, allow_build=not env.jit_strict())
     except CacheMissError:
         hint = f" (build it with: dgx warmup {src.warmup_hint})" if src.warmup_hint else ""
+        try:  # what the cache holds instead, when another NVRTC built it (a cache warmed by another install)
+            from .install import strict_mismatch_note
+
+            note = strict_mismatch_note()
+        except Exception:  # noqa: BLE001 - the note is a courtesy; the error itself must come through
+            note = ""
         raise JitStrictError(
             f"DGX_JIT_STRICT=1 forbids compiling at run time, and kernel {src.name} (key {key[:16]}…) is not "
-            f"in the cache at {kc.root}{hint}"
+            f"in the cache at {kc.root}{hint}{note}"
         ) from None
 
 
@@ -275,3 +282,20 @@ def get_kernel(src: KernelSource, device: int) -> runtime.LoadedKernel:
             print(f"dgx: loaded {src.name} in {1e3 * (time.perf_counter() - t0):.2f} ms", file=sys.stderr)
         _loaded[key] = kernel
     return kernel
+
+
+def key_fingerprint(arch: str) -> str:
+    """16 hex digits: a digest of every cache-key input shared by all kernels (NVRTC version, headers,
+    options, arch, JIT format, SASS-pass setting). Equal fingerprints mean equal keys for equal kernels."""
+    inputs = key_inputs(KernelSource(name="", source=""), arch)
+    for own in ("kernel", "source"):
+        inputs.pop(own, None)
+    return compute_key(inputs)[:16]
+
+
+def install_summary(arch: str = SUPPORTED_ARCH) -> dict[str, str]:
+    """This install's key-relevant setup (``dgx info``, bundles): dgx version, NVRTC version, arch, fingerprint."""
+    from .install import nvrtc_version
+    from .version import __version__
+
+    return {"dgx": __version__, "nvrtc": nvrtc_version(), "arch": arch, "fingerprint": key_fingerprint(arch)}

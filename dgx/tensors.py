@@ -12,6 +12,26 @@ from typing import Any
 
 #: dtype names dgx recognises.
 DTYPES = ("float8_e4m3fn", "bfloat16", "float32", "int32", "uint8")
+#: What each named argument of the GEMM entry points accepts (an unknown dtype's error says this).
+ACCEPTED_DTYPES = {
+    "A": ("float8_e4m3fn",),
+    "B": ("float8_e4m3fn",),
+    "SFA": ("float32",),
+    "SFB": ("float32",),
+    "d": ("bfloat16", "float32"),
+    "c": ("float32",),
+    "m_indices": ("int32",),
+    "masked_m": ("int32",),
+    "ks_tensor": ("int32",),
+    "q": ("float8_e4m3fn",),
+    "kv": ("float8_e4m3fn",),
+    "kv_cache": ("uint8",),
+    "weights": ("float32",),
+}
+
+
+def _accepted(name: str) -> str:
+    return "/".join(ACCEPTED_DTYPES.get(name, DTYPES))
 _ITEMSIZE = {"float8_e4m3fn": 1, "bfloat16": 2, "float32": 4, "int32": 4, "uint8": 1}
 
 
@@ -65,7 +85,7 @@ def _is_torch_tensor(obj: object) -> bool:
 def _from_torch(t, name: str) -> TensorView:
     dtype = _torch_dtypes().get(t.dtype)
     if dtype is None:
-        raise TypeError(f"{name}: expected a tensor of dtype {'/'.join(DTYPES)}; got {t.dtype}")
+        raise TypeError(f"{name}: expected a tensor of dtype {_accepted(name)}; got {t.dtype}")
     dev = t.device
     if dev.type == "cuda":
         ordinal, kind = dev.index if dev.index is not None else 0, "cuda"
@@ -137,7 +157,7 @@ def _from_dlpack(obj, name: str) -> TensorView:
     code = (dl.dtype.code, dl.dtype.bits)
     if dl.dtype.lanes != 1 or code not in _DL_DTYPES:
         raise TypeError(
-            f"{name}: expected a tensor of dtype {'/'.join(DTYPES)}; got DLPack type code {dl.dtype.code} "
+            f"{name}: expected a tensor of dtype {_accepted(name)}; got DLPack type code {dl.dtype.code} "
             f"with {dl.dtype.bits} bits x {dl.dtype.lanes} lanes"
         )
     dev_type = dl.device.device_type

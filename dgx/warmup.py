@@ -6,33 +6,27 @@ kernels by cache key across all entries, and :func:`run` compiles the ones missi
 parallel (spawned) processes. Each worker goes through :func:`dgx.jit.get_cubin`, which stores into the
 cache under the key's lock, so several warmups (or ranks) sharing one cache compile each kernel once.
 No GPU is needed: the SM count and the architecture are arguments.
+
 """
 
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable
 
-from . import jit
+from . import enumeration, interrupts, jit, workpool
 from .jit import KernelSource
-from .kinds import KIND_NAMES, GemmKind, Layout
+from .kinds import Layout
+from .problems import GROUPED_KINDS, KINDS, ProblemError, check_arch, check_problem
 
-KINDS = KIND_NAMES  # the shapes-file kinds (dgx.kinds.GemmKind values)
-GROUPED_KINDS = frozenset(k.value for k in GemmKind if k.grouped)
 FIELDS = ("kind", "n", "k", "groups", "max_m", "m", "note")
 
 DEFAULT_MAX_M = 8192
 DEFAULT_NUM_SMS = 132  # H100 / H800 SXM
 DEFAULT_ARCH = "sm_90a"
-
-# Every M up to here is asked of the heuristics; beyond it, only the M at which some block count
-# changes (see m_samples).
-EXHAUSTIVE_BELOW = 512
 
 
 class ShapesFileError(ValueError):
@@ -43,7 +37,7 @@ class ShapesFileError(ValueError):
 class ShapeSpec:
     """One entry of a shapes file."""
 
-    kind: str  # a GemmKind (a str: its shapes-file value)
+    kind: str
     n: int
     k: int
     groups: int | None = None
@@ -112,25 +106,19 @@ def parse_shapes(data: Any, *, on_unknown_field: Callable[[str], None] | None = 
             raise ShapesFileError(f"entry {idx}: field 'kind': expected one of {', '.join(KINDS)}, got {kind!r}")
         n = _positive_int(entry, idx, "n", True)
         k = _positive_int(entry, idx, "k", True)
-        if n % 8:
-            raise ShapesFileError(
-                f"entry {idx}: field 'n': expected a multiple of 8 (16-byte rows of the BF16 output), got {n}"
-            )
-        if k % 16:
-            raise ShapesFileError(f"entry {idx}: field 'k': expected a multiple of 16 (16-byte FP8 rows for TMA), got {k}")
-        grouped = kind in GROUPED_KINDS
-        groups = _positive_int(entry, idx, "groups", grouped)
-        if not grouped and groups is not None:
-            raise ShapesFileError(
-                f"entry {idx}: field 'groups': expected no groups for kind {kind!r} (only "
-                f"{', '.join(sorted(GROUPED_KINDS))} take them), got {groups}"
-            )
+        groups = _positive_int(entry, idx, "groups", False)
         max_m = _positive_int(entry, idx, "max_m", False)
         m = _positive_int(entry, idx, "m", False)
+        try:
+            check_problem(kind, n=n, k=k, groups=groups, m=max_m, m_field="max_m")
+            if m is not None:
+                check_problem(kind, n=n, k=k, groups=groups, m=m, m_field="m")
+        except ProblemError as exc:
+            raise ShapesFileError(f"entry {idx}: {exc}") from None
         note = entry.get("note", "")
         if not isinstance(note, str):
             raise ShapesFileError(f"entry {idx}: field 'note': expected a string, got {note!r}")
-        specs.append(ShapeSpec(GemmKind(kind), n, k, groups, max_m, note, m))
+        specs.append(ShapeSpec(kind, n, k, groups, max_m, note, m))
     return specs
 
 
@@ -175,105 +163,40 @@ def load_preset(name: str) -> list[ShapeSpec]:
 
 # --- enumeration ----------------------------------------------------------------------------------
 
-
-def m_samples(max_m: int, block_ms: Sequence[int] | None = None) -> list[int]:
-    """The M values whose heuristic choices cover every M in 1..max_m.
-
-    The dense heuristic sees M only through block counts ceil(M / block_m) (and comparisons of M with
-    block sizes), so its choice is constant between consecutive multiples of the block sizes. Every M
-    up to EXHAUSTIVE_BELOW is taken anyway; above it, each multiple j*block_m and j*block_m + 1 of every
-    candidate block_m, and max_m itself. tests/test_warmup.py checks this against asking for every M.
-    """
-    if max_m <= 0:
-        raise ValueError(f"max_m: expected a positive integer, got {max_m}")
-    if block_ms is None:
-        from . import heuristics
-
-        block_ms = heuristics.BLOCK_MS
-    ms = set(range(1, min(max_m, EXHAUSTIVE_BELOW) + 1))
-    for bm in block_ms:
-        for edge in range(bm, max_m + 1, bm):
-            ms.add(edge)
-            if edge + 1 <= max_m:
-                ms.add(edge + 1)
-    ms.add(max_m)
-    return sorted(ms)
+# Kept here for callers of earlier versions; dgx/enumeration.py holds the logic.
+EXHAUSTIVE_BELOW = enumeration.EXHAUSTIVE_BELOW
+CONTIGUOUS_WARM_LIMIT = enumeration.CONTIGUOUS_WARM_LIMIT
+m_samples = enumeration.m_samples
+#: Enumerate in worker processes only past this many heuristic calls (spawning one costs about a second).
+POOL_MIN_SAMPLES = 4000
 
 
 def dense_configs(n: int, k: int, max_m: int, num_sms: int, exhaustive: bool = False) -> list:
     """The distinct GemmConfigs choose_dense picks for M in 1..max_m (in order of first appearance)."""
-    from .heuristics import choose_dense
-
     ms = range(1, max_m + 1) if exhaustive else m_samples(max_m)
-    seen: dict = {}
-    for m in ms:
-        config = choose_dense(m, n, k, num_sms).config
-        seen.setdefault(config, m)
-    return list(seen)
-
-
-def _dense_sources(spec: ShapeSpec, max_m: int, num_sms: int) -> list[KernelSource]:
-    return [c.render() for c in dense_configs(spec.n, spec.k, max_m, num_sms)]
-
-
-CONTIGUOUS_WARM_LIMIT = 65536  # largest M_sum (rows of all groups) warmed for the contiguous layout
+    return enumeration.configs_for("dense", n, k, None, ms, num_sms)
 
 
 def grouped_configs(layout: int, n: int, k: int, groups: int, max_m: int, num_sms: int) -> list:
     """The distinct GemmConfigs choose_grouped picks: contiguous for every M_sum (a multiple of the
     alignment) up to groups x max_m (max_m rows per group, at most CONTIGUOUS_WARM_LIMIT in all),
     masked for every expected M per group up to max_m."""
-    from .heuristics import CONTIGUOUS_ALIGNMENT, choose_grouped
-
-    if layout == Layout.CONTIGUOUS:
-        # max_m is per group here: M_sum runs up to groups x max_m (capped: the choice settles on large
-        # tiles long before that).
-        top = min(groups * max_m, CONTIGUOUS_WARM_LIMIT)
-        ms = range(CONTIGUOUS_ALIGNMENT, max(top, CONTIGUOUS_ALIGNMENT) + 1, CONTIGUOUS_ALIGNMENT)
-    else:
-        ms = m_samples(max_m)
-    seen: dict = {}
-    for m in ms:
-        seen.setdefault(choose_grouped(layout, m, n, k, groups, num_sms).config, m)
-    return list(seen)
-
-
-def _contiguous_sources(spec: ShapeSpec, max_m: int, num_sms: int) -> list[KernelSource]:
-    return [c.render() for c in grouped_configs(Layout.CONTIGUOUS, spec.n, spec.k, spec.groups or 1, max_m, num_sms)]
-
-
-def _masked_sources(spec: ShapeSpec, max_m: int, num_sms: int) -> list[KernelSource]:
-    return [c.render() for c in grouped_configs(Layout.MASKED, spec.n, spec.k, spec.groups or 1, max_m, num_sms)]
+    kind = "m_grouped_contiguous" if layout == Layout.CONTIGUOUS else "m_grouped_masked"
+    ms = enumeration.m_values(kind, groups, max_m, 1, enumeration.m_range(kind, groups, max_m))
+    return enumeration.configs_for(kind, n, k, groups, ms, num_sms)
 
 
 def wgrad_configs(n: int, k: int, groups: int, max_m: int, num_sms: int, k_grouped: bool) -> list:
     """The distinct GemmConfigs choose_wgrad picks for M in 1..max_m (dense, or K-grouped with `groups`
     outputs and `k` the K of a group)."""
-    from .heuristics import choose_wgrad
-
-    layout = Layout.K_GROUPED if k_grouped else Layout.DENSE
-    seen: dict = {}
-    for m in m_samples(max_m):
-        seen.setdefault(choose_wgrad(m, n, k, num_sms, layout, groups if k_grouped else 1).config, m)
-    return list(seen)
+    kind = "k_grouped" if k_grouped else "wgrad"
+    return enumeration.configs_for(kind, n, k, groups if k_grouped else None, m_samples(max_m), num_sms)
 
 
-def _wgrad_sources(spec: ShapeSpec, max_m: int, num_sms: int) -> list[KernelSource]:
-    return [c.render() for c in wgrad_configs(spec.n, spec.k, 1, max_m, num_sms, False)]
-
-
-def _k_grouped_sources(spec: ShapeSpec, max_m: int, num_sms: int) -> list[KernelSource]:
-    return [c.render() for c in wgrad_configs(spec.n, spec.k, spec.groups or 1, max_m, num_sms, True)]
-
-
-# kind -> the kernels the heuristics can choose for one entry (every kind has its kernels).
-ENUMERATORS: dict[GemmKind, Callable[[ShapeSpec, int, int], list[KernelSource]]] = {
-    GemmKind.DENSE: _dense_sources,
-    GemmKind.M_GROUPED_CONTIGUOUS: _contiguous_sources,
-    GemmKind.M_GROUPED_MASKED: _masked_sources,
-    GemmKind.WGRAD: _wgrad_sources,
-    GemmKind.K_GROUPED: _k_grouped_sources,
-}
+def _sources(spec: ShapeSpec, max_m: int, num_sms: int) -> list[KernelSource]:
+    limit = spec.m_limit(max_m)
+    ms = enumeration.m_values(spec.kind, spec.groups, limit, 1, enumeration.m_range(spec.kind, spec.groups, limit))
+    return [c.render() for c in enumeration.configs_for(spec.kind, spec.n, spec.k, spec.groups, ms, num_sms)]
 
 
 @dataclass(frozen=True)
@@ -291,9 +214,24 @@ class Plan:
     seconds: float = 0.0
 
 
-def _enumerate_entry(spec: ShapeSpec, max_m: int, num_sms: int, arch: str) -> list[tuple[str, KernelSource]]:
-    """(cache key, source) of every kernel the heuristics can choose for one entry (runs in a worker too)."""
-    return [(jit.kernel_key(src, arch), src) for src in ENUMERATORS[spec.kind](spec, spec.m_limit(max_m), num_sms)]
+@dataclass(frozen=True)
+class PlanProgress:
+    """Reported as enumeration pieces end: ``done`` of ``total`` heuristic calls so far."""
+
+    done: int
+    total: int
+    elapsed: float
+
+    @property
+    def eta(self) -> float | None:
+        if self.done == 0:
+            return None
+        return self.elapsed / self.done * max(self.total - self.done, 0)
+
+
+def _check_positive(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
 
 
 def plan(
@@ -303,28 +241,59 @@ def plan(
     num_sms: int = DEFAULT_NUM_SMS,
     arch: str = DEFAULT_ARCH,
     jobs: int = 1,
+    progress: Callable[[PlanProgress], None] | None = None,
 ) -> Plan:
     """Every distinct kernel (by cache key) the heuristics can choose for the entries.
 
-    ``max_m`` applies to entries that set neither ``max_m`` nor ``m``. With ``jobs`` > 1 the entries are
-    enumerated in that many spawned processes (asking the heuristics for every M takes ~0.5 s a shape).
+    ``max_m`` applies to entries that set neither ``max_m`` nor ``m``. Each entry's range of M is asked in
+    windows (dgx/enumeration.py); with ``jobs`` > 1 and enough of them, in that many spawned processes.
+    ``progress`` is called as windows end. A SIGINT or SIGTERM stops the enumeration at once and raises
+    :class:`dgx.interrupts.Interrupted` (nothing has been written by then).
     """
     for name, value in (("max_m", max_m), ("num_sms", num_sms), ("jobs", jobs)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{name}: expected a positive integer, got {value!r}")
-    if not isinstance(arch, str) or not arch.startswith("sm_"):
-        raise ValueError(f"arch: expected an architecture like 'sm_90a', got {arch!r}")
+        _check_positive(name, value)
+    check_arch(arch)
     t0 = time.perf_counter()
-    todo = list(entries)
-    if jobs > 1 and len(todo) > 1:
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx) as pool:
-            found = list(pool.map(_enumerate_entry, todo, *zip(*[(max_m, num_sms, arch)] * len(todo))))
-    else:
-        found = [_enumerate_entry(spec, max_m, num_sms, arch) for spec in todo]
+    tasks: list[tuple] = []
+    owners: list[ShapeSpec] = []
+    counts: list[int] = []
+    for spec in entries:
+        limit = spec.m_limit(max_m)
+        check_problem(spec.kind, n=spec.n, k=spec.k, groups=spec.groups, m=limit, m_field="max_m")
+        for lo, hi, count in enumeration.windows(spec.kind, spec.groups, limit):
+            tasks.append((spec.kind, spec.n, spec.k, spec.groups, limit, lo, hi, num_sms, arch))
+            owners.append(spec)
+            counts.append(count)
+    total = sum(counts)
+    found: list[list[tuple[str, KernelSource]] | None] = [None] * len(tasks)
+    done = 0
+
+    def finished(index: int, kernels, error: BaseException | None) -> None:
+        nonlocal done
+        if error is not None:
+            raise error
+        found[index] = kernels
+        done += counts[index]
+        if progress is not None:
+            progress(PlanProgress(done, total, time.perf_counter() - t0))
+
+    with interrupts.guard() as state:
+        if jobs > 1 and total >= POOL_MIN_SAMPLES and len(tasks) > 1:
+            outcome = workpool.run_tasks(
+                enumeration.enumerate_window, tasks, jobs=jobs, on_done=finished, state=state, finish_running=False
+            )
+            if outcome.interrupted:
+                raise interrupts.Interrupted(outcome.signum)
+        else:
+            for index, task in enumerate(tasks):
+                if state.requested:
+                    raise state.interrupted()
+                finished(index, enumeration.enumerate_window(*task), None)
+            if state.requested:
+                raise state.interrupted()
     by_key: dict[str, tuple[KernelSource, list[str]]] = {}
-    for spec, kernels in zip(todo, found):
-        for key, src in kernels:
+    for spec, kernels in zip(owners, found):
+        for key, src in kernels or ():
             if key not in by_key:
                 by_key[key] = (src, [])
             if spec.label not in by_key[key][1]:
@@ -344,20 +313,29 @@ class WarmupResult:
     failed: int = 0
     seconds: float = 0.0
     failures: list[tuple[str, str]] = field(default_factory=list)  # (kernel name, error)
+    built_elsewhere: int = 0  # of ``cached``: built by another process sharing the cache while this one ran
+    corrupt_rebuilt: int = 0  # corrupt entries found (and removed) before building
+    interrupted: str | None = None  # the signal that stopped the warmup ("SIGINT", "SIGTERM"), if one did
+    not_built: int = 0  # kernels left unbuilt because of the interrupt (never started, or killed)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "kernels": self.kernels,
             "compiled": self.compiled,
             "cached": self.cached,
             "failed": self.failed,
             "seconds": round(self.seconds, 2),
         }
+        if self.interrupted:
+            out["interrupted"] = self.interrupted
+            out["not_built"] = self.not_built
+        return out
 
 
 @dataclass(frozen=True)
 class Progress:
-    """Reported after each kernel that had to be built: ``done`` of ``total`` so far."""
+    """Reported after each kernel that had to be built: ``done`` of ``total`` so far, of which
+    ``compiled`` were compiled here and ``elsewhere`` built meanwhile by another process."""
 
     done: int
     total: int
@@ -365,6 +343,8 @@ class Progress:
     elapsed: float
     kernel: str
     error: str | None
+    compiled: int = 0
+    elsewhere: int = 0
 
     @property
     def eta(self) -> float | None:
@@ -393,42 +373,71 @@ def run(
     *,
     jobs: int | None = None,
     progress: Callable[[Progress], None] | None = None,
+    on_interrupt: Callable[[int], None] | None = None,
 ) -> WarmupResult:
-    """Compiles the planned kernels missing from the cache in ``jobs`` spawned processes."""
+    """Compiles the planned kernels missing from the cache in up to ``jobs`` spawned processes.
+
+    SIGINT or SIGTERM (the first) stops handing out kernels and lets the running compiles finish
+    (``on_interrupt(running)`` is told how many); a second one kills them. Either way the workers are
+    reaped, a killed compile's unfinished files are removed, and the result says what was kept
+    (``interrupted``, ``not_built``). Entries only ever land whole, so the cache stays consistent.
+    """
     if jobs is None:
         jobs = os.cpu_count() or 1
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs <= 0:
-        raise ValueError(f"jobs: expected a positive integer, got {jobs!r}")
+    _check_positive("jobs", jobs)
     t0 = time.perf_counter()
     result = WarmupResult(kernels=len(the_plan.kernels))
     kc = jit.kernel_cache()
+    corrupt_before = kc.stats.corrupt
     todo = []
     for pk in the_plan.kernels:
         if kc.contains(pk.key):
             result.cached += 1
         else:
             todo.append(pk)
+    result.corrupt_rebuilt = kc.stats.corrupt - corrupt_before
+    done = 0
+
+    def finished(index: int, value, error: BaseException | None) -> None:
+        nonlocal done
+        pk = todo[index]
+        if error is not None:  # the worker died (crash, out of memory): that kernel failed
+            compiled, message = False, f"worker process failed: {type(error).__name__}: {error}"
+        else:
+            compiled, message = value
+        if message is not None:
+            result.failed += 1
+            result.failures.append((pk.source.name, message))
+        elif compiled:
+            result.compiled += 1
+        else:
+            result.cached += 1
+            result.built_elsewhere += 1
+        done += 1
+        if progress is not None:
+            progress(
+                Progress(
+                    done, len(todo), result.failed, time.perf_counter() - t0, pk.source.name, message,
+                    result.compiled, result.built_elsewhere,
+                )
+            )
+
     if todo:
-        ctx = multiprocessing.get_context("spawn")
-        done = 0
-        with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx, initializer=_worker_init) as pool:
-            futures = {pool.submit(build_one, pk.source, the_plan.arch): pk for pk in todo}
-            for future in as_completed(futures):
-                pk = futures[future]
-                try:
-                    compiled, error = future.result()
-                except Exception as exc:  # the worker died (crash, out of memory): that kernel failed
-                    compiled, error = False, f"worker process failed: {type(exc).__name__}: {exc}"
-                if error is not None:
-                    result.failed += 1
-                    result.failures.append((pk.source.name, error))
-                elif compiled:
-                    result.compiled += 1
-                else:
-                    result.cached += 1
-                done += 1
-                if progress is not None:
-                    progress(Progress(done, len(todo), result.failed, time.perf_counter() - t0, pk.source.name, error))
+        with interrupts.guard() as state:
+            outcome = workpool.run_tasks(
+                build_one,
+                [(pk.source, the_plan.arch) for pk in todo],
+                jobs=jobs,
+                on_done=finished,
+                state=state,
+                on_interrupt=on_interrupt,
+                initializer=_worker_init,
+            )
+        if outcome.killed:
+            kc.remove_abandoned([todo[i].key for i in outcome.killed])
+        if outcome.interrupted:
+            result.interrupted = interrupts.signal_name(outcome.signum)
+            result.not_built = len(outcome.not_started) + len(outcome.killed)
     result.seconds = the_plan.seconds + time.perf_counter() - t0
     return result
 

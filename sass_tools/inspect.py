@@ -40,7 +40,7 @@ class KernelReport:
     ffma: int
     ffma_yield_set: int  # FFMA with the yield flag, anywhere in the kernel
     ffma_runs: tuple[FfmaRun, ...]  # runs of at least min_run FFMA
-    histogram: dict[str, int] = field(hash=False)  # mnemonic (or 0x... for unknown opcodes) -> count
+    histogram: dict[str, int] = field(hash=False)  # mnemonic (or "unknown 0x..." for unknown opcodes) -> count
 
     @property
     def ffma_interleaved_runs(self) -> int:
@@ -74,6 +74,11 @@ class KernelReport:
         }
 
 
+def unknown_label(opcode: int) -> str:
+    """How reports name an opcode the table does not know."""
+    return f"unknown 0x{opcode:03x}"
+
+
 def analyze_cubin(cubin: bytes, *, min_run: int = DEFAULT_MIN_RUN) -> list[KernelReport]:
     """One report per kernel (``.text.<name>`` section), in section order. ``min_run`` is the shortest
     FFMA run listed (by default the FFMA pass's own threshold). sm_90 cubins only (CubinError else):
@@ -84,7 +89,7 @@ def analyze_cubin(cubin: bytes, *, min_run: int = DEFAULT_MIN_RUN) -> list[Kerne
     for kernel in parsed.kernels.values():
         instrs = decode(parsed.text(kernel.name))
         classes = Counter(ins.op_class for ins in instrs)
-        histogram = Counter(ins.mnemonic or f"0x{ins.opcode:03x}" for ins in instrs)
+        histogram = Counter(ins.mnemonic or unknown_label(ins.opcode) for ins in instrs)
         reports.append(
             KernelReport(
                 kernel=kernel.name,

@@ -14,6 +14,16 @@ from dataclasses import dataclass
 ARCH = "sm_90a"
 
 
+def nvdisasm_exe() -> str | None:
+    """The nvdisasm the tests check against: $NVDISASM if set (to run them with another CUDA version's
+    nvdisasm), else the one sass_tools finds."""
+    import os
+
+    from sass_tools import nvdisasm_path
+
+    return os.environ.get("NVDISASM") or nvdisasm_path()
+
+
 # --------------------------------------------------------------------------- kernel sources
 
 # Long FFMA chains: 64 independent accumulators, the inner loop fully unrolled, so ptxas emits runs
@@ -403,7 +413,7 @@ def nvdisasm_text(cubin_bytes: bytes, *args: str) -> str:
 
     from sass_tools import nvdisasm_path
 
-    exe = nvdisasm_path()
+    exe = nvdisasm_exe()
     if exe is None:
         raise RuntimeError("nvdisasm not found")
     fd, path = tempfile.mkstemp(suffix=".cubin")
@@ -457,7 +467,7 @@ def disasm_info_records(cubin_bytes: bytes) -> list[DisasmInfoRecord]:
 def _nvdisasm_missing() -> bool:
     from sass_tools import nvdisasm_path
 
-    return nvdisasm_path() is None
+    return nvdisasm_exe() is None
 
 
 try:
@@ -493,7 +503,7 @@ def disasm_raw(words: list[tuple[int, int]]) -> list[str | None]:
 
     from sass_tools import nvdisasm_path
 
-    exe = nvdisasm_path()
+    exe = nvdisasm_exe()
     result: list[str | None] = [None] * len(words)
     todo = list(range(len(words)))
     for _ in range(8):

@@ -97,7 +97,10 @@ def test_cache_commands_round_trip(runner, tmp_cache, tmp_path, fresh_jit):
     assert set(listed[0]) == {"key", "kernel", "size", "created", "compiler"}
 
     verified = json.loads(runner.invoke(cli.main, ["cache", "verify", "--json"]).stdout)
-    assert verified == {"ok": 2, "removed": 0, "corrupt": []}
+    assert verified | {"other_compiler": None} == {
+        "ok": 2, "removed": 0, "corrupt": [], "compiler": verified["compiler"], "other_compiler": None
+    }
+    assert verified["other_compiler"] == ({} if verified["compiler"] == "NVRTC 13.0" else {"NVRTC 13.0": 2})
 
     bundle = tmp_path / "kernels.tar.gz"
     result = runner.invoke(cli.main, ["cache", "export", str(bundle)])

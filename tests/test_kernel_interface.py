@@ -100,16 +100,21 @@ __device__ __forceinline__ void probe_body(const Params& params) {
 
 def test_nvrtc_compiles_the_rendered_entry_and_checks_the_layout():
     source = PROBE_BODY + SMALL.render_entry("dgx_interface_probe", 128, "probe_body")
-    assert "static_assert(__builtin_offsetof(ProbeParams, scale) == 192" in source
+    assert "static_assert(sizeof(float) == 4 && alignof(float) == 4" in source
+    assert "static_assert(sizeof(ProbeParams) == " in source
     assert "const __grid_constant__ dgx::TensorMap map" in source
     compiler.compile_cubin(source, "dgx_interface_probe", compiler.compile_options("sm_90a"))
-    # A layout Python got wrong does not compile: the static_assert names the member.
-    wrong = KernelInterface(SMALL.struct_name, SMALL.params)
-    object.__setattr__(wrong, "offsets", SMALL.offsets[:2] + (196,) + SMALL.offsets[3:])
+    # A member type whose size Python gets wrong does not compile: the static_assert names the type.
+    class WrongSize(Param):
+        @property
+        def size(self) -> int:
+            return 8 if self.ctype == "float" else super().size
+
+    wrong = KernelInterface(SMALL.struct_name, tuple(WrongSize(p.name, p.ctype) for p in SMALL.params))
     with pytest.raises(CompileError) as info:
         compiler.compile_cubin(PROBE_BODY + wrong.render_entry("dgx_interface_probe", 128, "probe_body"),
                                "dgx_interface_probe", compiler.compile_options("sm_90a"))
-    assert "ProbeParams.scale" in info.value.log
+    assert "lays out float differently" in info.value.log
 
 
 def test_the_gemm_kernel_is_rendered_from_its_interface():

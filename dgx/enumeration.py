@@ -1,0 +1,124 @@
+"""Which kernels the heuristics can pick for a shape over a range of M, asked window by window.
+
+The M values asked (:func:`m_samples`) are cut into windows of :data:`WINDOW` consecutive M, so a long
+range is enumerated in pieces: pieces run in parallel, report progress as they end and can be
+interrupted between them. Memory stays bounded whatever the range (nothing holds every M at once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from . import jit
+from .jit import KernelSource
+
+# Every M up to here is asked of the heuristics; beyond it, only the M at which some block count
+# changes (see m_samples).
+EXHAUSTIVE_BELOW = 512
+#: Largest M_sum (rows of all groups) warmed for the contiguous layout.
+CONTIGUOUS_WARM_LIMIT = 65536
+#: Consecutive M values per enumeration piece (about a thousand heuristic calls above EXHAUSTIVE_BELOW).
+WINDOW = 32768
+
+
+def _block_ms(block_ms: Sequence[int] | None) -> Sequence[int]:
+    if block_ms is not None:
+        return block_ms
+    from . import heuristics
+
+    return heuristics.BLOCK_MS
+
+
+def m_samples_between(max_m: int, lo: int, hi: int, block_ms: Sequence[int] | None = None) -> list[int]:
+    """The values of :func:`m_samples` (``max_m``) that lie in [lo, hi), sorted."""
+    lo, hi = max(lo, 1), min(hi, max_m + 1)
+    if lo >= hi:
+        return []
+    ms = set(range(lo, min(hi, EXHAUSTIVE_BELOW + 1)))
+    for bm in _block_ms(block_ms):
+        for edge in range((lo - 1) // bm * bm, hi, bm):
+            for m in (edge, edge + 1):
+                if lo <= m < hi and 0 < m <= max_m and edge > 0:
+                    ms.add(m)
+    if lo <= max_m < hi:
+        ms.add(max_m)
+    return sorted(ms)
+
+
+def m_samples(max_m: int, block_ms: Sequence[int] | None = None) -> list[int]:
+    """The M values whose heuristic choices cover every M in 1..max_m.
+
+    The dense heuristic sees M only through block counts ceil(M / block_m) (and comparisons of M with
+    block sizes), so its choice is constant between consecutive multiples of the block sizes. Every M
+    up to EXHAUSTIVE_BELOW is taken anyway; above it, each multiple j*block_m and j*block_m + 1 of every
+    candidate block_m, and max_m itself. tests/test_warmup.py checks this against asking for every M.
+    """
+    if max_m <= 0:
+        raise ValueError(f"max_m: expected a positive integer, got {max_m}")
+    return m_samples_between(max_m, 1, max_m + 1, block_ms)
+
+
+def m_values(kind: str, groups: int | None, limit: int, lo: int, hi: int) -> list[int]:
+    """The M asked of the heuristics for one shape, within [lo, hi): for ``m_grouped_contiguous`` every
+    M_sum that is a multiple of the alignment up to groups x limit (capped at CONTIGUOUS_WARM_LIMIT: the
+    choice settles on large tiles long before), else :func:`m_samples_between` of ``limit``."""
+    if kind == "m_grouped_contiguous":
+        from .heuristics import CONTIGUOUS_ALIGNMENT as align
+
+        top = max(min((groups or 1) * limit, CONTIGUOUS_WARM_LIMIT), align)
+        start = -(-max(lo, align) // align) * align
+        return list(range(start, min(hi, top + 1), align))
+    return m_samples_between(limit, lo, hi)
+
+
+def m_range(kind: str, groups: int | None, limit: int) -> int:
+    """One past the largest M :func:`m_values` can return for this shape."""
+    if kind == "m_grouped_contiguous":
+        return CONTIGUOUS_WARM_LIMIT + 1
+    return limit + 1
+
+
+def windows(kind: str, groups: int | None, limit: int) -> Iterator[tuple[int, int, int]]:
+    """(lo, hi, number of M asked) for each window of the shape's range that has some M to ask."""
+    top = m_range(kind, groups, limit)
+    for lo in range(1, top, WINDOW):
+        hi = min(lo + WINDOW, top)
+        count = len(m_values(kind, groups, limit, lo, hi))
+        if count:
+            yield lo, hi, count
+
+
+def config_for(kind: str, n: int, k: int, groups: int | None, m: int, num_sms: int):
+    """The GemmConfig the heuristics pick for one problem of a shapes-file kind."""
+    from .heuristics import choose_dense, choose_grouped, choose_wgrad
+    from .kernels.fp8_gemm import LAYOUT_CONTIGUOUS, LAYOUT_DENSE, LAYOUT_K_GROUPED, LAYOUT_MASKED
+
+    g = groups or 1
+    if kind == "dense":
+        return choose_dense(m, n, k, num_sms).config
+    if kind == "m_grouped_contiguous":
+        return choose_grouped(LAYOUT_CONTIGUOUS, m, n, k, g, num_sms).config
+    if kind == "m_grouped_masked":
+        return choose_grouped(LAYOUT_MASKED, m, n, k, g, num_sms).config
+    if kind == "wgrad":
+        return choose_wgrad(m, n, k, num_sms, LAYOUT_DENSE, 1).config
+    if kind == "k_grouped":
+        return choose_wgrad(m, n, k, num_sms, LAYOUT_K_GROUPED, g).config
+    raise ValueError(f"kind: expected a shapes-file kind, got {kind!r}")
+
+
+def configs_for(kind: str, n: int, k: int, groups: int | None, ms, num_sms: int) -> list:
+    """The distinct configs picked for the M in ``ms``, in order of first appearance."""
+    seen: dict = {}
+    for m in ms:
+        seen.setdefault(config_for(kind, n, k, groups, m, num_sms), m)
+    return list(seen)
+
+
+def enumerate_window(
+    kind: str, n: int, k: int, groups: int | None, limit: int, lo: int, hi: int, num_sms: int, arch: str
+) -> list[tuple[str, KernelSource]]:
+    """(cache key, source) of each distinct kernel picked for the shape's M within [lo, hi) (runs in a
+    worker process too)."""
+    configs = configs_for(kind, n, k, groups, m_values(kind, groups, limit, lo, hi), num_sms)
+    return [(jit.kernel_key(src, arch), src) for src in (c.render() for c in configs)]
