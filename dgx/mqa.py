@@ -190,11 +190,11 @@ def fp8_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_l
         return out
     launch_stream = resolve_stream(stream, device)
     bf16 = dtype == "bfloat16"
-    if clean_logits:
-        _launcher(MqaCleanConfig(False, compressed, bf16), device, seq_len).launch(launch_stream, CLEAN_INTERFACE.pack(
-            logits=ov.ptr, logits_stride=ov.strides[0], ks=ksv.ptr, ke=kev.ptr, lens=0, seq_len_kv=seq_len_kv,
-            width=width, context_2d=0))
-    if seq_len_kv == 0:
+    if seq_len_kv == 0:  # no key to see: only the compressed form has positions, all -inf
+        if clean_logits:
+            _launcher(MqaCleanConfig(False, compressed, bf16), device, seq_len).launch(launch_stream, CLEAN_INTERFACE.pack(
+                logits=ov.ptr, logits_stride=ov.strides[0], ks=ksv.ptr, ke=kev.ptr, lens=0, seq_len_kv=seq_len_kv,
+                width=width, context_2d=0))
         return out
     if config is None:
         config = prefill_config(heads, dim, compressed, bf16)
@@ -211,7 +211,7 @@ def fp8_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_l
         tmap_q=tmap_q, tmap_kv=tmap_kv, tmap_scales=tmap_scales, weights=wv.ptr, ks=ksv.ptr, ke=kev.ptr,
         context_lens=0, block_table=0, schedule=0, logits=ov.ptr, logits_stride=ov.strides[0], table_stride=0,
         weights_stride=weights_stride, seq_len=seq_len, seq_len_kv=seq_len_kv, max_seqlen_k=max_seqlen_k, batch=0,
-        table_width=0, context_2d=0, max_context_len=0))
+        table_width=0, context_2d=0, max_context_len=0, clean=int(bool(clean_logits))))
     return out
 
 
@@ -338,5 +338,5 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedu
         block_table=tv.ptr, schedule=sv.ptr, logits=ov.ptr, logits_stride=ov.strides[0],
         table_stride=tv.strides[0], weights_stride=weights_stride, seq_len=0, seq_len_kv=0, max_seqlen_k=0,
         batch=batch, table_width=tv.shape[1], context_2d=int(lens_next_n is not None),
-        max_context_len=max_context_len))
+        max_context_len=max_context_len, clean=0))
     return out

@@ -469,6 +469,48 @@ DGX_DEVICE void mqa_math(const Params& p, const MqaSmem<T>& sm, uint32_t wg) {
     });
 }
 
+// -inf over row `row` of the logits outside [keep_lo, keep_hi), by threads tid, tid + count, ...
+template <bool kBf16>
+DGX_DEVICE void fill_outside(void* logits, int64_t stride, int row, int width, int keep_lo, int keep_hi, int tid,
+                             int count) {
+    const float neg_inf = -__int_as_float(0x7f800000);
+    const int64_t base = static_cast<int64_t>(row) * stride;
+    for (int j = tid; j < width; j += count)
+        if (j < keep_lo || j >= keep_hi) store_logit<kBf16>(logits, base + j, neg_inf);
+}
+
+// The positions of a prefill row the main kernel writes: [ks, ke) clamped (compressed: [0, ke - ks)).
+template <bool kCompressed>
+DGX_DEVICE void prefill_kept(const int* ks, const int* ke, int row, int seq_len_kv, int width, int& lo, int& hi) {
+    const int s = clamp_int(ld_global_nc_s32(ks + row), 0, seq_len_kv);
+    const int e = clamp_int(ld_global_nc_s32(ke + row), 0, seq_len_kv);
+    if constexpr (kCompressed) {
+        lo = 0;
+        hi = clamp_int(e - s, 0, width);
+    } else {
+        lo = s < e ? s : 0;
+        hi = s < e ? e : 0;
+    }
+}
+
+// The prefill kernel's own cleaning, by the producer warpgroup's three idle warps while the math runs: the rows
+// of this CTA's query blocks (the same zig-zag walk as the groups, empty windows included).
+template <typename T, typename Params>
+DGX_DEVICE void mqa_clean_own_rows(const Params& p, int tid) {
+    const int width = T::kCompressed ? p.max_seqlen_k : p.seq_len_kv;
+    const int num_q_blocks = ceil_div(p.seq_len, T::kBlockQ);
+    for (int round = 0;; ++round) {
+        const int offset = (round & 1) ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
+        const int qb = round * static_cast<int>(gridDim.x) + offset;
+        if (qb >= num_q_blocks) break;
+        for (int row = qb * T::kBlockQ; row < (qb + 1) * T::kBlockQ && row < p.seq_len; ++row) {
+            int lo, hi;
+            prefill_kept<T::kCompressed>(p.ks, p.ke, row, p.seq_len_kv, width, lo, hi);
+            fill_outside<T::kBf16>(p.logits, p.logits_stride, row, width, lo, hi, tid, 96);
+        }
+    }
+}
+
 template <typename T, typename Params>
 DGX_DEVICE void mqa_logits_body(const Params& p) {
     extern __shared__ __align__(1024) uint8_t smem[];
@@ -492,16 +534,20 @@ DGX_DEVICE void mqa_logits_body(const Params& p) {
     __syncthreads();
     if (warp >= kProducerWarp) {
         setmaxnreg_dec<T::kProducerRegs>();
-        if (warp == kProducerWarp) mqa_produce<T>(p, sm);
+        if (warp == kProducerWarp) {
+            mqa_produce<T>(p, sm);
+        } else if constexpr (!T::kPaged) {
+            if (p.clean) mqa_clean_own_rows<T>(p, static_cast<int>(threadIdx.x) - T::kMathThreads - 32);
+        }
     } else {
         setmaxnreg_inc<T::kMathRegs>();
         mqa_math<T>(p, sm, warp / 4);
     }
 }
 
-// Writes -inf where a row's logits are outside what the query may see; the main kernel writes inside only.
-// Prefill: columns outside [ks, ke) (compressed: positions from ke - ks on); decode: columns from the query's
-// causal limit on. One CTA per row.
+// Writes -inf where a row's logits are outside what the query may see (decode; prefill with no KV); the main
+// kernel writes inside only. Prefill: columns outside [ks, ke) (compressed: positions from ke - ks on); decode:
+// columns from the query's causal limit on. One CTA per row.
 template <bool kPaged, bool kCompressed, bool kBf16, int kNextN, typename Params>
 DGX_DEVICE void mqa_clean_body(const Params& p) {
     const int row = blockIdx.x;
@@ -512,20 +558,9 @@ DGX_DEVICE void mqa_clean_body(const Params& p) {
         keep_lo = 0;
         keep_hi = clamp_int(limit, 0, p.width);
     } else {
-        const int s = clamp_int(ld_global_nc_s32(p.ks + row), 0, p.seq_len_kv);
-        const int e = clamp_int(ld_global_nc_s32(p.ke + row), 0, p.seq_len_kv);
-        if constexpr (kCompressed) {
-            keep_lo = 0;
-            keep_hi = clamp_int(e - s, 0, p.width);
-        } else {
-            keep_lo = s < e ? s : 0;
-            keep_hi = s < e ? e : 0;
-        }
+        prefill_kept<kCompressed>(p.ks, p.ke, row, p.seq_len_kv, p.width, keep_lo, keep_hi);
     }
-    const float neg_inf = -__int_as_float(0x7f800000);
-    const int64_t base = static_cast<int64_t>(row) * p.logits_stride;
-    for (int j = threadIdx.x; j < p.width; j += blockDim.x)
-        if (j < keep_lo || j >= keep_hi) store_logit<kBf16>(p.logits, base + j, neg_inf);
+    fill_outside<kBf16>(p.logits, p.logits_stride, row, p.width, keep_lo, keep_hi, threadIdx.x, blockDim.x);
 }
 
 // The decode schedule: all sequences' KV blocks split evenly over `num_ctas` CTAs. schedule[c] = (sequence,

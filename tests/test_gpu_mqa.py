@@ -230,3 +230,14 @@ def test_paged_many_small_groups_repeatable(math_wgs):
         flush.zero_()
         again = dgx.fp8_paged_mqa_logits(q, cache, w, ctx, table, sched, 9000, clean_logits=True, config=cfg)
         assert torch.equal(again, first)
+
+
+def test_prefill_without_keys():
+    """S_kv = 0: the full form has no columns; the compressed form is all -inf (clean) or untouched."""
+    import dgx
+
+    q, kv, scales, w = make_prefill(50, 0, seed=31)
+    ks = torch.zeros(50, dtype=torch.int32, device="cuda")
+    assert dgx.fp8_mqa_logits(q, (kv, scales), w, ks, ks).shape == (50, 0)
+    out = dgx.fp8_mqa_logits(q, (kv, scales), w, ks, ks, max_seqlen_k=7)
+    assert out.shape == (50, 7) and torch.isneginf(out).all()

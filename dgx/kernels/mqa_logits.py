@@ -41,6 +41,7 @@ MQA_INTERFACE = KernelInterface(
         Param("table_width", "int"),
         Param("context_2d", "int"),
         Param("max_context_len", "int"),
+        Param("clean", "int"),  # prefill: the producer warpgroup's idle warps write -inf outside the windows
     ),
 )
 
@@ -234,8 +235,10 @@ def prefill_config(heads: int, head_dim: int, compressed: bool, bf16: bool) -> M
 
 
 def paged_config(heads: int, head_dim: int, next_n: int, bf16: bool) -> MqaLogitsConfig:
-    """The decode kernel: memory-bound, so a deep KV ring keeps enough bytes in flight per SM."""
-    return MqaLogitsConfig(heads, head_dim, next_n, _stages(next_n * heads, head_dim, 2), True, False, bf16)
+    """The decode kernel: memory-bound, so a deep KV ring keeps enough bytes in flight per SM; three math
+    warpgroups with one accumulator set each ran 1-6% faster than two with two (PERFLOG, MQA logits)."""
+    return MqaLogitsConfig(heads, head_dim, next_n, _stages(next_n * heads, head_dim, 3), True, False, bf16,
+                           math_wgs=3, double_acc=False)
 
 
 def _stages(n: int, head_dim: int, math_wgs: int, most: int = 16) -> int:
