@@ -18,10 +18,10 @@ import click
 
 import dgx
 from dgx import env, interrupts, problems, user_errors, warmup as warmup_mod
-from dgx.kinds import KIND_NAMES, SHORT_NAMES, GemmKind
+from dgx.kinds import KIND_NAMES, MQA_KIND_NAMES, SHORT_NAMES, GemmKind
 
 # `dgx inspect --kind`: the short names (as the benchmark's suites) or the shapes-file kinds.
-INSPECT_KINDS = SHORT_NAMES + tuple(k for k in KIND_NAMES if k not in SHORT_NAMES)
+INSPECT_KINDS = SHORT_NAMES + tuple(k for k in KIND_NAMES if k not in SHORT_NAMES) + MQA_KIND_NAMES
 BENCH_SUITES = SHORT_NAMES + ("all",)
 MAX_ERROR_LINES = 40
 
@@ -445,13 +445,22 @@ def _print_report(r: dict) -> None:
 @click.option("--groups", type=click.IntRange(min=1), default=1, show_default=True,
               help="Groups of a grouped kind (with --gemm, M is M_sum for contiguous, rows per group for masked).")
 @click.option("--num-sms", type=click.IntRange(min=1), default=None, help="SMs to plan for [default: $DGX_NUM_SMS or 132].")
+@click.option("--heads", type=int, default=64, show_default=True, help="MQA-logits kinds: query heads (32 or 64).")
+@click.option("--head-dim", type=int, default=128, show_default=True, help="MQA-logits kinds: head dim (32, 64, 128).")
+@click.option("--next-n", type=int, default=1, show_default=True, help="paged_mqa_logits: query tokens per sequence.")
 @click.option("--arch", default=warmup_mod.DEFAULT_ARCH, show_default=True)
 @click.option("--sass", is_flag=True, help="Print the disassembly.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of per-kernel reports.")
-def inspect(cubin_path, key, gemm, kind, groups, num_sms, arch, sass, as_json) -> None:
-    """Registers, shared/local memory, spills, QGMMA and FFMA interleaving of a kernel (no GPU needed)."""
+def inspect(cubin_path, key, gemm, kind, groups, num_sms, heads, head_dim, next_n, arch, sass, as_json) -> None:
+    """Registers, shared/local memory, spills, QGMMA and FFMA interleaving of a kernel (no GPU needed).
+
+    With --kind mqa_logits or paged_mqa_logits (and --heads, --head-dim, --next-n), the indexer's logits kernel
+    of that shape; the other kinds take --gemm M N K, or give --cubin or --key."""
     given = [name for name, v in (("--cubin", cubin_path), ("--key", key), ("--gemm", gemm)) if v]
-    if len(given) != 1:
+    mqa = kind in MQA_KIND_NAMES
+    if mqa and given:
+        raise click.UsageError(f"--kind {kind} builds its kernel from --heads/--head-dim/--next-n; got {', '.join(given)}")
+    if not mqa and len(given) != 1:
         raise click.UsageError(f"expected exactly one of --cubin, --key, --gemm; got {', '.join(given) or 'none'}")
     if sass and as_json:
         raise click.UsageError("expected --sass or --json, got both")
@@ -462,6 +471,8 @@ def inspect(cubin_path, key, gemm, kind, groups, num_sms, arch, sass, as_json) -
     if cubin_path:
         with open(cubin_path, "rb") as f:
             cubin = f.read()
+    elif mqa:
+        cubin, header = _mqa_cubin(kind, heads, head_dim, next_n, arch)
     elif key:
         kc = _kernel_cache()
         full = _resolve_key(kc, key)
@@ -514,6 +525,29 @@ def _check_gemm(gemm, kind: str, groups: int) -> None:
         m_is_sum=True,
         label=lambda f: _GEMM_LABELS.get(f, f),
     )
+
+
+def _mqa_cubin(kind: str, heads: int, head_dim: int, next_n: int, arch: str) -> tuple[bytes, str]:
+    """The FP32-logits kernel of an MQA-logits kind for (H, D[, next_n]), and a header line."""
+    from dgx import jit
+    from dgx.errors import DgxError
+    from dgx.kernels.mqa_logits import check_shape, paged_config, prefill_config
+
+    options = {"heads": "--heads", "head_dim": "--head-dim", "next_n": "--next-n"}
+    try:
+        check_shape(heads, head_dim, next_n, label=options.get)
+        c = paged_config(heads, head_dim, next_n, False) if kind == "paged_mqa_logits" else prefill_config(
+            heads, head_dim, False, False)
+        src = c.render()
+        cubin = jit.get_cubin(src, arch)
+    except (ValueError, DgxError) as exc:
+        raise click.ClickException(str(exc)) from None
+    header = (
+        f"{kind} H={heads} D={head_dim}" + (f" next_n={next_n}" if kind == "paged_mqa_logits" else "")
+        + f" ({arch}): {c.block_q} query tokens x {heads} heads per wgmma (N={c.n}), {c.math_wgs} math warpgroups, "
+        f"{c.kv_stages} KV stages, {src.dynamic_smem} bytes of dynamic shared memory; key {jit.kernel_key(src, arch)[:16]}"
+    )
+    return cubin, header
 
 
 def _gemm_cubin(gemm, kind: str, groups: int, num_sms: int, arch: str) -> tuple[bytes, str]:

@@ -98,3 +98,18 @@ _BY_NAME: dict[str, GemmKind] = {**{k.value: k for k in GemmKind}, **{s: k for k
 KIND_NAMES: tuple[str, ...] = tuple(k.value for k in GemmKind)
 #: The short names (benchmark suites, ``dgx inspect --kind``), in order.
 SHORT_NAMES: tuple[str, ...] = tuple(_SHORT[k] for k in GemmKind)
+
+
+class MqaKind(str, Enum):
+    """The MQA-logits kernels of the DeepSeek-V3.2 indexer; the value is the shapes-file ``kind`` of ``dgx warmup``
+    and the ``dgx inspect --kind``."""
+
+    PREFILL = "mqa_logits"
+    PAGED = "paged_mqa_logits"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: The MQA-logits kinds' shapes-file values, in order.
+MQA_KIND_NAMES: tuple[str, ...] = tuple(k.value for k in MqaKind)

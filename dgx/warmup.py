@@ -19,10 +19,12 @@ from typing import Any, Callable, Iterable
 
 from . import enumeration, interrupts, jit, workpool
 from .jit import KernelSource
-from .kinds import Layout
+from .kinds import MQA_KIND_NAMES, Layout
 from .problems import GROUPED_KINDS, KINDS, ProblemError, check_arch, check_problem
 
-FIELDS = ("kind", "n", "k", "groups", "max_m", "m", "note")
+FIELDS = ("kind", "n", "k", "groups", "max_m", "m", "note", "heads", "head_dim")
+GEMM_FIELDS = ("n", "k", "groups", "max_m", "m")
+MQA_FIELDS = ("heads", "head_dim")
 
 DEFAULT_MAX_M = 8192
 DEFAULT_NUM_SMS = 132  # H100 / H800 SXM
@@ -59,6 +61,20 @@ class ShapeSpec:
     def m_limit(self, default: int) -> int:
         """The largest M to warm for: max_m, else m, else ``default``."""
         return self.max_m or self.m or default
+
+
+@dataclass(frozen=True)
+class MqaSpec:
+    """One MQA-logits entry of a shapes file: every kernel of `kind` for H heads of dimension D."""
+
+    kind: str  # a dgx.kinds.MqaKind value
+    heads: int
+    head_dim: int
+    note: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} heads={self.heads} head_dim={self.head_dim}"
 
 
 # --- shapes files and presets ---------------------------------------------------------------------
@@ -99,11 +115,21 @@ def parse_shapes(data: Any, *, on_unknown_field: Callable[[str], None] | None = 
                 )
             for name in unknown:
                 on_unknown_field(f"entry {idx}: field {name!r}: not one of the fields {', '.join(FIELDS)}; ignored")
+        all_kinds = KINDS + MQA_KIND_NAMES
         if "kind" not in entry:
-            raise ShapesFileError(f"entry {idx}: field 'kind': expected one of {', '.join(KINDS)}, got nothing (missing)")
+            raise ShapesFileError(f"entry {idx}: field 'kind': expected one of {', '.join(all_kinds)}, got nothing (missing)")
         kind = entry["kind"]
-        if kind not in KINDS:
-            raise ShapesFileError(f"entry {idx}: field 'kind': expected one of {', '.join(KINDS)}, got {kind!r}")
+        if kind not in all_kinds:
+            raise ShapesFileError(f"entry {idx}: field 'kind': expected one of {', '.join(all_kinds)}, got {kind!r}")
+        note = entry.get("note", "")
+        if not isinstance(note, str):
+            raise ShapesFileError(f"entry {idx}: field 'note': expected a string, got {note!r}")
+        if kind in MQA_KIND_NAMES:
+            specs.append(_mqa_spec(entry, idx, kind, note))
+            continue
+        for name in MQA_FIELDS:
+            if name in entry:
+                raise ShapesFileError(f"entry {idx}: field {name!r}: only the MQA-logits kinds take it (kind {kind!r})")
         n = _positive_int(entry, idx, "n", True)
         k = _positive_int(entry, idx, "k", True)
         groups = _positive_int(entry, idx, "groups", False)
@@ -115,11 +141,24 @@ def parse_shapes(data: Any, *, on_unknown_field: Callable[[str], None] | None = 
                 check_problem(kind, n=n, k=k, groups=groups, m=m, m_field="m")
         except ProblemError as exc:
             raise ShapesFileError(f"entry {idx}: {exc}") from None
-        note = entry.get("note", "")
-        if not isinstance(note, str):
-            raise ShapesFileError(f"entry {idx}: field 'note': expected a string, got {note!r}")
         specs.append(ShapeSpec(kind, n, k, groups, max_m, note, m))
     return specs
+
+
+def _mqa_spec(entry: dict, idx: int, kind: str, note: str) -> MqaSpec:
+    """An MQA-logits entry: heads and head_dim (the kernels' compile-time shape), no GEMM fields."""
+    from .kernels.mqa_logits import check_shape
+
+    for name in GEMM_FIELDS:
+        if name in entry:
+            raise ShapesFileError(f"entry {idx}: field {name!r}: kind {kind!r} takes heads and head_dim, not {name}")
+    heads = _positive_int(entry, idx, "heads", True)
+    head_dim = _positive_int(entry, idx, "head_dim", True)
+    try:
+        check_shape(heads, head_dim, label=lambda f: f"field {f!r}")
+    except ValueError as exc:
+        raise ShapesFileError(f"entry {idx}: {exc}") from None
+    return MqaSpec(kind, heads, head_dim, note)
 
 
 def load_shapes_file(
@@ -229,6 +268,14 @@ class PlanProgress:
         return self.elapsed / self.done * max(self.total - self.done, 0)
 
 
+def _mqa_kernels(spec: MqaSpec, arch: str) -> list[tuple[str, KernelSource]]:
+    """(key, source) of every kernel an MQA-logits entry needs."""
+    from .kernels.mqa_logits import warmup_configs
+
+    sources = [c.render() for c in warmup_configs(spec.kind, spec.heads, spec.head_dim)]
+    return [(jit.kernel_key(src, arch), src) for src in sources]
+
+
 def _check_positive(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{name}: expected a positive integer, got {value!r}")
@@ -257,7 +304,11 @@ def plan(
     tasks: list[tuple] = []
     owners: list[ShapeSpec] = []
     counts: list[int] = []
+    fixed: list[tuple[MqaSpec, list[tuple[str, KernelSource]]]] = []  # entries whose kernels need no search
     for spec in entries:
+        if isinstance(spec, MqaSpec):
+            fixed.append((spec, _mqa_kernels(spec, arch)))
+            continue
         limit = spec.m_limit(max_m)
         check_problem(spec.kind, n=spec.n, k=spec.k, groups=spec.groups, m=limit, m_field="max_m")
         for lo, hi, count in enumeration.windows(spec.kind, spec.groups, limit):
@@ -292,7 +343,7 @@ def plan(
             if state.requested:
                 raise state.interrupted()
     by_key: dict[str, tuple[KernelSource, list[str]]] = {}
-    for spec, kernels in zip(owners, found):
+    for spec, kernels in list(zip(owners, found)) + fixed:
         for key, src in kernels or ():
             if key not in by_key:
                 by_key[key] = (src, [])

@@ -247,3 +247,25 @@ def _stages(n: int, head_dim: int, math_wgs: int, most: int = 16) -> int:
     per_stage = 64 * head_dim + 256 + 16
     stages = min(most, (SMEM_LIMIT - fixed) // per_stage)
     return max(math_wgs, stages - stages % math_wgs)
+
+
+def check_shape(heads: object, head_dim: object, next_n: object = 1, label=lambda f: f) -> None:
+    """Raises ValueError unless (H, D, next_n) is a shape the kernels take; ``label`` names a field for the caller
+    (a shapes-file field, a CLI option)."""
+    for value, name, allowed in ((heads, "heads", HEADS), (head_dim, "head_dim", HEAD_DIMS), (next_n, "next_n", NEXT_NS)):
+        if isinstance(value, bool) or value not in allowed:
+            raise ValueError(f"{label(name)}: expected one of {', '.join(map(str, allowed))}, got {value!r}")
+
+
+def warmup_configs(kind: str, heads: int, head_dim: int) -> list:
+    """Every kernel a model with H heads of dimension D can run for `kind` ('mqa_logits' or 'paged_mqa_logits'):
+    both logits dtypes, the full and compressed prefill forms, both next_n, and the helper kernels."""
+    check_shape(heads, head_dim)
+    if kind == "mqa_logits":
+        return [c for compressed in (False, True) for bf16 in (False, True)
+                for c in (prefill_config(heads, head_dim, compressed, bf16), MqaCleanConfig(False, compressed, bf16))]
+    if kind == "paged_mqa_logits":
+        return [c for next_n in NEXT_NS for bf16 in (False, True)
+                for c in (paged_config(heads, head_dim, next_n, bf16), MqaCleanConfig(True, False, bf16, next_n))
+                ] + [PagedScheduleConfig()]
+    raise ValueError(f"kind: expected mqa_logits or paged_mqa_logits, got {kind!r}")
