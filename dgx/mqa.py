@@ -115,15 +115,21 @@ def _check_q(qv: TensorView, name: str = "q") -> tuple[int, int]:
 
 
 def _check_weights(wv: TensorView, rows: int, heads: int) -> int:
-    """The row stride of FP32 weights [rows, H] with contiguous rows."""
+    """The row stride of FP32 weights [rows, H]: contiguous rows, 16-byte aligned (TMA loads a group's rows)."""
     expect_dtype(wv, "weights", "float32")
     expect_shape(wv, "weights", (rows, heads))
-    if wv.strides[1] != 1 or (rows > 1 and wv.strides[0] < heads):
-        raise ValueError(f"weights: expected contiguous rows of {heads} floats; got strides {wv.strides}")
-    _expect_aligned(wv, "weights", 4)
-    if rows * max(wv.strides[0], heads) > INT32_LIMIT:
+    stride = wv.strides[0] if rows > 1 else heads
+    if wv.strides[1] != 1 or stride < heads or stride % 4:
+        raise ValueError(f"weights: expected contiguous rows of {heads} floats, 16-byte aligned (a row stride that is a "
+                         f"multiple of 4); got strides {wv.strides}")
+    _expect_aligned(wv, "weights")
+    if rows * stride > INT32_LIMIT:
         raise ValueError(f"weights: expected fewer than 2**31 elements; got shape {wv.shape}")
-    return wv.strides[0]
+    return stride
+
+
+def _weights_map(wv: TensorView, stride: int, rows: int, heads: int, block_q: int):
+    return runtime.encode_tensor_map_2d("float32", wv.ptr, heads, rows, stride * 4, heads, block_q)
 
 
 def _swizzle(dim: int) -> Swizzle:
@@ -139,7 +145,7 @@ def fp8_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_l
         q: float8_e4m3fn [S, H, D] (or the pair (q, None)), contiguous; H in (32, 64), D in (32, 64, 128).
         kv: (kv, scales): float8_e4m3fn [S_kv, D] with 16-byte aligned rows, and float32 [S_kv] (one positive
             scale per key token), contiguous and 16-byte aligned.
-        weights: float32 [S, H], contiguous rows.
+        weights: float32 [S, H], contiguous rows, 16-byte aligned.
         cu_seq_len_k_start, cu_seq_len_k_end: int32 [S]: query i sees keys ks[i] <= j < ke[i]. Both are clamped
             to [0, S_kv]; ks >= ke is an empty window.
         clean_logits: write -inf where a query sees no key (else those entries are left as they were).
@@ -184,33 +190,34 @@ def fp8_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_l
         raise ValueError(f"q, kv: expected S x H and S_kv below 2**31; got S={seq_len}, H={heads}, S_kv={seq_len_kv}")
     compressed = max_seqlen_k > 0
     width = max_seqlen_k if compressed else seq_len_kv
+    bf16 = dtype == "bfloat16"
+    if config is None:
+        config = prefill_config(heads, dim, compressed, bf16)
+    elif (config.heads, config.head_dim, config.paged, config.compressed, config.bf16) != (heads, dim, False, compressed, bf16):
+        raise ValueError(f"config {config} does not fit a prefill with H={heads}, D={dim}, compressed={compressed}, "
+                         f"{dtype} logits")
     device = qv.device
     out, ov = _output(out, (seq_len, width), dtype, device)
     if seq_len == 0 or width == 0:
         return out
     launch_stream = resolve_stream(stream, device)
-    bf16 = dtype == "bfloat16"
     if seq_len_kv == 0:  # no key to see: only the compressed form has positions, all -inf
         if clean_logits:
             _launcher(MqaCleanConfig(False, compressed, bf16), device, seq_len).launch(launch_stream, CLEAN_INTERFACE.pack(
                 logits=ov.ptr, logits_stride=ov.strides[0], ks=ksv.ptr, ke=kev.ptr, lens=0, seq_len_kv=seq_len_kv,
                 width=width, context_2d=0))
         return out
-    if config is None:
-        config = prefill_config(heads, dim, compressed, bf16)
-    elif (config.heads, config.head_dim, config.paged, config.compressed, config.bf16) != (heads, dim, False, compressed, bf16):
-        raise ValueError(f"config {config} does not fit a prefill with H={heads}, D={dim}, compressed={compressed}, "
-                         f"{dtype} logits")
     grid = min(ceil_div(seq_len, config.block_q), get_num_sms(device))
     launcher = _launcher(config, device, grid)
     tmap_q = runtime.encode_tensor_map_2d("uint8", qv.ptr, dim, seq_len * heads, dim, dim, config.n, _swizzle(dim))
     tmap_kv = runtime.encode_tensor_map_2d("uint8", kvv.ptr, dim, seq_len_kv, kvv.strides[0], dim, 64, _swizzle(dim))
     row_bytes = ceil_div(seq_len_kv * 4, 16) * 16
     tmap_scales = runtime.encode_tensor_map_2d("float32", sv.ptr, seq_len_kv, 1, row_bytes, 64, 1)
+    tmap_weights = _weights_map(wv, weights_stride, seq_len, heads, config.block_q)
     launcher.launch(launch_stream, MQA_INTERFACE.pack(
-        tmap_q=tmap_q, tmap_kv=tmap_kv, tmap_scales=tmap_scales, weights=wv.ptr, ks=ksv.ptr, ke=kev.ptr,
+        tmap_q=tmap_q, tmap_kv=tmap_kv, tmap_scales=tmap_scales, tmap_weights=tmap_weights, ks=ksv.ptr, ke=kev.ptr,
         context_lens=0, block_table=0, schedule=0, logits=ov.ptr, logits_stride=ov.strides[0], table_stride=0,
-        weights_stride=weights_stride, seq_len=seq_len, seq_len_kv=seq_len_kv, max_seqlen_k=max_seqlen_k, batch=0,
+        seq_len=seq_len, seq_len_kv=seq_len_kv, max_seqlen_k=max_seqlen_k, batch=0,
         table_width=0, context_2d=0, max_context_len=0, clean=int(bool(clean_logits))))
     return out
 
@@ -260,7 +267,7 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedu
         q: float8_e4m3fn [B, next_n, H, D], contiguous; next_n in (1, 2), H in (32, 64), D in (32, 64, 128).
         kv_cache: uint8 [num_blocks, 64, 1, D + 4], contiguous: each block holds its 64 x D FP8 values, then its
             64 float32 scales.
-        weights: float32 [B * next_n, H], contiguous rows.
+        weights: float32 [B * next_n, H], contiguous rows, 16-byte aligned.
         context_lens: int32 [B] (query t of sequence b sees keys j <= context_lens[b] - next_n + t) or
             [B, next_n] (query t sees keys j < context_lens[b, t]).
         block_table: int32 [B, max_blocks]: the cache block of each 64 tokens. Ids outside [0, num_blocks) read as
@@ -308,24 +315,24 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedu
     _expect_int(max_context_len, "max_context_len", 0)
     if batch * next_n * heads > INT32_LIMIT or num_blocks > INT32_LIMIT or tv.shape[1] * PAGED_BLOCK_KV > INT32_LIMIT:
         raise ValueError(f"q, kv_cache, block_table: sizes must stay below 2**31 (B={batch}, blocks={num_blocks})")
+    bf16 = dtype == "bfloat16"
+    if config is None:
+        config = paged_config(heads, dim, next_n, bf16)
+    elif (config.heads, config.head_dim, config.paged, config.block_q, config.bf16) != (heads, dim, True, next_n, bf16):
+        raise ValueError(f"config {config} does not fit a decode with H={heads}, D={dim}, next_n={next_n}, "
+                         f"{dtype} logits")
     device = qv.device
     rows = batch * next_n
     out, ov = _output(out, (rows, max_context_len), dtype, device)
     if rows == 0 or max_context_len == 0:
         return out
     launch_stream = resolve_stream(stream, device)
-    bf16 = dtype == "bfloat16"
     if clean_logits:
         _launcher(MqaCleanConfig(True, False, bf16, next_n), device, rows).launch(launch_stream, CLEAN_INTERFACE.pack(
             logits=ov.ptr, logits_stride=ov.strides[0], ks=0, ke=0, lens=cv.ptr, seq_len_kv=0,
             width=max_context_len, context_2d=int(lens_next_n is not None)))
     if num_blocks == 0 or tv.shape[1] == 0:
         return out
-    if config is None:
-        config = paged_config(heads, dim, next_n, bf16)
-    elif (config.heads, config.head_dim, config.paged, config.block_q, config.bf16) != (heads, dim, True, next_n, bf16):
-        raise ValueError(f"config {config} does not fit a decode with H={heads}, D={dim}, next_n={next_n}, "
-                         f"{dtype} logits")
     launcher = _launcher(config, device, sv.shape[0] - 1)
     block_bytes = PAGED_BLOCK_KV * (dim + 4)
     tmap_q = runtime.encode_tensor_map_2d("uint8", qv.ptr, dim, rows * heads, dim, dim, config.n, _swizzle(dim))
@@ -333,10 +340,11 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedu
                                            (dim, PAGED_BLOCK_KV, 1), _swizzle(dim))
     tmap_scales = runtime.encode_tensor_map_2d("float32", cachev.ptr + PAGED_BLOCK_KV * dim, PAGED_BLOCK_KV, num_blocks,
                                                block_bytes, PAGED_BLOCK_KV, 1)
+    tmap_weights = _weights_map(wv, weights_stride, rows, heads, config.block_q)
     launcher.launch(launch_stream, MQA_INTERFACE.pack(
-        tmap_q=tmap_q, tmap_kv=tmap_kv, tmap_scales=tmap_scales, weights=wv.ptr, ks=0, ke=0, context_lens=cv.ptr,
-        block_table=tv.ptr, schedule=sv.ptr, logits=ov.ptr, logits_stride=ov.strides[0],
-        table_stride=tv.strides[0], weights_stride=weights_stride, seq_len=0, seq_len_kv=0, max_seqlen_k=0,
+        tmap_q=tmap_q, tmap_kv=tmap_kv, tmap_scales=tmap_scales, tmap_weights=tmap_weights, ks=0, ke=0,
+        context_lens=cv.ptr, block_table=tv.ptr, schedule=sv.ptr, logits=ov.ptr, logits_stride=ov.strides[0],
+        table_stride=tv.strides[0], seq_len=0, seq_len_kv=0, max_seqlen_k=0,
         batch=batch, table_width=tv.shape[1], context_2d=int(lens_next_n is not None),
         max_context_len=max_context_len, clean=0))
     return out

@@ -61,8 +61,7 @@ DGX_DEVICE int select_int(const int (&a)[kN], int i) {
     return v;
 }
 
-template <int kH, int kD, int kQ, int kStages, bool kIsPaged, bool kIsCompressed, bool kIsBf16, int kMathWgs,
-          bool kDoubleAccum>
+template <int kH, int kD, int kQ, int kStages, bool kIsPaged, bool kIsCompressed, bool kIsBf16, int kMathWgs>
 struct MqaTraits {
     static constexpr int kHeads = kH;
     static constexpr int kHeadDim = kD;
@@ -77,10 +76,9 @@ struct MqaTraits {
     static constexpr int kN = kBlockQ * kHeads;  // wgmma N: every head of every query of the group
     static_assert(kN % 32 == 0 && kN <= 256, "wgmma N is at most 256");
     static constexpr int kBlockKv = 64;  // KV tokens per block: one wgmma M
-    // Math warpgroups take a group's KV blocks in turns. Two of them fit two accumulator sets each (a block's
-    // ReLU-weight-sum overlaps the same warpgroup's next MMAs); three fit one set each.
+    // Math warpgroups take a group's KV blocks in turns, so one's ReLU-weight-sum runs while another's MMAs do
+    // (three beat two with two accumulator sets each: PERFLOG, MQA logits).
     static constexpr int kMathWarpgroups = kMathWgs;
-    static constexpr bool kDoubleAcc = kDoubleAccum;
     static_assert(kMathWarpgroups == 2 || kMathWarpgroups == 3, "two or three math warpgroups");
     static constexpr int kMathThreads = 128 * kMathWarpgroups;
     static constexpr int kThreads = kMathThreads + 128;
@@ -95,8 +93,10 @@ struct MqaTraits {
     static constexpr int kSmemScales = kBlockKv * 4;
     static_assert(kSmemQ % 1024 == 0 && kSmemKv % 1024 == 0, "swizzled tiles stay 1024-byte aligned");
     static constexpr int kNumBarriers = 2 * kNumQStages + 2 * kNumKvStages;
-    static constexpr int kSmemBytes =
-        kNumQStages * kSmemQ + kNumKvStages * (kSmemKv + kSmemScales) + 8 * kNumBarriers;
+    static constexpr int kGroupBytes = 64;  // one group's record (MqaGroup) per Q stage
+    static_assert((4 + 2 * kBlockQ) * 4 <= kGroupBytes, "MqaGroup fits its slot");
+    static constexpr int kSmemBytes = kNumQStages * (kSmemQ + kN * 4 + kGroupBytes) +
+                                      kNumKvStages * (kSmemKv + kSmemScales) + 8 * kNumBarriers;
     static constexpr int kAccum = kN / 2;                 // accumulator floats per thread
     static constexpr int kColGroupsPerQuery = kHeads / 8;  // 8-column groups of one query in the accumulator
     static constexpr int kWeightsPerQuery = kHeads / 4;    // heads a thread holds per query per row
@@ -110,19 +110,22 @@ struct MqaTraits {
     static_assert((kMathRegs * kMathWarpgroups + kProducerRegs) * 128 <= 65536, "register file");
 };
 
-// One group of work: the Q tile's first row in the [tokens * H, D] view of Q, the first query token, and the
-// KV blocks to visit.
+// One group of work: kBlockQ query tokens and a run of KV blocks. The producer walks the groups and hands each to
+// the math warpgroups through the group's Q stage (this record, the Q tile and the weights), so only one role
+// reads the schedule, the windows and the context lengths from global memory, ahead of the math.
+template <typename T>
 struct MqaGroup {
-    int q_row;     // first row of the Q tile
-    int q_token;   // prefill: first query token; decode: first row of weights / logits (b * next_n)
-    int seq;       // decode: the sequence
-    int kv_begin;  // prefill: first KV token; decode: first block index in the sequence's block table
-    int num_blocks;
+    int q_token;     // prefill: first query token; decode: first row of weights / logits (b * next_n)
+    int seq;         // decode: the sequence
+    int kv_begin;    // prefill: first KV token; decode: first block index in the sequence's block table
+    int num_blocks;  // KV blocks to visit; -1 in the record after the last group
+    int lo[T::kBlockQ];  // prefill: each query's window start (clamped); decode: 0
+    int hi[T::kBlockQ];  // prefill: window end (clamped); decode: keys the query may see (causal)
 };
 
 // Prefill groups: blocks of kBlockQ query tokens, handed out zig-zag over the CTAs (round r goes forwards when
 // even, backwards when odd), so causal windows, whose length grows with the token, even out per CTA. A group
-// covers the union of its tokens' windows; tokens past the sequence are ignored.
+// covers the union of its tokens' windows; tokens past the sequence have empty windows.
 template <typename T, typename Params, typename F>
 DGX_DEVICE void for_each_prefill_group(const Params& p, F&& f) {
     const int num_q_blocks = ceil_div(p.seq_len, T::kBlockQ);
@@ -130,56 +133,60 @@ DGX_DEVICE void for_each_prefill_group(const Params& p, F&& f) {
         const int offset = (round & 1) ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
         const int qb = round * static_cast<int>(gridDim.x) + offset;
         if (qb >= num_q_blocks) break;
+        MqaGroup<T> g;
+        g.q_token = qb * T::kBlockQ;
+        g.seq = 0;
         int lo = p.seq_len_kv, hi = 0;
 #pragma unroll
         for (int i = 0; i < T::kBlockQ; ++i) {
-            const int q = qb * T::kBlockQ + i;
-            if (q < p.seq_len) {
-                const int s = clamp_int(ld_global_nc_s32(p.ks + q), 0, p.seq_len_kv);
-                const int e = clamp_int(ld_global_nc_s32(p.ke + q), 0, p.seq_len_kv);
-                if (s < e) {
-                    lo = s < lo ? s : lo;
-                    hi = e > hi ? e : hi;
-                }
+            const int q = g.q_token + i;
+            const int s = q < p.seq_len ? clamp_int(ld_global_nc_s32(p.ks + q), 0, p.seq_len_kv) : 0;
+            const int e = q < p.seq_len ? clamp_int(ld_global_nc_s32(p.ke + q), 0, p.seq_len_kv) : 0;
+            g.lo[i] = s;
+            g.hi[i] = e;
+            if (s < e) {
+                lo = s < lo ? s : lo;
+                hi = e > hi ? e : hi;
             }
         }
         // The scale map's box must start on 16 bytes (a TMA rule for the inner coordinate): the group starts on a
         // multiple of 4 tokens; the tokens before the window are computed and not stored.
         lo &= ~3;
-        if (hi > lo) f(MqaGroup{qb * T::kBlockQ * T::kHeads, qb * T::kBlockQ, 0, lo, ceil_div(hi - lo, 64)});
+        g.kv_begin = lo;
+        g.num_blocks = hi > lo ? ceil_div(hi - lo, 64) : 0;
+        if (g.num_blocks > 0) f(g);
     }
-}
-
-// KV blocks a decode sequence needs: up to its longest query's context, and no further than its block table.
-template <typename T, typename Params>
-DGX_DEVICE int paged_blocks_of(const Params& p, int b) {
-    int ctx;
-    if (p.context_2d) {
-        ctx = 0;
-#pragma unroll
-        for (int t = 0; t < T::kBlockQ; ++t) {
-            const int c = ld_global_nc_s32(p.context_lens + b * T::kBlockQ + t);
-            ctx = c > ctx ? c : ctx;
-        }
-    } else {
-        ctx = ld_global_nc_s32(p.context_lens + b);
-    }
-    const int blocks = ceil_div(ctx > 0 ? ctx : 0, 64);
-    return blocks < p.table_width ? blocks : p.table_width;
 }
 
 // Decode groups: this CTA's run of (sequence, block) pairs, from schedule[blockIdx.x] up to schedule[blockIdx.x + 1]
-// (dgx.get_paged_mqa_logits_metadata splits all sequences' blocks evenly over the CTAs). Bounded by the batch and
-// by each sequence's own block count, so a stale or foreign schedule can cost balance but never reach past them.
+// (dgx.get_paged_mqa_logits_metadata splits all sequences' blocks evenly over the CTAs). Bounded by the batch, by
+// each sequence's own block count and by its block table, so a stale or foreign schedule can cost balance but
+// never reach past them. A sequence's blocks reach its longest query's context.
 template <typename T, typename Params, typename F>
 DGX_DEVICE void for_each_paged_group(const Params& p, F&& f) {
     const int b0 = ld_global_nc_s32(p.schedule + 2 * blockIdx.x), k0 = ld_global_nc_s32(p.schedule + 2 * blockIdx.x + 1);
     const int b1 = ld_global_nc_s32(p.schedule + 2 * blockIdx.x + 2), k1 = ld_global_nc_s32(p.schedule + 2 * blockIdx.x + 3);
     for (int b = b0 < 0 ? 0 : b0; b < p.batch && b <= b1; ++b) {
-        const int blocks = paged_blocks_of<T>(p, b);
+        MqaGroup<T> g;
+        g.q_token = b * T::kBlockQ;
+        g.seq = b;
+        int ctx = 0;
+#pragma unroll
+        for (int t = 0; t < T::kBlockQ; ++t) {
+            // 1-D lengths: query t of next_n sees keys j <= len - next_n + t; 2-D: keys j < len[b, t].
+            const int limit = p.context_2d ? ld_global_nc_s32(p.context_lens + g.q_token + t)
+                                           : ld_global_nc_s32(p.context_lens + b) - T::kBlockQ + t + 1;
+            g.lo[t] = 0;
+            g.hi[t] = limit;
+            ctx = limit > ctx ? limit : ctx;
+        }
+        int blocks = ceil_div(ctx, 64);
+        blocks = blocks < p.table_width ? blocks : p.table_width;
         const int begin = b == b0 ? (k0 > 0 ? k0 : 0) : 0;
         const int end = b == b1 ? (k1 < blocks ? k1 : blocks) : blocks;
-        if (begin < end) f(MqaGroup{b * T::kBlockQ * T::kHeads, b * T::kBlockQ, b, begin, end - begin});
+        g.kv_begin = begin;
+        g.num_blocks = end - begin;
+        if (begin < end) f(g);
     }
 }
 
@@ -191,12 +198,14 @@ DGX_DEVICE void for_each_group(const Params& p, F&& f) {
         for_each_prefill_group<T>(p, f);
 }
 
-// Shared memory and barriers of one CTA.
+// Shared memory and barriers of one CTA: Q stages, the KV ring (values, scales), the groups' weights and records.
 template <typename T>
 struct MqaSmem {
     uint8_t* q;
     uint8_t* kv;
     float* scales;
+    float* weights;
+    MqaGroup<T>* groups;
     uint64_t* q_full;
     uint64_t* q_empty;
     uint64_t* kv_full;
@@ -206,26 +215,31 @@ struct MqaSmem {
         q = base;
         kv = q + T::kNumQStages * T::kSmemQ;
         scales = reinterpret_cast<float*>(kv + T::kNumKvStages * T::kSmemKv);
-        q_full = reinterpret_cast<uint64_t*>(reinterpret_cast<uint8_t*>(scales) + T::kNumKvStages * T::kSmemScales);
+        weights = scales + T::kNumKvStages * T::kBlockKv;
+        groups = reinterpret_cast<MqaGroup<T>*>(weights + T::kNumQStages * T::kN);
+        q_full = reinterpret_cast<uint64_t*>(reinterpret_cast<uint8_t*>(groups) + T::kNumQStages * T::kGroupBytes);
         q_empty = q_full + T::kNumQStages;
         kv_full = q_empty + T::kNumQStages;
         kv_empty = kv_full + T::kNumKvStages;
     }
 };
 
-// The producer: one warp walks the groups; lane 0 issues the loads. Decode block ids are read 32 at a time, one
-// per lane, so the table's latency is paid once per 32 blocks instead of once per block.
+// The producer: one warp walks the groups; lane 0 writes each group's record and issues the loads. Decode block
+// ids are read 32 at a time, one per lane, so the table's latency is paid once per 32 blocks instead of once per
+// block. After the last group, a record with num_blocks = -1 ends the math warpgroups' loop.
 template <typename T, typename Params>
 DGX_DEVICE void mqa_produce(const Params& p, const MqaSmem<T>& sm) {
     const bool leader = lane_id() == 0;
     uint32_t group_index = 0;
     uint32_t handed[T::kMathWarpgroups] = {};  // blocks handed to each math warpgroup so far
-    for_each_group<T>(p, [&](const MqaGroup& g) {
+    for_each_group<T>(p, [&](const MqaGroup<T>& g) {
         const int qs = group_index % T::kNumQStages;
         mbarrier_wait(&sm.q_empty[qs], ((group_index / T::kNumQStages) & 1) ^ 1);
         if (leader) {
-            mbarrier_arrive_expect_tx(&sm.q_full[qs], T::kSmemQ);
-            tma_load_2d(&p.tmap_q, &sm.q_full[qs], sm.q + qs * T::kSmemQ, 0, g.q_row);
+            sm.groups[qs] = g;  // published by the arrival below (release), read after the wait (acquire)
+            mbarrier_arrive_expect_tx(&sm.q_full[qs], T::kSmemQ + T::kN * 4);
+            tma_load_2d(&p.tmap_q, &sm.q_full[qs], sm.q + qs * T::kSmemQ, 0, g.q_token * T::kHeads);
+            tma_load_2d(&p.tmap_weights, &sm.q_full[qs], sm.weights + qs * T::kN, 0, g.q_token);
         }
         for (int t0 = 0; t0 < g.num_blocks; t0 += 32) {
             int block_id = 0;
@@ -260,6 +274,12 @@ DGX_DEVICE void mqa_produce(const Params& p, const MqaSmem<T>& sm) {
         }
         ++group_index;
     });
+    const int qs = group_index % T::kNumQStages;
+    mbarrier_wait(&sm.q_empty[qs], ((group_index / T::kNumQStages) & 1) ^ 1);
+    if (leader) {
+        sm.groups[qs].num_blocks = -1;
+        mbarrier_arrive(&sm.q_full[qs]);
+    }
 }
 
 // Sums kValues partial logits over the 4 lanes of a quad (the lanes that share accumulator rows): each exchange
@@ -290,53 +310,13 @@ DGX_DEVICE void quad_reduce(float (&v)[kValues], uint32_t lane) {
     }
 }
 
-// What a math thread keeps for the current group: its heads' weights and each query's window.
-template <typename T>
-struct MqaGroupState {
-    float w[T::kBlockQ][T::kWeightsPerQuery];
-    int lo[T::kBlockQ];  // prefill: window start (clamped); decode: unused
-    int hi[T::kBlockQ];  // prefill: window end (clamped); decode: tokens the query may see (causal)
-};
-
-template <typename T, typename Params>
-DGX_DEVICE void load_group_state(const Params& p, const MqaGroup& g, uint32_t lane, MqaGroupState<T>& st) {
-#pragma unroll
-    for (int q = 0; q < T::kBlockQ; ++q) {
-        const int token = g.q_token + q;
-        const bool valid = T::kPaged || token < p.seq_len;
-        const float* w = p.weights + static_cast<int64_t>(token) * p.weights_stride;
-#pragma unroll
-        for (int j = 0; j < T::kWeightsPerQuery / 2; ++j) {
-            const int h = 8 * j + 2 * static_cast<int>(lane % 4);
-            st.w[q][2 * j] = valid ? ld_global_nc(w + h) : 0.0f;
-            st.w[q][2 * j + 1] = valid ? ld_global_nc(w + h + 1) : 0.0f;
-        }
-        if constexpr (T::kPaged) {
-            int limit;
-            if (p.context_2d) {
-                limit = ld_global_nc_s32(p.context_lens + token);
-            } else {
-                limit = ld_global_nc_s32(p.context_lens + g.seq) - T::kBlockQ + q + 1;
-            }
-            st.lo[q] = 0;
-            st.hi[q] = limit;
-        } else if (valid) {
-            st.lo[q] = clamp_int(ld_global_nc_s32(p.ks + token), 0, p.seq_len_kv);
-            st.hi[q] = clamp_int(ld_global_nc_s32(p.ke + token), 0, p.seq_len_kv);
-        } else {
-            st.lo[q] = 0;
-            st.hi[q] = 0;
-        }
-    }
-}
-
-// Issues one KV block's MMAs into `acc` (after its stage has landed).
 // The stage of math warpgroup wg's n-th block.
 template <typename T>
 DGX_DEVICE int kv_stage(uint32_t wg, uint32_t n) {
     return static_cast<int>(wg * T::kStagesPerWg + n % T::kStagesPerWg);
 }
 
+// Issues one KV block's MMAs into `acc` (after its stage has landed).
 template <typename T>
 DGX_DEVICE void issue_block(const MqaSmem<T>& sm, uint32_t wg, uint32_t n, uint64_t desc_q, float (&acc)[T::kAccum]) {
     const int s = kv_stage<T>(wg, n);
@@ -355,11 +335,12 @@ DGX_DEVICE void issue_block(const MqaSmem<T>& sm, uint32_t wg, uint32_t n, uint6
 
 // After the block's MMAs completed: its rows' scales, the stage handed back, then ReLU-weight-sum, the quad
 // reduction and the stores. Accumulator layout (wgmma m64nN, PTX ISA): register 4c + 2r + e of lane l holds row
-// l / 4 + 8 r, column 8 c + 2 (l % 4) + e; column q * H + h is query q's head h.
+// l / 4 + 8 r, column 8 c + 2 (l % 4) + e; column q * H + h is query q's head h. `w` holds the thread's heads'
+// weights: w[q][2c + e] is query q's head 8c + 2 (l % 4) + e.
 template <typename T, typename Params>
-DGX_DEVICE void finish_block(const Params& p, const MqaSmem<T>& sm, const MqaGroup& g, const MqaGroupState<T>& st,
-                             int s, int block_in_group, const float (&acc)[T::kAccum], uint32_t warp_in_wg,
-                             uint32_t lane) {
+DGX_DEVICE void finish_block(const Params& p, const MqaSmem<T>& sm, const MqaGroup<T>& g,
+                             const float (&w)[T::kBlockQ][T::kWeightsPerQuery], int s, int block_in_group,
+                             const float (&acc)[T::kAccum], uint32_t warp_in_wg, uint32_t lane) {
     const int row_in_block = static_cast<int>(warp_in_wg * 16 + lane / 4);
     const float scale0 = sm.scales[s * T::kBlockKv + row_in_block];
     const float scale1 = sm.scales[s * T::kBlockKv + row_in_block + 8];
@@ -376,7 +357,7 @@ DGX_DEVICE void finish_block(const Params& p, const MqaSmem<T>& sm, const MqaGro
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     const float x = acc[4 * (q * T::kColGroupsPerQuery + c) + 2 * r + e];
-                    sum = fmaf(fmaxf(x, 0.0f), st.w[q][2 * c + e], sum);
+                    sum = fmaf(fmaxf(x, 0.0f), w[q][2 * c + e], sum);
                 }
             }
             v[2 * q + r] = sum;
@@ -396,7 +377,7 @@ DGX_DEVICE void finish_block(const Params& p, const MqaSmem<T>& sm, const MqaGro
         const int token = block_token0 + row_in_block + 8 * r;
         const float logit = v[f] * (r ? scale1 : scale0);
         const int64_t out_row = static_cast<int64_t>(g.q_token + q) * p.logits_stride;
-        const int lo = select_int(st.lo, q), hi = select_int(st.hi, q);
+        const int lo = select_int(g.lo, q), hi = select_int(g.hi, q);
         if constexpr (T::kPaged) {
             if (token < p.max_context_len)
                 store_logit<T::kBf16>(p.logits, out_row + token, token < hi ? logit : -__int_as_float(0x7f800000));
@@ -411,62 +392,43 @@ DGX_DEVICE void finish_block(const Params& p, const MqaSmem<T>& sm, const MqaGro
     }
 }
 
-// A math warpgroup: per group, its blocks (every other one), two accumulator sets in flight.
+// A math warpgroup: per group (as the producer hands them over), its blocks wg, wg + kMathWarpgroups, ...
 template <typename T, typename Params>
 DGX_DEVICE void mqa_math(const Params& p, const MqaSmem<T>& sm, uint32_t wg) {
     const uint32_t lane = lane_id();
     const uint32_t warp_in_wg = warp_id() % 4;
-    float acc0[T::kAccum], acc1[T::kDoubleAcc ? T::kAccum : 1];
-    MqaGroupState<T> st;
-    uint32_t group_index = 0, consumed = 0;  // consumed: blocks this warpgroup has taken so far
-    for_each_group<T>(p, [&](const MqaGroup& g) {
+    float acc[T::kAccum];
+    float w[T::kBlockQ][T::kWeightsPerQuery];
+    uint32_t consumed = 0;  // blocks this warpgroup has taken so far
+    for (uint32_t group_index = 0;; ++group_index) {
         const int qs = group_index % T::kNumQStages;
-        load_group_state<T>(p, g, lane, st);
         mbarrier_wait(&sm.q_full[qs], (group_index / T::kNumQStages) & 1);
-        const uint64_t desc_q = make_smem_desc_kmajor<T::kHeadDim>(sm.q + qs * T::kSmemQ);
-        // This warpgroup's blocks of the group: wg, wg + kMathWarpgroups, ...
-        constexpr int kStep = T::kMathWarpgroups;
-        const int w = static_cast<int>(wg);
-        const int mine = g.num_blocks > w ? (g.num_blocks - w + kStep - 1) / kStep : 0;
-        auto stage_of = [&](int k) { return kv_stage<T>(wg, consumed + k); };
-        auto settle = [](float(&acc)[T::kAccum]) {  // the accumulators are read only after the wait above
+        const MqaGroup<T> g = sm.groups[qs];
+        if (g.num_blocks < 0) break;
+        const float* weights = sm.weights + qs * T::kN;
 #pragma unroll
-            for (int i = 0; i < T::kAccum; ++i) fence_operand(acc[i]);
-        };
-        if constexpr (T::kDoubleAcc) {
-            if (mine > 0) issue_block<T>(sm, wg, consumed, desc_q, acc0);
-            for (int k = 0; k < mine; k += 2) {
-                if (k + 1 < mine) {
-                    issue_block<T>(sm, wg, consumed + k + 1, desc_q, acc1);
-                    wgmma_wait<1>();
-                } else {
-                    wgmma_wait<0>();
-                }
-                settle(acc0);
-                finish_block<T>(p, sm, g, st, stage_of(k), w + kStep * k, acc0, warp_in_wg, lane);
-                if (k + 1 < mine) {
-                    if (k + 2 < mine) {
-                        issue_block<T>(sm, wg, consumed + k + 2, desc_q, acc0);
-                        wgmma_wait<1>();
-                    } else {
-                        wgmma_wait<0>();
-                    }
-                    settle(acc1);
-                    finish_block<T>(p, sm, g, st, stage_of(k + 1), w + kStep * (k + 1), acc1, warp_in_wg, lane);
-                }
+        for (int q = 0; q < T::kBlockQ; ++q) {
+#pragma unroll
+            for (int c = 0; c < T::kColGroupsPerQuery; ++c) {
+                const F32x2 pair = ld_shared_f32x2(smem_addr(weights + q * T::kHeads + 8 * c + 2 * (lane % 4)));
+                w[q][2 * c] = pair.x;
+                w[q][2 * c + 1] = pair.y;
             }
-        } else {
-            for (int k = 0; k < mine; ++k) {
-                issue_block<T>(sm, wg, consumed + k, desc_q, acc0);
-                wgmma_wait<0>();
-                settle(acc0);
-                finish_block<T>(p, sm, g, st, stage_of(k), w + kStep * k, acc0, warp_in_wg, lane);
-            }
+        }
+        const uint64_t desc_q = make_smem_desc_kmajor<T::kHeadDim>(sm.q + qs * T::kSmemQ);
+        constexpr int kStep = T::kMathWarpgroups;
+        const int mine = g.num_blocks > static_cast<int>(wg) ? (g.num_blocks - static_cast<int>(wg) + kStep - 1) / kStep : 0;
+        for (int k = 0; k < mine; ++k) {
+            issue_block<T>(sm, wg, consumed + k, desc_q, acc);
+            wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < T::kAccum; ++i) fence_operand(acc[i]);  // read only after the wait
+            finish_block<T>(p, sm, g, w, kv_stage<T>(wg, consumed + k), static_cast<int>(wg) + kStep * k, acc,
+                            warp_in_wg, lane);
         }
         mbarrier_arrive(&sm.q_empty[qs]);  // every Q read of this warpgroup has completed (waited above)
         consumed += mine;
-        ++group_index;
-    });
+    }
 }
 
 // -inf over row `row` of the logits outside [keep_lo, keep_hi), by threads tid, tid + count, ...

@@ -222,7 +222,7 @@ def test_paged_many_small_groups_repeatable(math_wgs):
     lens = [rng.randint(1, 64) if rng.random() < 0.7 else rng.randint(3000, 9000) for _ in range(512)]
     q, cache, w, ctx, table, values, scales = make_paged(512, 1, lens, seed=23)
     sched = dgx.get_paged_mqa_logits_metadata(ctx, 64, 132)
-    cfg = MqaLogitsConfig(64, 128, 1, 15 if math_wgs == 3 else 16, True, math_wgs=math_wgs, double_acc=math_wgs == 2)
+    cfg = MqaLogitsConfig(64, 128, 1, 15 if math_wgs == 3 else 16, True, math_wgs=math_wgs)
     first = dgx.fp8_paged_mqa_logits(q, cache, w, ctx, table, sched, 9000, clean_logits=True, config=cfg)
     compare(first, ref_paged(q, values, scales, w, ctx, table, 9000, True))
     flush = torch.empty(1 << 28, dtype=torch.uint8, device="cuda")

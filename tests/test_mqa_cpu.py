@@ -33,15 +33,15 @@ def fake(shape, dtype, ptr=1 << 20, strides=None, device=0):
 
 def test_config_rejects_what_the_kernel_cannot_do():
     with pytest.raises(ValueError, match="heads must be one of"):
-        M.MqaLogitsConfig(48, 128, 2, 15, math_wgs=3, double_acc=False)
+        M.MqaLogitsConfig(48, 128, 2, 15)
     with pytest.raises(ValueError, match="multiple of math_wgs"):
-        M.MqaLogitsConfig(64, 128, 2, 16, math_wgs=3, double_acc=False)
+        M.MqaLogitsConfig(64, 128, 2, 16, math_wgs=3)
     with pytest.raises(ValueError, match="do not fit"):
-        M.MqaLogitsConfig(64, 128, 4, 15, math_wgs=3, double_acc=False)  # N=256 needs two warpgroups
+        M.MqaLogitsConfig(64, 128, 4, 15, math_wgs=3)  # N=256 needs two warpgroups
     with pytest.raises(ValueError, match="next_n"):
-        M.MqaLogitsConfig(64, 128, 3, 15, True, math_wgs=3, double_acc=False)
+        M.MqaLogitsConfig(64, 128, 3, 15, True)
     with pytest.raises(ValueError, match="no compressed form"):
-        M.MqaLogitsConfig(64, 128, 1, 15, True, True, math_wgs=3, double_acc=False)
+        M.MqaLogitsConfig(64, 128, 1, 15, True, True)
     assert M.prefill_config(64, 128, False, False).smem_bytes <= M.SMEM_LIMIT
     assert M.paged_config(32, 32, 2, True).kv_stages % 3 == 0
 
@@ -99,6 +99,7 @@ def _prefill_args(s=100, skv=300, h=64, d=128):
          "kv scales: expected a 16-byte aligned"),
         (dict(weights=fake((100, 32), "float32")), ValueError, "weights: expected shape"),
         (dict(weights=fake((100, 64), "float32", strides=(1, 100))), ValueError, "weights: expected contiguous rows"),
+        (dict(weights=fake((100, 64), "float32", strides=(66, 1))), ValueError, "16-byte aligned"),
         (dict(cu_seq_len_k_start=fake((100,), "float32")), TypeError, "cu_seq_len_k_start: expected dtype int32"),
         (dict(cu_seq_len_k_end=fake((99,), "int32")), ValueError, "cu_seq_len_k_end: expected shape"),
         (dict(cu_seq_len_k_end=fake((100,), "int32", device=1)), ValueError, "cuda:0 like the others"),

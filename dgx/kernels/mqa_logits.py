@@ -24,7 +24,7 @@ MQA_INTERFACE = KernelInterface(
         Param("tmap_q", TENSOR_MAP),  # Q as [tokens * H, D] fp8, boxes of one group's rows
         Param("tmap_kv", TENSOR_MAP),  # prefill: KV [S_kv, D]; decode: the cache's values [blocks, 64, D]
         Param("tmap_scales", TENSOR_MAP),  # prefill: [1, S_kv] floats; decode: [blocks, 64] floats in the cache
-        Param("weights", "const float*"),
+        Param("tmap_weights", TENSOR_MAP),  # [query tokens, H] floats, boxes of one group's rows
         Param("ks", "const int*"),
         Param("ke", "const int*"),
         Param("context_lens", "const int*"),
@@ -33,7 +33,6 @@ MQA_INTERFACE = KernelInterface(
         Param("logits", "void*"),
         Param("logits_stride", "long long"),
         Param("table_stride", "long long"),
-        Param("weights_stride", "int"),
         Param("seq_len", "int"),
         Param("seq_len_kv", "int"),
         Param("max_seqlen_k", "int"),
@@ -87,8 +86,7 @@ class MqaLogitsConfig:
     paged: bool = False
     compressed: bool = False  # prefill only: logits[i, j - ks[i]] in a [S, max_seqlen_k] output
     bf16: bool = False  # BF16 logits (else FP32)
-    math_wgs: int = 2  # math warpgroups, taking the KV blocks in turns
-    double_acc: bool = True  # two accumulator sets per math warpgroup (the next block's MMAs overlap a block's sums)
+    math_wgs: int = 3  # math warpgroups, taking the KV blocks in turns
 
     def __post_init__(self) -> None:
         problems = []
@@ -109,9 +107,9 @@ class MqaLogitsConfig:
             problems.append("math_wgs must be 2 or 3")
         elif self.kv_stages % self.math_wgs:
             problems.append("kv_stages must be a multiple of math_wgs (each math warpgroup has its own stages)")
-        # Registers a math thread holds across a block: the accumulator set(s) and its heads' weights; the rest of
-        # the budget (232 with two math warpgroups, 152 with three) goes to addresses and the sums.
-        held = (2 if self.double_acc else 1) * n // 2 + n // 4
+        # Registers a math thread holds across a block: the accumulators and its heads' weights; the rest of the
+        # budget (232 with two math warpgroups, 152 with three) goes to addresses and the sums.
+        held = n // 2 + n // 4
         if held > (200 if self.math_wgs == 2 else 120):
             problems.append(f"{held} registers of accumulators and weights per thread do not fit {self.math_wgs} math warpgroups")
         if problems:
@@ -129,14 +127,16 @@ class MqaLogitsConfig:
 
     @property
     def smem_bytes(self) -> int:
-        """ptx/mqa_logits.cuh MqaTraits::kSmemBytes: two Q stages, the KV ring (values and scales), barriers."""
-        return 2 * self.n * self.head_dim + self.kv_stages * (64 * self.head_dim + 256) + 8 * (4 + 2 * self.kv_stages)
+        """ptx/mqa_logits.cuh MqaTraits::kSmemBytes: two Q stages (Q, weights, the group's record), the KV ring
+        (values and scales), barriers."""
+        return 2 * (self.n * self.head_dim + self.n * 4 + 64) + self.kv_stages * (64 * self.head_dim + 256) + 8 * (
+            4 + 2 * self.kv_stages)
 
     @property
     def kernel_name(self) -> str:
         kind = "paged_mqa_logits" if self.paged else "mqa_logits"
         name = f"dgx_{kind}_h{self.heads}_d{self.head_dim}_q{self.block_q}_s{self.kv_stages}"
-        name += f"_w{self.math_wgs}" + ("" if self.double_acc else "_single")
+        name += f"_w{self.math_wgs}"
         return name + ("_c" if self.compressed else "") + ("_bf16" if self.bf16 else "")
 
     @property
@@ -155,7 +155,7 @@ def _render_logits(config: MqaLogitsConfig) -> jit.KernelSource:
     """The kernel source of `self` (rendered once per config)."""
     traits = (
         f"dgx::MqaTraits<{config.heads}, {config.head_dim}, {config.block_q}, {config.kv_stages}, {_flag(config.paged)}, "
-        f"{_flag(config.compressed)}, {_flag(config.bf16)}, {config.math_wgs}, {_flag(config.double_acc)}>"
+        f"{_flag(config.compressed)}, {_flag(config.bf16)}, {config.math_wgs}>"
     )
     source = (
         '#include "mqa_logits.cuh"\n'
@@ -228,22 +228,20 @@ class PagedScheduleConfig:
 
 
 def prefill_config(heads: int, head_dim: int, compressed: bool, bf16: bool) -> MqaLogitsConfig:
-    """The prefill kernel for (H, D): groups of 128 / H query tokens (wgmma N = 128), three math warpgroups with
-    one accumulator set each (faster than two with two sets: PERFLOG, MQA logits), five KV stages each."""
-    return MqaLogitsConfig(heads, head_dim, 128 // heads, _stages(128, head_dim, 3), False, compressed, bf16,
-                           math_wgs=3, double_acc=False)
+    """The prefill kernel for (H, D): groups of 128 / H query tokens (wgmma N = 128), three math warpgroups
+    (faster than two: PERFLOG, MQA logits), up to five KV stages each."""
+    return MqaLogitsConfig(heads, head_dim, 128 // heads, _stages(128, head_dim, 3), False, compressed, bf16)
 
 
 def paged_config(heads: int, head_dim: int, next_n: int, bf16: bool) -> MqaLogitsConfig:
     """The decode kernel: memory-bound, so a deep KV ring keeps enough bytes in flight per SM; three math
-    warpgroups with one accumulator set each ran 1-6% faster than two with two (PERFLOG, MQA logits)."""
-    return MqaLogitsConfig(heads, head_dim, next_n, _stages(next_n * heads, head_dim, 3), True, False, bf16,
-                           math_wgs=3, double_acc=False)
+    warpgroups ran 1-6% faster than two (PERFLOG, MQA logits)."""
+    return MqaLogitsConfig(heads, head_dim, next_n, _stages(next_n * heads, head_dim, 3), True, False, bf16)
 
 
 def _stages(n: int, head_dim: int, math_wgs: int, most: int = 16) -> int:
     """KV stages for a tile of N = n: as many as shared memory holds up to `most`, a multiple of `math_wgs`."""
-    fixed = 2 * n * head_dim + 8 * 4
+    fixed = 2 * (n * head_dim + n * 4 + 64) + 8 * 4
     per_stage = 64 * head_dim + 256 + 16
     stages = min(most, (SMEM_LIMIT - fixed) // per_stage)
     return max(math_wgs, stages - stages % math_wgs)

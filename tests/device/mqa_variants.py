@@ -24,10 +24,9 @@ def graphed(fn):
 from mqa_utils import compare, make_prefill, ref_prefill, windows  # noqa: E402
 
 VARIANTS = {
-    "w2-double-n128": MqaLogitsConfig(64, 128, 2, 16),
-    "w3-single-n128": MqaLogitsConfig(64, 128, 2, 15, math_wgs=3, double_acc=False),
-    "w2-single-n256": MqaLogitsConfig(64, 128, 4, 14, double_acc=False),
-    "w2-single-n128": MqaLogitsConfig(64, 128, 2, 16, double_acc=False),
+    "w3-n128": MqaLogitsConfig(64, 128, 2, 15),
+    "w2-n256": MqaLogitsConfig(64, 128, 4, 14, math_wgs=2),
+    "w2-n128": MqaLogitsConfig(64, 128, 2, 16, math_wgs=2),
 }
 only = os.environ.get("VARIANTS")
 if only:
@@ -62,9 +61,8 @@ for skv in (8192, 65536):
 from mqa_utils import make_paged  # noqa: E402
 
 PAGED = {
-    "w2-double": lambda n: MqaLogitsConfig(64, 128, n, 16, True),
-    "w3-single": lambda n: MqaLogitsConfig(64, 128, n, 15, True, math_wgs=3, double_acc=False),
-    "w2-single": lambda n: MqaLogitsConfig(64, 128, n, 16, True, double_acc=False),
+    "w3": lambda n: MqaLogitsConfig(64, 128, n, 15, True),
+    "w2": lambda n: MqaLogitsConfig(64, 128, n, 16, True, math_wgs=2),
 }
 for batch, avg, next_n in ((64, 8192, 1), (256, 8192, 1), (1024, 8192, 2), (64, 65536, 1)):
     q, cache, w, ctx, table, _, _ = make_paged(batch, next_n, [avg] * batch, spare_blocks=0)

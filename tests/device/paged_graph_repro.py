@@ -12,8 +12,8 @@ from dgx.kernels.mqa_logits import MqaLogitsConfig  # noqa: E402
 from mqa_utils import make_paged  # noqa: E402
 
 batch, avg, next_n = (int(x) for x in (sys.argv[1:4] if len(sys.argv) > 3 else (64, 8192, 1)))
-wgs = int(os.environ.get("MATH_WGS", "2"))
-cfg = MqaLogitsConfig(64, 128, next_n, 15 if wgs == 3 else 16, True, math_wgs=wgs, double_acc=wgs == 2)
+wgs = int(os.environ.get("MATH_WGS", "3"))
+cfg = MqaLogitsConfig(64, 128, next_n, 15 if wgs == 3 else 16, True, math_wgs=wgs)
 q, cache, w, ctx, table, _, _ = make_paged(batch, next_n, [avg] * batch, spare_blocks=0)
 sched = dgx.get_paged_mqa_logits_metadata(ctx, 64, dgx.get_num_sms())
 out = torch.empty(batch * next_n, avg, device="cuda")
