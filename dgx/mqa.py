@@ -207,7 +207,7 @@ def fp8_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_l
                 logits=ov.ptr, logits_stride=ov.strides[0], ks=ksv.ptr, ke=kev.ptr, lens=0, seq_len_kv=seq_len_kv,
                 width=width, context_2d=0))
         return out
-    grid = min(ceil_div(seq_len, config.block_q), get_num_sms(device))
+    grid = prefill_grid(ceil_div(seq_len, config.block_q), get_num_sms(device))
     launcher = _launcher(config, device, grid)
     tmap_q = runtime.encode_tensor_map_2d("uint8", qv.ptr, dim, seq_len * heads, dim, dim, config.n, _swizzle(dim))
     tmap_kv = runtime.encode_tensor_map_2d("uint8", kvv.ptr, dim, seq_len_kv, kvv.strides[0], dim, 64, _swizzle(dim))
@@ -220,6 +220,14 @@ def fp8_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_l
         seq_len=seq_len, seq_len_kv=seq_len_kv, max_seqlen_k=max_seqlen_k, batch=0,
         table_width=0, context_2d=0, max_context_len=0, clean=int(bool(clean_logits))))
     return out
+
+
+def prefill_grid(q_blocks: int, num_sms: int) -> int:
+    """CTAs for `q_blocks` query blocks handed out zig-zag (ptx/mqa_logits.cuh): the fewest that keep the round
+    count, so every round is full and, with an even count, every CTA gets whole (short, long) pairs of causal
+    windows (2048 blocks: 128 CTAs in 16 rounds rather than 132 in 15.5; 1% faster, PERFLOG, MQA logits)."""
+    rounds = ceil_div(q_blocks, num_sms)
+    return ceil_div(q_blocks, rounds)
 
 
 def _check_context_lens(cv: TensorView) -> tuple[int, int | None]:

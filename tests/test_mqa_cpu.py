@@ -216,3 +216,13 @@ def test_inspect_builds_the_mqa_kernels(tmp_cache):
     assert result.exit_code == 1 and "Error: --heads: expected one of 32, 64, got 48" in result.output
     result = runner.invoke(cli.main, ["inspect", "--kind", "mqa_logits", "--gemm", "1", "2", "3"])
     assert result.exit_code == 2 and "--heads/--head-dim/--next-n" in result.output
+
+
+def test_prefill_grid_keeps_the_rounds_with_the_fewest_ctas():
+    from dgx.mqa import prefill_grid
+
+    assert prefill_grid(2048, 132) == 128  # 16 full rounds: 8 whole zig-zag pairs per CTA
+    assert prefill_grid(50, 132) == 50 and prefill_grid(300, 132) == 100 and prefill_grid(2049, 132) == 129
+    for blocks in range(1, 3000, 7):
+        grid = prefill_grid(blocks, 132)
+        assert grid <= 132 and -(-blocks // grid) == -(-blocks // 132)
