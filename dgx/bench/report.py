@@ -122,7 +122,10 @@ def _spread_line(suite: SuiteSummary, repeats: int) -> str | None:
         d = 2 if unit == "×" else 0
         return f"{sp.min:.{d}f} / {sp.median:.{d}f} / {sp.max:.{d}f}{unit}"
 
-    bits.append(f"dgx geomean TFLOPS {fmt(suite.spread_tflops, '')}")
+    if suite.suite == PAGED_MQA:
+        bits.append(f"dgx geomean GB/s {fmt(suite.spread_gbps, '')}")
+    else:
+        bits.append(f"dgx geomean TFLOPS {fmt(suite.spread_tflops, '')}")
     if suite.spread_vs_anchor.median is not None:
         bits.append(f"vs DeepGEMM {fmt(suite.spread_vs_anchor)}")
     for p, sp in suite.spread_speedup.items():
@@ -525,7 +528,7 @@ def write_plot(results: BenchResults, path: str, summary: Summary | None = None)
         handles.append(Line2D([], [], color="k", marker="x", linestyle="none", label="× not run / failed"))
     env = results.env
     fig.suptitle(f"dgx bench — {env.get('device', '?')} — {env.get('date', '?')}", fontsize=12)
-    fig.legend(handles=handles, loc="upper center", ncol=min(5, len(handles)), fontsize=8, bbox_to_anchor=(0.5, 0.985 - 0.25 / fig.get_figheight()), frameon=False)
+    fig.legend(handles=handles, loc="upper center", ncol=min(3 if ref_lines else 5, len(handles)), fontsize=8, bbox_to_anchor=(0.5, 0.985 - 0.25 / fig.get_figheight()), frameon=False)
     fig.tight_layout(rect=(0, 0, 1, 1 - 1.0 / fig.get_figheight()))
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)

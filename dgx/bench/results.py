@@ -318,11 +318,13 @@ class SuiteSummary:
     spread_vs_anchor: Spread
     spread_tflops: Spread  # dgx geomean TFLOPS over repeats
     geomean_gbps: dict[str, float | None] = dataclasses.field(default_factory=dict)  # MQA suites: impl -> GB/s
+    spread_gbps: Spread = dataclasses.field(default_factory=lambda: Spread(None, None, None))  # dgx, over repeats
 
     def to_dict(self) -> dict[str, Any]:
         d = self._to_dict()
         if self.suite in MQA_SUITES:
             d["geomean_gbps"] = dict(self.geomean_gbps)
+            d["spread_over_repeats"]["dgx_geomean_gbps"] = self.spread_gbps.to_dict()
         return d
 
     def _to_dict(self) -> dict[str, Any]:
@@ -483,6 +485,7 @@ def summarize(results: BenchResults) -> Summary:
         rep_speed: dict[str, list[float | None]] = {n: [] for n in gm_speed}
         rep_anchor: list[float | None] = []
         rep_tflops: list[float | None] = []
+        rep_gbps: list[float | None] = []
         for rus in per_repeat_us:
             for n in gm_speed:
                 rep_speed[n].append(
@@ -496,6 +499,7 @@ def summarize(results: BenchResults) -> Summary:
                 )
             )
             rep_tflops.append(geomean(tflops(case_summaries[i].shape.flops, rus[i][DGX]) for i in idx if DGX in rus[i]))
+            rep_gbps.append(geomean(gbps(case_summaries[i].shape.bytes_moved, rus[i][DGX]) for i in idx if DGX in rus[i]))
         gm_gbps = {n: geomean(c.impls[n].gbps for c in cases if n in c.impls) for n in gm_tflops}
         suites.append(
             SuiteSummary(
@@ -509,6 +513,7 @@ def summarize(results: BenchResults) -> Summary:
                 Spread.of(rep_anchor),
                 Spread.of(rep_tflops),
                 gm_gbps,
+                Spread.of(rep_gbps),
             )
         )
 
