@@ -566,3 +566,39 @@ def test_dgx_adapter_poisons_the_output(monkeypatch):
     monkeypatch.setitem(sys.modules, "dgx", fake)
     res = DgxImpl().measure(build_mqa_problem(TINY[0], device="cpu"), _ctx())
     assert res.status == "failed"
+
+
+def test_measure_and_report_end_to_end_on_cpu(monkeypatch):
+    """Both implementations measured on tiny cases (the fake dgx, a stand-in clock), then summarised and
+    rendered: the path of a GPU run from the problem to the report, without CUDA."""
+    pytest.importorskip("torch")
+    from dgx.bench.mqa_problems import build_mqa_problem
+    from dgx.bench.peers import Ctx, make_impls
+    from dgx.bench.timing import Timing
+
+    class CpuCtx(Ctx):
+        def time(self, fn, warmup=None, iters=None):
+            fn()
+            us = 100.0 if iters is None else 20000.0
+            return Timing(us, us, us, [us])
+
+    monkeypatch.setitem(sys.modules, "dgx", FakeDgx())
+    ragged = TINY[3]
+    shapes = [TINY[0], ragged.balanced(), ragged]
+    rr = RepeatResult(ceilings={"fp8_tflops": 1300.0, "copy_gbps": 3000.0})
+    for shape in shapes:
+        problem = build_mqa_problem(shape, device="cpu")
+        case = CaseResult(shape)
+        for impl in make_impls(True):
+            if impl.runs_on(shape.suite):
+                case.impls[impl.name] = impl.measure(problem, CpuCtx(flush=None))
+        problem.free()
+        rr.cases.append(case)
+    res = BenchResults(env={"device": "cpu"}, settings={"repeat": 1}, repeats=[rr])
+    for case in rr.cases:
+        assert [(n, r.status) for n, r in case.impls.items()] == [("dgx", "ok"), ("torch", "ok")]
+        assert case.impls["dgx"].diff < 1e-5 and case.impls["torch"].diff < 1e-5
+    s = summarize(res)
+    assert s.suite("paged_mqa").cases[1].balanced["ratio"] == pytest.approx(1.0)
+    md = render_markdown(res)
+    assert f"| {ragged.label} | 100 |" in md and "| 1.00× |" in md
