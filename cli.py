@@ -22,7 +22,7 @@ from dgx.kinds import KIND_NAMES, MQA_KIND_NAMES, SHORT_NAMES, GemmKind
 
 # `dgx inspect --kind`: the short names (as the benchmark's suites) or the shapes-file kinds.
 INSPECT_KINDS = SHORT_NAMES + tuple(k for k in KIND_NAMES if k not in SHORT_NAMES) + MQA_KIND_NAMES
-BENCH_SUITES = SHORT_NAMES + ("all",)
+BENCH_SUITES = SHORT_NAMES + ("mqa", "paged_mqa", "all")  # dgx.bench.SUITES, then "all" (a test checks)
 MAX_ERROR_LINES = 40
 
 
@@ -705,7 +705,7 @@ def warmup(preset, shapes_file, max_m, num_sms, arch, jobs, as_json) -> None:
 @main.command()
 @click.option("--suite", type=click.Choice(BENCH_SUITES), default="all", show_default=True)
 @click.option("--shapes", "shapes_file", type=click.Path(dir_okay=False), help="A shapes file (warmup format, plus m).")
-@click.option("--peers/--no-peers", default=True, show_default=True, help="Also time cuBLASLt, Triton and BF16.")
+@click.option("--peers/--no-peers", default=True, show_default=True, help="Also time the peers (cuBLASLt, Triton, BF16; torch for the MQA suites).")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True, help="Rerun everything N times.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the results as JSON.")
 @click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False), help="Write a Markdown table.")

@@ -18,7 +18,8 @@ SHORT = ("dense", "contiguous", "masked", "wgrad", "k_grouped")
 
 def test_the_names_users_write_are_the_kinds():
     assert KIND_NAMES == SHAPES_FILE_KINDS == warmup.KINDS == suites.KINDS
-    assert SHORT_NAMES == SHORT == suites.SUITES
+    assert SHORT_NAMES == SHORT == suites.GEMM_SUITES
+    assert suites.SUITES == SHORT + ("mqa", "paged_mqa")  # the GEMM suites, then the MQA-logits suites
     for value, short in zip(SHAPES_FILE_KINDS, SHORT):
         kind = GemmKind(value)
         assert GemmKind.parse(value) is GemmKind.parse(short) is kind

@@ -120,8 +120,9 @@ def test_presets_are_valid_and_cover_every_kind():
     assert "deepseek-v3" in names and len(names) >= 2
     for name in names:
         specs = warmup.load_preset(name)
-        assert {s.kind for s in specs} == set(warmup.KINDS), name
-        ids = [(s.kind, s.n, s.k, s.groups, s.max_m) for s in specs]
+        assert {s.kind for s in specs if not isinstance(s, warmup.MqaSpec)} == set(warmup.KINDS), name
+        ids = [(s.kind, s.heads, s.head_dim) if isinstance(s, warmup.MqaSpec) else (s.kind, s.n, s.k, s.groups, s.max_m)
+               for s in specs]
         assert len(ids) == len(set(ids)), f"{name} lists an entry twice"
         assert all(s.note for s in specs), f"{name}: every entry says where it comes from"
     dense = {(s.n, s.k) for s in warmup.load_preset("deepseek-v3") if s.kind == "dense"}
@@ -133,7 +134,10 @@ def test_presets_are_documented():
     for name in warmup.preset_names():
         assert f"`{name}`" in readme
         for s in warmup.load_preset(name):
-            row = f"| {s.kind} | {s.n} | {s.k} | {s.groups if s.groups is not None else ''} |"
+            if isinstance(s, warmup.MqaSpec):
+                row = f"| {s.kind} | {s.heads} | {s.head_dim} |"
+            else:
+                row = f"| {s.kind} | {s.n} | {s.k} | {s.groups if s.groups is not None else ''} |"
             assert row in readme, f"{name}: {row} is not in dgx/presets/README.md"
 
 

@@ -1,4 +1,5 @@
-"""``dgx bench``: dgx side by side with cuBLASLt, Triton and BF16, with tables, JSON, Markdown and plots.
+"""``dgx bench``: dgx side by side with cuBLASLt, Triton and BF16 (GEMM suites) and with plain torch (MQA-logits
+suites), with tables, JSON, Markdown and plots.
 
 Entry points:
 
@@ -27,7 +28,7 @@ from .report import (
 from .results import BenchResults, summarize
 from .runner import NO_GPU_PREFIX, NoGpu, dgx_failures, gpu_problem, run_suite
 from .subject import unavailable_reason
-from .suites import SUITES, ShapesFileError, load_shapes_file, select_shapes, suite_names
+from .suites import FIXED_SUITES, SUITES, ShapesFileError, load_shapes_file, select_shapes, suite_names
 
 __all__ = [
     "main",
@@ -70,8 +71,8 @@ def main(
     """Run ``dgx bench`` and write the requested reports; return the exit code.
 
     0: done, dgx correct on every case. 1: no usable GPU (torch missing or no CUDA device).
-    2: bad arguments (suite, repeat, shapes file, matplotlib missing for ``--plot``, unwritable
-    output). 3: dgx failed or was unavailable on some case (the reports say where), or a requested
+    2: bad arguments (suite, repeat, shapes file, a shapes file with a fixed suite (``mqa``, ``paged_mqa``),
+    matplotlib missing for ``--plot``, unwritable output). 3: dgx failed or was unavailable on some case (the reports say where), or a requested
     suite is not available in this build of dgx (see :func:`unavailable_reason`): the suites that are
     available still run (and need a GPU); the others are named and skipped.
     """
@@ -80,6 +81,11 @@ def main(
         if not isinstance(repeat, int) or repeat < 1:
             raise ValueError(f"--repeat must be a positive integer, got {repeat!r}")
         shapes = None
+        if shapes_file is not None and suite in FIXED_SUITES:
+            raise ValueError(
+                f"--shapes does not apply to suite {suite}: its problems are fixed; run `dgx bench --suite {suite}` "
+                "without --shapes"
+            )
         if shapes_file is not None:
             shapes, warnings = load_shapes_file(shapes_file)
             for w in warnings:

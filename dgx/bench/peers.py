@@ -11,6 +11,13 @@
 * ``bf16``       ``torch.matmul`` on the BF16 originals (BF16 out).
 * ``fp8_tensor`` per-tensor FP8 cuBLASLt (``torch._scaled_mm`` with scalar scales): the speed of a
                  less precise recipe.
+* ``torch``      the MQA suites' peer (:mod:`dgx.bench.mqa_torch`): BF16 matmuls per chunk in plain torch.
+                 Checked like dgx on the MQA suites (the float64 reference of a subset of rows, ``-inf``
+                 positions exact); timed over fewer calls where one call is slow, and not run on the largest
+                 decode cases (:data:`TORCH_MQA_MAX_PAIRS`).
+
+Each peer runs on the suites named by its ``suites``: the GEMM peers on the GEMM suites, ``torch`` on the
+MQA suites, dgx on all.
 
 Grouped suites run the cuBLASLt, BF16 and per-tensor peers as a Python loop over groups (one launch
 per group, on the valid rows only; the label says so); Triton is grouped natively for the M-grouped
@@ -26,12 +33,25 @@ import math
 from typing import Any, Callable
 
 from ..intmath import round_up
+from .mqa_check import LogitsMismatch
+from .mqa_problems import MqaProblem
+from .mqa_suites import MQA, MQA_SUITES, PAGED_MQA
 from .prepared import Prepared, Unavailable
 from .problems import Part, Problem, calc_diff, dequant_block, dequant_token, matmul_fp32, per_row_cast, per_tensor_cast
-from .results import BF16, CUBLASLT, DGX, FAILED, FP8_TENSOR, OK, TRITON, UNAVAILABLE, ImplResult
+from .results import BF16, CUBLASLT, DGX, FAILED, FP8_TENSOR, NOT_RUN, OK, TORCH_MQA, TRITON, UNAVAILABLE, ImplResult
+from .suites import GEMM_SUITES, SUITES
 from .timing import ITERS, WARMUP, Timing, time_gpu
 
 DIFF_TOL = 1e-3
+
+TORCH_MQA_MAX_PAIRS = 1 << 25
+"""The torch MQA peer is not run on decode cases with more query-key pairs than this (B = 1024 at 65536
+tokens: 64 and 128 M pairs, 50-100 ms a call and several GB of scores per chunk)."""
+SLOW_CALL_US = 5000.0
+"""A peer whose first timed call takes longer than this is timed over :data:`SLOW_WARMUP` warm-ups and
+:data:`SLOW_ITERS` calls."""
+SLOW_WARMUP = 1
+SLOW_ITERS = 5
 
 
 class Outcome(Exception):
@@ -62,6 +82,11 @@ class Ctx:
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         out = prep.output()
+        if isinstance(problem, MqaProblem):
+            try:
+                return problem.check(out)
+            except LogitsMismatch as e:
+                raise Outcome(FAILED, str(e)) from None
         ref = prep.reference if prep.reference is not None else problem.ref
         if prep.includes_c:
             ref = ref + problem.c_rows
@@ -174,9 +199,18 @@ def _m_major(s):
 
 class Peer:
     name = ""
+    suites: tuple[str, ...] = GEMM_SUITES
+    """The suites this implementation runs on."""
+
+    def runs_on(self, suite: str) -> bool:
+        return suite in self.suites
 
     def select(self, problem: Problem, ctx: Ctx) -> tuple[Prepared, float, str]:
         raise NotImplementedError
+
+    def timing_plan(self, prep: Prepared, ctx: Ctx) -> tuple[int | None, int | None, str]:
+        """(warm-ups, timed calls, note) for a verified implementation; None: the context's defaults."""
+        return None, None, ""
 
     def measure(self, problem: Problem, ctx: Ctx) -> ImplResult:
         try:
@@ -186,9 +220,12 @@ class Peer:
         except Unavailable as e:
             return ImplResult(self.name, UNAVAILABLE, str(e), tolerance=ctx.tol)
         try:
-            t = ctx.time(prep.run)
+            warmup, iters, how = self.timing_plan(prep, ctx)
+            t = ctx.time(prep.run, warmup, iters)
         except Exception as e:  # noqa: BLE001
             return ImplResult(self.name, FAILED, f"timing raised {type(e).__name__}: {_one_line(e)}", diff=diff)
+        if how:
+            note = f"{note}; {how}" if note else how
         return ImplResult(
             self.name,
             OK,
@@ -207,6 +244,7 @@ class Peer:
 
 class DgxImpl(Peer):
     name = DGX
+    suites = SUITES
 
     def select(self, problem, ctx):
         from .subject import prepare_dgx
@@ -417,13 +455,68 @@ class Triton(Peer):
         return prep, diff, prep.note
 
 
+class TorchMqa(Peer):
+    """The MQA suites' peer: plain torch, BF16 matmuls per chunk (:mod:`dgx.bench.mqa_torch`)."""
+
+    name = TORCH_MQA
+    suites = MQA_SUITES
+
+    def __init__(self, max_pairs: int = TORCH_MQA_MAX_PAIRS):
+        self.max_pairs = max_pairs
+
+    def select(self, problem, ctx):
+        from . import mqa_torch
+
+        s = problem.shape
+        if s.suite == PAGED_MQA and s.pairs > self.max_pairs:
+            raise Outcome(
+                NOT_RUN,
+                f"not timed: {s.pairs / 2**20:.0f} M query-key pairs, over the {self.max_pairs / 2**20:.0f} M the "
+                "torch reference is run on (it would take 50 ms or more a call)",
+            )
+        t = problem.tensors
+        out: list = [None]
+        rows = problem.row_index()
+
+        if s.suite == MQA:
+            q, kv, sc, w, ks, ke = t["q"], t["kv"], t["kv_scales"], t["weights"], t["ks"], t["ke"]
+
+            def run():
+                out[0] = mqa_torch.prefill_logits(q, kv, sc, w, ks, ke)
+
+            note = (f"BF16 einsum per {mqa_torch.prefill_chunk(s.heads, s.seq_len_kv)} queries on keys dequantised "
+                    "to BF16 once per call, FP32 ReLU/weights/sum, -inf outside the windows")
+        else:
+            q, cache, w, lens, table = t["q"], t["kv_cache"], t["weights"], t["context_lens"], t["block_table"]
+            host_lens, width = list(problem.context_lens), s.max_context_len
+
+            def run():
+                out[0] = mqa_torch.paged_logits(q, cache, w, lens, table, host_lens, width)
+
+            chunk = mqa_torch.paged_chunk(s.heads, s.next_n, s.dim, width)
+            note = (f"per {chunk} sequences: blocks gathered through the block table and dequantised to BF16, BF16 "
+                    "einsum, FP32 ReLU/weights/sum, -inf past each query's limit")
+
+        def build() -> Prepared:
+            return Prepared(run, lambda: out[0].index_select(0, rows), note=note)
+
+        return ctx.first_passing(problem, [("torch reference", build)])
+
+    def timing_plan(self, prep, ctx):
+        first = ctx.time(prep.run, warmup=0, iters=1).median_us
+        if first <= SLOW_CALL_US:
+            return None, None, ""
+        warmup, iters = min(ctx.warmup, SLOW_WARMUP), min(ctx.iters, SLOW_ITERS)
+        return warmup, iters, f"timed over {iters} calls after {warmup} warm-up ({first / 1e3:.0f} ms a call)"
+
+
 def _raise(e: Exception):
     raise e
 
 
 def make_impls(with_peers: bool) -> list[Peer]:
-    """dgx first, then the peers (in report order)."""
+    """dgx first, then the peers (in report order); each runs on the suites its ``runs_on`` accepts."""
     impls: list[Peer] = [DgxImpl()]
     if with_peers:
-        impls += [CublasLt(), Triton(), Bf16(), Fp8PerTensor()]
+        impls += [CublasLt(), Triton(), Bf16(), Fp8PerTensor(), TorchMqa()]
     return impls

@@ -11,6 +11,9 @@ import json
 import os
 from typing import Any
 
+from .fmt import STATUS_SHORT, micros, num, percent, spread_percent, times
+from .mqa_report import MQA_SUITE_TITLES, mqa_suite_lines, mqa_suite_rows, plot_metric
+from .mqa_suites import MQA_SUITES, PAGED_MQA, is_mqa
 from .results import (
     DGX,
     IMPL_LABELS,
@@ -31,9 +34,8 @@ SUITE_TITLES = {
     "masked": "M-grouped masked (m_grouped_fp8_gemm_nt_masked)",
     "wgrad": "Weight gradient (fp8_gemm_nt, FP32 d = c + a·bᵀ, 1×128 both)",
     "k_grouped": "K-grouped weight gradient (k_grouped_fp8_gemm_nt_contiguous)",
+    **MQA_SUITE_TITLES,
 }
-
-STATUS_SHORT = {"failed": "FAILED", "unavailable": "n/a", "not run": "-"}
 
 
 class PlotUnavailable(RuntimeError):
@@ -43,33 +45,7 @@ class PlotUnavailable(RuntimeError):
 # --------------------------------------------------------------------------------------------------
 # formatting
 
-
-def _f(x: float | None, digits: int = 0) -> str:
-    if x is None:
-        return "-"
-    return f"{x:.{digits}f}"
-
-
-def _us(x: float | None) -> str:
-    if x is None:
-        return "-"
-    if x < 100:
-        return f"{x:.1f}"
-    return f"{x:.0f}"
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.0f}%"
-
-
-def _x(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2f}×"
-
-
-def _spread_pct(us: float | None, spread: tuple[float, float] | None) -> str:
-    if not us or not spread:
-        return "-"
-    return f"±{50 * (spread[1] - spread[0]) / us:.1f}%"
+_f, _us, _pct, _x, _spread_pct = num, micros, percent, times, spread_percent
 
 
 def _peer_cell(case: CaseSummary, name: str) -> str:
@@ -97,6 +73,8 @@ def _has_anchor(suite: SuiteSummary) -> bool:
 
 def _suite_rows(suite: SuiteSummary, repeats: int) -> tuple[list[str], list[list[str]], list[str]]:
     """Header, rows and the geomean row of one suite's table."""
+    if suite.suite in MQA_SUITES:
+        return mqa_suite_rows(suite, repeats)
     peers = _peers_in(suite)
     anchor = _has_anchor(suite)
     header = ["shape", "dgx µs"]
@@ -144,7 +122,10 @@ def _spread_line(suite: SuiteSummary, repeats: int) -> str | None:
         d = 2 if unit == "×" else 0
         return f"{sp.min:.{d}f} / {sp.median:.{d}f} / {sp.max:.{d}f}{unit}"
 
-    bits.append(f"dgx geomean TFLOPS {fmt(suite.spread_tflops, '')}")
+    if suite.suite == PAGED_MQA:
+        bits.append(f"dgx geomean GB/s {fmt(suite.spread_gbps, '')}")
+    else:
+        bits.append(f"dgx geomean TFLOPS {fmt(suite.spread_tflops, '')}")
     if suite.spread_vs_anchor.median is not None:
         bits.append(f"vs DeepGEMM {fmt(suite.spread_vs_anchor)}")
     for p, sp in suite.spread_speedup.items():
@@ -282,6 +263,8 @@ def render_table(results: BenchResults, summary: Summary | None = None) -> str:
         line = _spread_line(suite, s.repeats)
         if line:
             out.append(line)
+        if suite.suite in MQA_SUITES:
+            out += [f"  · {n}" for n in mqa_suite_lines(suite)]
         for n in _impl_notes(suite):
             out.append(f"  · {n}")
         for n in _not_timed(suite):
@@ -342,13 +325,16 @@ def render_markdown(results: BenchResults, summary: Summary | None = None) -> st
         line = _spread_line(suite, s.repeats)
         if line:
             out += ["", line]
+        if suite.suite in MQA_SUITES:
+            out.append("")
+            out += [f"- {n}" for n in mqa_suite_lines(suite)]
         notes = _impl_notes(suite) + _configs(suite)
         bad = _not_timed(suite)
         if notes or bad:
             out.append("")
             out += [f"- {n}" for n in notes]
             out += [f"- **{n}**" for n in bad]
-        grouped = [c for c in suite.cases if c.shape.group_ms or c.shape.group_ks]
+        grouped = [c for c in suite.cases if not is_mqa(c.shape) and (c.shape.group_ms or c.shape.group_ks)]
         if grouped:
             out.append("")
             out.append("Group sizes: " + "; ".join(
@@ -429,6 +415,7 @@ _COLORS = {
     "triton": "#2ca02c",
     "bf16": "#7f7f7f",
     "fp8_tensor": "#bcbd22",
+    "torch": "#ff7f0e",
 }
 
 
@@ -463,13 +450,15 @@ def write_plot(results: BenchResults, path: str, summary: Summary | None = None)
     fig, axes = plt.subplots(len(s.suites), 1, figsize=(width, 4.2 * len(s.suites) + 1.0), squeeze=False)
     fp8 = s.ceilings.get("fp8_tflops")
     used: list[str] = []
-    any_roof = any_anchor = any_missing = False
+    any_roof = any_anchor = any_missing = any_fp8 = False
+    ref_lines: dict[str, str] = {}  # legend label -> line style (the MQA panels' goal and peak lines)
     for ax, suite in zip(axes[:, 0], s.suites):
         impls = ([DGX] if any(DGX in c.impls for c in suite.cases) else []) + _peers_in(suite)
         n_impl = max(1, len(impls))
         bar_w = 0.8 / n_impl
         xs = list(range(len(suite.cases)))
-        top = fp8 or 0.0
+        metric = plot_metric(suite)  # None: a GEMM panel (TFLOPS, FP8 ceiling, rooflines, anchors)
+        top = (fp8 or 0.0) if metric is None else max(y for y, _, _ in metric.lines)
         for j, name in enumerate(impls):
             if name not in used:
                 used.append(name)
@@ -477,7 +466,10 @@ def write_plot(results: BenchResults, path: str, summary: Summary | None = None)
             vals = []
             for c in suite.cases:
                 it = c.impls.get(name)
-                vals.append(it.tflops if (it and it.status == OK and it.tflops) else 0.0)
+                if metric is not None:
+                    vals.append(metric.value(it) or 0.0)
+                else:
+                    vals.append(it.tflops if (it and it.status == OK and it.tflops) else 0.0)
             top = max([top] + vals)
             ax.bar(offs, vals, bar_w, color=_COLORS.get(name), edgecolor="none")
             for c, o, v in zip(suite.cases, offs, vals):
@@ -488,6 +480,8 @@ def write_plot(results: BenchResults, path: str, summary: Summary | None = None)
                 elif name == DGX and v:
                     ax.text(o, v, f"{v:.0f}", ha="center", va="bottom", fontsize=6.5, rotation=90)
         for x, c in zip(xs, suite.cases):
+            if metric is not None:
+                break
             if c.roofline_tflops:
                 any_roof = True
                 ax.hlines(c.roofline_tflops, x - 0.42, x + 0.42, colors="k", linewidth=1.6)
@@ -496,15 +490,25 @@ def write_plot(results: BenchResults, path: str, summary: Summary | None = None)
                 any_anchor = True
                 ax.plot([x], [c.anchor["tflops"]], marker="D", color="#9467bd", markersize=5, linestyle="none")
                 top = max(top, c.anchor["tflops"])
-        if fp8:
+        if metric is not None:
+            for y, label, style in metric.lines:
+                ax.axhline(y, color="k", linestyle=style, linewidth=1)
+                ref_lines.setdefault(label, style)
+        elif fp8:
+            any_fp8 = True
             ax.axhline(fp8, color="k", linestyle="--", linewidth=1)
         ax.set_ylim(0, top * 1.12 if top else 1)
         ax.set_xticks(xs)
         ax.set_xticklabels([c.shape.label for c in suite.cases], rotation=35, ha="right", fontsize=8)
-        ax.set_ylabel("TFLOPS")
+        ax.set_ylabel(metric.ylabel if metric is not None else "TFLOPS")
         title = SUITE_TITLES.get(suite.suite, suite.suite)
         gm = suite.geomean_tflops.get(DGX)
-        if gm:
+        if metric is not None:
+            paged = suite.suite == PAGED_MQA
+            gm_mqa = suite.geomean_gbps.get(DGX) if paged else gm
+            if gm_mqa:
+                title += f" — dgx geomean {gm_mqa:.0f} {'GB/s' if paged else 'TFLOPS'}"
+        elif gm:
             title += f" — dgx geomean {gm:.0f} TFLOPS"
             if suite.geomean_vs_anchor:
                 title += f", {suite.geomean_vs_anchor:.2f}× DeepGEMM (H100 anchor)"
@@ -512,8 +516,10 @@ def write_plot(results: BenchResults, path: str, summary: Summary | None = None)
         ax.grid(axis="y", alpha=0.3)
         ax.set_xlim(-0.6, len(xs) - 0.4)
     handles = [Patch(color=_COLORS.get(n), label=IMPL_LABELS.get(n, n)) for n in used]
-    if fp8:
+    if fp8 and any_fp8:
         handles.append(Line2D([], [], color="k", linestyle="--", label=f"FP8 ceiling (per-tensor 8192³) {fp8:.0f} TFLOPS"))
+    for label, style in ref_lines.items():
+        handles.append(Line2D([], [], color="k", linestyle=style, label=label))
     if any_roof:
         handles.append(Line2D([], [], color="k", linewidth=1.6, label="roofline: FP8 ceiling / copy bandwidth"))
     if any_anchor:
@@ -522,7 +528,7 @@ def write_plot(results: BenchResults, path: str, summary: Summary | None = None)
         handles.append(Line2D([], [], color="k", marker="x", linestyle="none", label="× not run / failed"))
     env = results.env
     fig.suptitle(f"dgx bench — {env.get('device', '?')} — {env.get('date', '?')}", fontsize=12)
-    fig.legend(handles=handles, loc="upper center", ncol=min(5, len(handles)), fontsize=8, bbox_to_anchor=(0.5, 0.985 - 0.25 / fig.get_figheight()), frameon=False)
+    fig.legend(handles=handles, loc="upper center", ncol=min(3 if ref_lines else 5, len(handles)), fontsize=8, bbox_to_anchor=(0.5, 0.985 - 0.25 / fig.get_figheight()), frameon=False)
     fig.tight_layout(rect=(0, 0, 1, 1 - 1.0 / fig.get_figheight()))
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)

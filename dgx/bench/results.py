@@ -17,6 +17,7 @@ import math
 import statistics
 from typing import Any, Iterable
 
+from .mqa_suites import MQA_SUITES, PAGED_MQA, MqaShape
 from .suites import SUITES, Shape, anchor_for
 
 SCHEMA = "dgx-bench/1"
@@ -26,8 +27,9 @@ CUBLASLT = "cublaslt"
 TRITON = "triton"
 BF16 = "bf16"
 FP8_TENSOR = "fp8_tensor"
+TORCH_MQA = "torch"
 
-IMPLS = (DGX, CUBLASLT, TRITON, BF16, FP8_TENSOR)
+IMPLS = (DGX, CUBLASLT, TRITON, BF16, FP8_TENSOR, TORCH_MQA)
 PEERS = IMPLS[1:]
 
 IMPL_LABELS = {
@@ -36,8 +38,16 @@ IMPL_LABELS = {
     TRITON: "Triton blockwise",
     BF16: "BF16 cuBLAS",
     FP8_TENSOR: "FP8 per-tensor cuBLASLt",
+    TORCH_MQA: "torch reference (BF16 matmul per chunk)",
 }
-IMPL_SHORT = {DGX: "dgx", CUBLASLT: "cuBLASLt", TRITON: "Triton", BF16: "BF16", FP8_TENSOR: "FP8-tensor"}
+IMPL_SHORT = {
+    DGX: "dgx",
+    CUBLASLT: "cuBLASLt",
+    TRITON: "Triton",
+    BF16: "BF16",
+    FP8_TENSOR: "FP8-tensor",
+    TORCH_MQA: "torch",
+}
 
 OK = "ok"
 FAILED = "failed"
@@ -83,7 +93,7 @@ class ImplResult:
 
 @dataclasses.dataclass
 class CaseResult:
-    shape: Shape
+    shape: Shape | MqaShape
     impls: dict[str, ImplResult] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -195,7 +205,7 @@ def gbps(nbytes: int, us: float) -> float:
     return nbytes / (us * 1e-6) / 1e9
 
 
-def floors_us(shape: Shape, ceilings: dict[str, float]) -> tuple[float | None, float | None]:
+def floors_us(shape: Shape | MqaShape, ceilings: dict[str, float]) -> tuple[float | None, float | None]:
     """(compute floor, memory floor) in µs from the FP8 TFLOPS and copy GB/s ceilings."""
     fp8 = ceilings.get("fp8_tflops")
     bw = ceilings.get("copy_gbps")
@@ -204,8 +214,13 @@ def floors_us(shape: Shape, ceilings: dict[str, float]) -> tuple[float | None, f
     return t_c, t_m
 
 
-def bound_of(shape: Shape, ceilings: dict[str, float]) -> tuple[str, float | None]:
-    """Which ceiling bounds the shape (``'compute'`` or ``'memory'``) and that floor in µs."""
+def bound_of(shape: Shape | MqaShape, ceilings: dict[str, float]) -> tuple[str, float | None]:
+    """Which ceiling bounds the shape (``'compute'`` or ``'memory'``) and that floor in µs.
+
+    The MQA suites are measured against fixed references instead (:meth:`MqaShape.floor`): the prefill's
+    goal in TFLOPS, the decode's HBM peak."""
+    if isinstance(shape, MqaShape):
+        return shape.floor()
     t_c, t_m = floors_us(shape, ceilings)
     if t_c is None and t_m is None:
         return "?", None
@@ -214,7 +229,7 @@ def bound_of(shape: Shape, ceilings: dict[str, float]) -> tuple[str, float | Non
     return "memory", t_m
 
 
-def roofline_tflops(shape: Shape, ceilings: dict[str, float]) -> float | None:
+def roofline_tflops(shape: Shape | MqaShape, ceilings: dict[str, float]) -> float | None:
     """The best TFLOPS the ceilings allow on this shape (the larger floor turned into TFLOPS)."""
     _, floor = bound_of(shape, ceilings)
     return tflops(shape.flops, floor) if floor else None
@@ -244,7 +259,7 @@ class ImplSummary:
 
 @dataclasses.dataclass
 class CaseSummary:
-    shape: Shape
+    shape: Shape | MqaShape
     bound: str
     floor_us: float | None
     roofline_tflops: float | None
@@ -252,8 +267,15 @@ class CaseSummary:
     speedups: dict[str, float | None]  # peer -> peer_us / dgx_us
     anchor: dict[str, float] | None
     vs_anchor: float | None  # dgx TFLOPS / DeepGEMM anchor TFLOPS
+    balanced: dict[str, Any] | None = None  # ragged decode cases: the balanced case and dgx's time ratio to it
 
     def to_dict(self) -> dict[str, Any]:
+        d = self._to_dict()
+        if self.balanced is not None:
+            d["vs_balanced"] = dict(self.balanced)
+        return d
+
+    def _to_dict(self) -> dict[str, Any]:
         return {
             "label": self.shape.label,
             "shape": self.shape.to_dict(),
@@ -295,8 +317,17 @@ class SuiteSummary:
     spread_speedup: dict[str, Spread]  # over repeats
     spread_vs_anchor: Spread
     spread_tflops: Spread  # dgx geomean TFLOPS over repeats
+    geomean_gbps: dict[str, float | None] = dataclasses.field(default_factory=dict)  # MQA suites: impl -> GB/s
+    spread_gbps: Spread = dataclasses.field(default_factory=lambda: Spread(None, None, None))  # dgx, over repeats
 
     def to_dict(self) -> dict[str, Any]:
+        d = self._to_dict()
+        if self.suite in MQA_SUITES:
+            d["geomean_gbps"] = dict(self.geomean_gbps)
+            d["spread_over_repeats"]["dgx_geomean_gbps"] = self.spread_gbps.to_dict()
+        return d
+
+    def _to_dict(self) -> dict[str, Any]:
         return {
             "suite": self.suite,
             "cases": [c.to_dict() for c in self.cases],
@@ -367,6 +398,23 @@ def _ceilings_median(results: BenchResults) -> tuple[dict[str, float], dict[str,
     return med, spreads
 
 
+def _link_balanced(cases: list[CaseSummary]) -> None:
+    """Give each ragged decode case its balanced case (same batch, next_n and total) and dgx's time ratio."""
+    by_shape = {c.shape: c for c in cases if c.shape.suite == PAGED_MQA}
+    for c in by_shape.values():
+        if not c.shape.ragged:
+            continue
+        twin = by_shape.get(c.shape.balanced())
+        mine = c.impls.get(DGX)
+        theirs = twin.impls.get(DGX) if twin else None
+        ok = bool(mine and mine.us and theirs and theirs.us)
+        c.balanced = {
+            "label": c.shape.balanced().label,
+            "dgx_us": theirs.us if ok else None,
+            "ratio": (mine.us / theirs.us) if ok else None,
+        }
+
+
 def summarize(results: BenchResults) -> Summary:
     """Derive every reported number from the recorded results."""
     ceilings, ceilings_spread = _ceilings_median(results)
@@ -419,6 +467,7 @@ def summarize(results: BenchResults) -> Summary:
             CaseSummary(shape, bound, floor, roofline_tflops(shape, ceilings), impls, speedups, anchor, vs_anchor)
         )
 
+    _link_balanced(case_summaries)
     suites: list[SuiteSummary] = []
     for suite in SUITES:
         idx = [i for i, c in enumerate(case_summaries) if c.shape.suite == suite]
@@ -436,6 +485,7 @@ def summarize(results: BenchResults) -> Summary:
         rep_speed: dict[str, list[float | None]] = {n: [] for n in gm_speed}
         rep_anchor: list[float | None] = []
         rep_tflops: list[float | None] = []
+        rep_gbps: list[float | None] = []
         for rus in per_repeat_us:
             for n in gm_speed:
                 rep_speed[n].append(
@@ -449,6 +499,8 @@ def summarize(results: BenchResults) -> Summary:
                 )
             )
             rep_tflops.append(geomean(tflops(case_summaries[i].shape.flops, rus[i][DGX]) for i in idx if DGX in rus[i]))
+            rep_gbps.append(geomean(gbps(case_summaries[i].shape.bytes_moved, rus[i][DGX]) for i in idx if DGX in rus[i]))
+        gm_gbps = {n: geomean(c.impls[n].gbps for c in cases if n in c.impls) for n in gm_tflops}
         suites.append(
             SuiteSummary(
                 suite,
@@ -460,6 +512,8 @@ def summarize(results: BenchResults) -> Summary:
                 {n: Spread.of(v) for n, v in rep_speed.items()},
                 Spread.of(rep_anchor),
                 Spread.of(rep_tflops),
+                gm_gbps,
+                Spread.of(rep_gbps),
             )
         )
 

@@ -18,7 +18,17 @@ from .results import (
     gbps,
     tflops,
 )
-from .suites import DEFAULT_SEED, HOST_ANCHOR, Shape, load_shapes_file, make_shape, select_shapes, suite_names
+from .mqa_suites import MQA, MQA_SUITES, PAGED_MQA, is_mqa
+from .suites import (
+    DEFAULT_SEED,
+    GEMM_SUITES,
+    HOST_ANCHOR,
+    Shape,
+    load_shapes_file,
+    make_shape,
+    select_shapes,
+    suite_names,
+)
 from .timing import HOST_CALLS, ITERS, WARMUP
 
 NO_GPU_PREFIX = "dgx bench needs an NVIDIA GPU: "
@@ -187,7 +197,7 @@ def measure_host(impls, ctx, seed: int, calls: int = HOST_CALLS) -> list[HostCos
     problem = build_problem(shape, seed)
     out: list[HostCost] = []
     try:
-        for impl in impls:
+        for impl in (i for i in impls if i.runs_on(shape.suite)):
             hc = HostCost(impl.name, calls=calls, shape=shape.label)
             try:
                 prep, _, _ = impl.select(problem, ctx)
@@ -215,11 +225,57 @@ def _progress_line(case: CaseResult) -> str:
     parts = []
     for name, r in case.impls.items():
         short = IMPL_SHORT.get(name, name)
-        if r.ok:
+        if r.ok and case.shape.suite == PAGED_MQA:
+            parts.append(f"{short} {r.us:.1f} µs ({gbps(case.shape.bytes_moved, r.us):.0f} GB/s)")
+        elif r.ok:
             parts.append(f"{short} {r.us:.1f} µs ({tflops(case.shape.flops, r.us):.0f} TF)")
         else:
             parts.append(f"{short} {r.status}")
     return f"  {case.shape.suite:<10} {case.shape.label:<24} " + " | ".join(parts)
+
+
+MQA_NOTES = {
+    MQA: [
+        "MQA prefill: TFLOPS = 2·H·D per query-key pair inside the causal windows (query i sees keys "
+        "[0, S_kv - S + i + 1)) over the time taken; the work outside the windows is not counted. FP32 logits, "
+        "clean_logits=True. Goal: 1000 TFLOPS.",
+    ],
+    PAGED_MQA: [
+        "MQA decode: GB/s = (used KV-cache blocks × 64 × (D + 4) + B·next_n·max_context_len·4 logits + q + weights) "
+        "over the time taken; share of the 3.35 TB/s HBM3 peak (H100 SXM datasheet). Goal: 80% of the peak. "
+        "FP32 logits, clean_logits=False (positions past a sequence's blocks are left as they were, and not "
+        "checked). The schedule (get_paged_mqa_logits_metadata) is computed once, outside the timed call.",
+        "MQA decode ragged cases: context lengths varying 10× within the batch with the same total as the "
+        "balanced case of the same batch (also in the suite); 'vs balanced' = ragged µs / balanced µs.",
+    ],
+}
+"""Method notes of the MQA suites (added to the report when the suite runs)."""
+
+MQA_CHECK_NOTE = (
+    "MQA suites: every implementation is checked before it is timed against a float64 reference on a subset of "
+    "the logits rows (64 prefill rows; every row of 8 decode sequences, the shortest and longest included): "
+    "-inf exactly where the reference has it, calc_diff below the tolerance over the finite positions. The "
+    "torch reference is timed over 5 calls after 1 warm-up where one call takes over 5 ms, and is not run on "
+    "decode cases of more than 32 M query-key pairs."
+)
+
+
+def mqa_notes(suites: Iterable[str]) -> list[str]:
+    """The method notes of the MQA suites among ``suites``."""
+    names = [s for s in MQA_SUITES if s in set(suites)]
+    out = [note for s in names for note in MQA_NOTES[s]]
+    return out + [MQA_CHECK_NOTE] if names else out
+
+
+def build_case(shape, seed: int):
+    """The inputs and reference of one case (GEMM or MQA)."""
+    if is_mqa(shape):
+        from .mqa_problems import build_mqa_problem
+
+        return build_mqa_problem(shape, seed)
+    from .problems import build_problem
+
+    return build_problem(shape, seed)
 
 
 def run_suite(
@@ -258,7 +314,6 @@ def run_suite(
     import torch
 
     from .peers import Ctx, make_impls
-    from .problems import build_problem
     from .timing import L2Flusher
 
     results = BenchResults(
@@ -276,15 +331,21 @@ def run_suite(
             "diff_tolerance": 1e-3,
         },
     )
-    results.notes += [
+    gemm = any(shape.suite in GEMM_SUITES for shape in selected)
+    results.notes.append(
         "µs: median of the timed calls (CUDA events, L2 flushed by zeroing 1 GB before each call); "
-        "with --repeat, the median over repeats of those medians.",
-        "TFLOPS = 2·M·N·K/t; GB/s = (M·K + K·N + out·M·N)/t with out = 2 bytes (BF16) or 8 (FP32 c read + d "
-        "written); grouped: valid rows only, B counted once per group.",
-        "Fraction of ceiling: the larger of (FLOPs / FP8 ceiling, bytes / copy bandwidth) over the time taken.",
-        "Speedup over a peer = peer µs / dgx µs (> 1: dgx is faster).",
-        "Grouped suites: looped peers make one launch per group on the valid rows (host-known counts).",
-    ]
+        "with --repeat, the median over repeats of those medians."
+    )
+    if gemm:
+        results.notes += [
+            "TFLOPS = 2·M·N·K/t; GB/s = (M·K + K·N + out·M·N)/t with out = 2 bytes (BF16) or 8 (FP32 c read + d "
+            "written); grouped: valid rows only, B counted once per group.",
+            "Fraction of ceiling: the larger of (FLOPs / FP8 ceiling, bytes / copy bandwidth) over the time taken.",
+        ]
+    results.notes.append("Speedup over a peer = peer µs / dgx µs (> 1: dgx is faster).")
+    if gemm:
+        results.notes.append("Grouped suites: looped peers make one launch per group on the valid rows (host-known counts).")
+    results.notes += mqa_notes(shape.suite for shape in selected)
     say(f"dgx bench on {results.env.get('device')} (driver {results.env.get('driver')}, torch {results.env.get('torch')})")
     flush = L2Flusher()
     ctx = Ctx(flush, warmup, iters)
@@ -298,11 +359,12 @@ def run_suite(
             + ", ".join(f"{k} {v:.0f}" for k, v in rr.ceilings.items())
         )
         for shape in selected:
-            problem = build_problem(shape, seed)
+            problem = build_case(shape, seed)
             case = CaseResult(shape)
             try:
                 for impl in impls:
-                    case.impls[impl.name] = impl.measure(problem, ctx)
+                    if impl.runs_on(shape.suite):
+                        case.impls[impl.name] = impl.measure(problem, ctx)
             finally:
                 problem.free()
                 del problem
@@ -310,7 +372,7 @@ def run_suite(
                 torch.cuda.empty_cache()
             rr.cases.append(case)
             say(_progress_line(case))
-        if host:
+        if host and any(shape.suite in GEMM_SUITES for shape in selected):
             say(f"repeat {rep + 1}/{repeat}: host cost per call ({host_calls} calls)")
             rr.host = measure_host(impls, ctx, seed, host_calls)
             for h in rr.host:

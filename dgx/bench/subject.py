@@ -6,6 +6,8 @@ problem's tensors. A missing dgx function is reported as unavailable, not as a f
 
 from __future__ import annotations
 
+from .mqa_problems import MqaProblem
+from .mqa_suites import BLOCK_KV, MQA, PAGED_MQA
 from .prepared import Prepared, Unavailable
 from .problems import Problem
 
@@ -15,8 +17,15 @@ DGX_ENTRY_POINTS: dict[str, str] = {
     "contiguous": "m_grouped_fp8_gemm_nt_contiguous",
     "masked": "m_grouped_fp8_gemm_nt_masked",
     "k_grouped": "k_grouped_fp8_gemm_nt_contiguous",
+    MQA: "fp8_mqa_logits",
+    PAGED_MQA: "fp8_paged_mqa_logits",
 }
 """Suite -> the dgx function the benchmark calls for it."""
+
+DGX_HELPERS: dict[str, tuple[str, ...]] = {
+    PAGED_MQA: ("get_paged_mqa_logits_metadata", "get_num_sms"),
+}
+"""Suite -> the other dgx functions its adapter needs (called outside the timed call)."""
 
 
 def call_k_grouped(dgx, a, b, d, ks, ks_tensor):
@@ -53,15 +62,17 @@ def unavailable_reason(suite: str) -> str | None:
         dgx = _import_dgx()
     except Unavailable as e:
         return str(e)
-    name = DGX_ENTRY_POINTS[suite]
-    if getattr(dgx, name, None) is None:
-        return f"dgx.{name} does not exist in this build"
+    for name in (DGX_ENTRY_POINTS[suite],) + DGX_HELPERS.get(suite, ()):
+        if getattr(dgx, name, None) is None:
+            return f"dgx.{name} does not exist in this build"
     return None
 
 
-def prepare_dgx(problem: Problem) -> Prepared:
+def prepare_dgx(problem: Problem | MqaProblem) -> Prepared:
     """dgx on ``problem``, in the layout dgx takes (see :func:`~dgx.bench.problems.build_problem`)."""
     dgx = _import_dgx()
+    if isinstance(problem, MqaProblem):
+        return prepare_dgx_mqa(dgx, problem)
     t = problem.tensors
     s = problem.shape
     # Per-row scales in the TMA-aligned MN-major layout the kernels read as they are (converted once,
@@ -115,6 +126,50 @@ def prepare_dgx(problem: Problem) -> Prepared:
             lambda: problem.valid_rows(d),
             reset=reset,
             includes_c=True,
+        )
+
+    raise Unavailable(f"no dgx adapter for suite {s.suite!r}")
+
+
+def prepare_dgx_mqa(dgx, problem: MqaProblem) -> Prepared:
+    """dgx's MQA logits on ``problem`` (see :mod:`dgx.bench.mqa_problems`), into an output allocated here.
+
+    Prefill: ``fp8_mqa_logits`` with ``clean_logits=True``, FP32 logits [S, S_kv]. Decode: the schedule from
+    ``get_paged_mqa_logits_metadata`` is computed once, here (serving computes it once per step, in a kernel
+    of its own); the timed call is ``fp8_paged_mqa_logits`` alone, with ``clean_logits=False`` (its default:
+    positions past a sequence's blocks are left as they were). ``output()`` gives the checked rows.
+    """
+    import torch
+
+    t = problem.tensors
+    s = problem.shape
+    out = torch.empty(s.rows, s.width, dtype=torch.float32, device=t["q"].device)
+    rows = problem.row_index()
+
+    def poison():
+        # NaN before the correctness run: a compared position left unwritten fails the check
+        out.fill_(float("nan"))
+
+    def output():
+        return out.index_select(0, rows)
+
+    if s.suite == MQA:
+        f = _need(dgx, DGX_ENTRY_POINTS[MQA])
+        q, kv, w, ks, ke = t["q"], (t["kv"], t["kv_scales"]), t["weights"], t["ks"], t["ke"]
+        return Prepared(lambda: f(q, kv, w, ks, ke, clean_logits=True, out=out), output, reset=poison)
+
+    if s.suite == PAGED_MQA:
+        f = _need(dgx, DGX_ENTRY_POINTS[PAGED_MQA])
+        meta = _need(dgx, DGX_HELPERS[PAGED_MQA][0])
+        num_sms = int(_need(dgx, DGX_HELPERS[PAGED_MQA][1])(out.device.index or 0))
+        q, cache, w, lens, table = t["q"], t["kv_cache"], t["weights"], t["context_lens"], t["block_table"]
+        schedule = meta(lens, BLOCK_KV, num_sms)
+        width = s.max_context_len
+        return Prepared(
+            lambda: f(q, cache, w, lens, table, schedule, width, clean_logits=False, out=out),
+            output,
+            reset=poison,
+            note=f"schedule from get_paged_mqa_logits_metadata({num_sms} SMs) computed once, outside the timed call",
         )
 
     raise Unavailable(f"no dgx adapter for suite {s.suite!r}")

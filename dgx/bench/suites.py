@@ -13,6 +13,8 @@ Suites
                 ``masked_m = expected × U(0.7, 1.3)``.
 ``wgrad``       dense weight gradient (FP32 ``d = c + a·bᵀ``, both operands scaled per 1×128).
 ``k_grouped``   MoE weight gradient: per group ``d[g] += A_g·B_gᵀ``, ``A_g [M, k]``, ``B_g [N, k]``.
+``mqa``         MQA logits, prefill (fixed cases: :mod:`dgx.bench.mqa_suites`).
+``paged_mqa``   MQA logits, decode over a paged KV cache (fixed cases: :mod:`dgx.bench.mqa_suites`).
 
 Shapes file
 -----------
@@ -29,7 +31,8 @@ entry may also carry ``m``. Meaning of ``m`` per kind (``max_m`` stands in when 
 The entries are parsed and validated by :func:`dgx.warmup.parse_shapes` (one implementation of the
 format; its errors name the entry and the field), then checked for what only the benchmark needs: an
 ``m`` (or ``max_m``), ``m <= max_m`` for dense kinds, and ``k`` a multiple of 128 for ``k_grouped``.
-Unknown fields are ignored with a warning rather than refused.
+Unknown fields are ignored with a warning rather than refused. The MQA suites have fixed problems: an entry
+of kind ``mqa_logits`` or ``paged_mqa_logits`` is refused with a message saying so.
 """
 
 from __future__ import annotations
@@ -43,12 +46,22 @@ from typing import Any, Iterable
 from .. import warmup as _warmup
 from ..kinds import SHORT_NAMES, GemmKind
 from ..warmup import ShapesFileError, ShapeSpec
+from .mqa_suites import MQA_SUITES, MqaShape, builtin_mqa_suite
 
 # --------------------------------------------------------------------------------------------------
 # names
 
-SUITES = SHORT_NAMES
-"""Suite names (the kinds' short names, dgx.kinds.GemmKind.short_name), in the order ``--suite all`` runs them."""
+GEMM_SUITES = SHORT_NAMES
+"""The GEMM suites: the kinds' short names (dgx.kinds.GemmKind.short_name)."""
+
+SUITES = GEMM_SUITES + MQA_SUITES
+"""Suite names, in the order ``--suite all`` runs them: the GEMM suites, then the MQA-logits suites."""
+
+FIXED_SUITES = MQA_SUITES
+"""Suites with fixed problems: a shapes file does not describe them."""
+
+MQA_FILE_KINDS = {"mqa_logits": "mqa", "paged_mqa_logits": "paged_mqa"}
+"""Shapes-file kinds one might write for the fixed suites (refused with a message naming the suite)."""
 
 KINDS = _warmup.KINDS
 """Shape-file kinds (the warmup format's names)."""
@@ -172,7 +185,10 @@ class Shape:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Shape":
+    def from_dict(cls, d: dict[str, Any]) -> "Shape | MqaShape":
+        """The case a :meth:`to_dict` record describes (an :class:`MqaShape` for the MQA suites' records)."""
+        if d.get("suite") in MQA_SUITES:
+            return MqaShape.from_dict(d)
         return cls(
             suite=d["suite"],
             m=int(d["m"]),
@@ -201,8 +217,8 @@ def make_shape(
     seed: int = DEFAULT_SEED,
 ) -> Shape:
     """Build a :class:`Shape`, drawing the random group sizes (seeded) where the suite has them."""
-    if suite not in SUITES:
-        raise ValueError(f"unknown suite {suite!r}; expected one of {', '.join(SUITES)}")
+    if suite not in GEMM_SUITES:
+        raise ValueError(f"unknown GEMM suite {suite!r}; expected one of {', '.join(GEMM_SUITES)}")
     if suite in ("dense", "wgrad"):
         return Shape(suite, m, n, k)
     rng = _rng(seed, suite, groups, m, n, k, max_m)
@@ -256,8 +272,10 @@ K_GROUPED_GK: tuple[tuple[int, int], ...] = ((4, 4096), (4, 8192), (8, 4096))
 K_GROUPED_MN: tuple[tuple[int, int], ...] = ((7168, 4096), (2048, 7168))
 
 
-def builtin_suite(suite: str, seed: int = DEFAULT_SEED) -> list[Shape]:
+def builtin_suite(suite: str, seed: int = DEFAULT_SEED) -> list[Shape | MqaShape]:
     """The built-in shapes of one suite."""
+    if suite in MQA_SUITES:
+        return list(builtin_mqa_suite(suite, seed))
     if suite == "dense":
         return [make_shape("dense", m, n, k) for (m, n, k) in DENSE_MNK]
     if suite == "contiguous":
@@ -284,11 +302,13 @@ def suite_names(suite: str) -> list[str]:
     return [suite]
 
 
-def select_shapes(suite: str, shapes: Iterable[Shape] | None = None, seed: int = DEFAULT_SEED) -> list[Shape]:
+def select_shapes(
+    suite: str, shapes: Iterable[Shape] | None = None, seed: int = DEFAULT_SEED
+) -> list[Shape | MqaShape]:
     """The shapes to run: the built-in suites, or ``shapes`` (from a file) filtered by ``suite``."""
     names = suite_names(suite)
     if shapes is None:
-        out: list[Shape] = []
+        out: list[Shape | MqaShape] = []
         for s in names:
             out.extend(builtin_suite(s, seed))
         return out
@@ -345,14 +365,47 @@ def parse_shapes(data: Any, seed: int = DEFAULT_SEED) -> tuple[list[Shape], list
     entry index and field of the first problem.
     """
     warnings: list[str] = []
+    _refuse_fixed_kinds(data)
     specs = _warmup.parse_shapes(data, on_unknown_field=warnings.append)
     return _bench_shapes(specs, seed, warnings), warnings
+
+
+def _refuse_fixed_kinds(data: Any) -> None:
+    """Raise :class:`ShapesFileError` at the first entry whose kind names an MQA suite (fixed problems)."""
+    if not isinstance(data, list):
+        return
+    for idx, entry in enumerate(data):
+        kind = entry.get("kind") if isinstance(entry, dict) else None
+        if isinstance(kind, str) and kind in MQA_FILE_KINDS:
+            suite = MQA_FILE_KINDS[kind]
+            raise ShapesFileError(
+                f"entry {idx}: field 'kind': {kind!r} cannot be benchmarked from a shapes file: the {suite} suite "
+                f"has fixed problems; run `dgx bench --suite {suite}` without --shapes"
+            )
+
+
+def _raw_entries(path: str) -> Any:
+    """The decoded JSON of a shapes file, or None where it cannot be read (the loader reports that)."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
 
 
 def load_shapes_file(path: str, seed: int = DEFAULT_SEED) -> tuple[list[Shape], list[str]]:
     """Read and validate a shapes file (see :func:`parse_shapes`); errors name the file too."""
     warnings: list[str] = []
-    specs = _warmup.load_shapes_file(path, on_unknown_field=warnings.append)
+    try:
+        specs = _warmup.load_shapes_file(path, on_unknown_field=warnings.append)
+    except ShapesFileError:
+        try:  # the clearer message where the file names an MQA suite's kind
+            _refuse_fixed_kinds(_raw_entries(path))
+        except ShapesFileError as e:
+            raise ShapesFileError(f"shapes file {path}: {e}") from None
+        raise
     try:
         return _bench_shapes(specs, seed, warnings), warnings
     except ShapesFileError as e:
