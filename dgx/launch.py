@@ -116,26 +116,35 @@ def pack(config: GemmConfig, ops: Operands) -> runtime.ParamPack:
     return packed
 
 
-def scales_for_tma(scales, view: TensorView, stream, device: int, name: str = "SFA"):
+def scales_for_tma(scales, view: TensorView, stream, device: int, name: str = "SFA", transposed: bool = False):
     """(view, its TMA layout, a converted copy to keep alive or None, the launch stream if resolved) of
-    per-row scales (SFA, or the weight gradient's SFB)."""
+    per-row scales (SFA, or the weight gradient's SFB). `transposed`: `view` is the transpose of `scales`
+    (the K-grouped GEMM's scales in DeepGEMM's layout), which a conversion reads through its transpose."""
     layout = sfa_tma_layout(view)
     if layout is not None:
         return view, layout, None, None
-    keep, launch_stream = _converted_scales(scales, stream, device, name)
+    keep, launch_stream = _converted_scales(scales, stream, device, name, transposed)
     view = as_view(keep, name)
     return view, sfa_tma_layout(view), keep, launch_stream
 
 
-def _converted_scales(scales, stream, device: int, name: str = "SFA"):
-    """The scales copied into the TMA-aligned M-major layout on the GPU, on the launch stream; and that stream."""
+def _converted_scales(scales, stream, device: int, name: str = "SFA", transposed: bool = False):
+    """The scales (their transpose if `transposed`) copied into the TMA-aligned M-major layout on the GPU, on
+    the launch stream; and that stream."""
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(scales, torch.Tensor):
-        raise ValueError(
-            f"{name}: expected the TMA-aligned MN-major layout (strides (1, S) with S >= rows and S * 4 a "
-            "multiple of 16 bytes, base address 16-byte aligned; see get_mn_major_tma_aligned_tensor); other "
-            f"layouts are converted only for torch tensors, and this is a {type(scales).__name__}"
+        wanted = (
+            "DeepGEMM's layout with TMA-aligned rows (strides (S, 1) with S >= columns and S * 4 a multiple of "
+            "16 bytes"
+            if transposed  # the K-grouped scales in DeepGEMM's layout: the transpose of the MN-major one
+            else "the TMA-aligned MN-major layout (strides (1, S) with S >= rows and S * 4 a multiple of 16 bytes"
         )
+        raise ValueError(
+            f"{name}: expected {wanted}, base address 16-byte aligned; see get_mn_major_tma_aligned_tensor); "
+            f"other layouts are converted only for torch tensors, and this is a {type(scales).__name__}"
+        )
+    if transposed:
+        scales = scales.transpose(0, 1)  # a view
     launch_stream = resolve_stream(stream, device)
 
     def convert():

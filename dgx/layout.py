@@ -1,7 +1,8 @@
 """Scale-factor layouts. The kernels load the per-row A scales (SFA, [M, ceil(K/128)]) with TMA in the
 TMA-aligned M-major layout of get_mn_major_tma_aligned_tensor (what dgx's per_token_cast_to_fp8 makes),
-used as it is. Other layouts of torch tensors are copied into it on the GPU. The torch-based helpers
-import torch lazily."""
+used as it is. Other layouts of torch tensors are copied into it on the GPU. The K-grouped GEMM also
+takes its scales in DeepGEMM's layout, the transpose of that one (k_grouped_scales_view). The torch-based
+helpers import torch lazily."""
 
 from __future__ import annotations
 
@@ -83,3 +84,34 @@ def transform_sf_into_required_layout(sf, mn: int, k: int, recipe=(1, 128, 128),
     if rows == ceil_div(mn, 128):
         return sf.contiguous()
     raise ValueError(f"sf: expected {mn} or {ceil_div(mn, 128)} rows for mn = {mn}; got shape {tuple(sf.shape)}")
+
+
+def k_grouped_scales_view(v: TensorView, rows: int, kb: int, name: str, dim: str = "M") -> tuple[TensorView, bool]:
+    """The per-row scales of a K-grouped operand with `rows` rows (M for SFA, N for SFB; `dim` names it)
+    over `kb` k-blocks in all (sum(ks) / 128: a group with k_g = 0 has none) as the [rows, kb] view the
+    kernel reads; and whether `v` came in DeepGEMM's layout (the view is then its transpose). No copy.
+
+    Two layouts are accepted:
+
+    - dgx's: shape (rows, kb), one row of scales per row of the operand, the groups' k-blocks one after
+      another (M-major and TMA-aligned, as get_mn_major_tma_aligned_tensor makes it, is read as it is).
+    - DeepGEMM's: shape (kb, rows), row r holding the `rows` scales of k-block r, the groups' k-blocks
+      stacked along the first dimension. Its transposed view is M-major: a contiguous tensor has row
+      stride `rows` there, what the kernel reads as it is when rows * 4 is a multiple of 16 bytes.
+
+    When rows == kb (> 1) the two shapes coincide and the strides decide: a first dimension of stride 1
+    (M-major, the layout dgx documents and its helpers make) is dgx's layout; anything else, a contiguous
+    tensor in particular (what DeepGEMM's callers pass), is DeepGEMM's. A row-major [X, X] tensor meant
+    in dgx's layout is therefore misread: pass it M-major (get_mn_major_tma_aligned_tensor).
+
+    Raises ValueError naming `name` and both accepted shapes when `v` has neither.
+    """
+    shape = tuple(v.shape)
+    if shape == (rows, kb) and (rows != kb or rows <= 1 or v.strides[0] == 1):
+        return v, False
+    if shape == (kb, rows):
+        return TensorView(v.ptr, (rows, kb), (v.strides[1], v.strides[0]), v.dtype, v.device, v.device_kind), True
+    raise ValueError(
+        f"{name}: expected shape ({rows}, {kb}) (dgx's layout: [{dim}, sum(ks) / 128]) or ({kb}, {rows}) "
+        f"(DeepGEMM's: [sum(ks) / 128, {dim}], the k-blocks of all groups stacked); got {shape}"
+    )

@@ -23,6 +23,7 @@ from .checks import (
 from .kernels.fp8_gemm import GemmConfig
 from .kinds import GemmKind
 from .launch import Operands, scales_for_tma
+from .layout import k_grouped_scales_view
 from .runtime import Swizzle
 from .streams import resolve_stream
 from .tensors import TensorView, as_view, require_cuda
@@ -104,10 +105,15 @@ def k_grouped_fp8_gemm_nt_contiguous(a, b, d, ks: Sequence[int], ks_tensor=None,
 
     Args:
         a: (A, SFA): A float8_e4m3fn, 1-D of M x sum(ks) elements: the groups' A_g [M, k_g] (row-major,
-           K-contiguous) stored one after another; SFA float32 [M, sum(ks) / 128], one scale per row per
-           128 of K, the groups' scales stacked along K (layouts as in fp8_gemm_nt).
+           K-contiguous) stored one after another; SFA float32, one scale per row per 128 of K, either
+           [M, sum(ks) / 128] with the groups' scales one after another along K (dgx's layout; layouts as
+           in fp8_gemm_nt) or [sum(ks) / 128, M] with the groups' k-blocks stacked along the first
+           dimension (DeepGEMM's layout; a contiguous one is read as it is when M * 4 is a multiple of 16
+           bytes, else copied on the GPU). A group with k_g = 0 has no scales. When M == sum(ks) / 128
+           a tensor whose first dimension has stride 1 is dgx's layout, any other DeepGEMM's (see
+           dgx.layout.k_grouped_scales_view).
         b: (B, SFB): B float8_e4m3fn, 1-D of N x sum(ks): the groups' B_g [N, k_g] likewise; SFB float32
-           [N, sum(ks) / 128].
+           [N, sum(ks) / 128] or [sum(ks) / 128, N], as SFA.
         d: float32 [G, M, N], accumulated in place.
         ks: the K of each group (host ints, each a multiple of 128; 0 for an empty group, whose d[g] is
             left as it is).
@@ -150,8 +156,9 @@ def k_grouped_fp8_gemm_nt_contiguous(a, b, d, ks: Sequence[int], ks_tensor=None,
     _expect_fp32_out(dv, "d", (groups, m, n))
     if groups > 1 and m * n and dv.strides[0] != m * dv.strides[1]:
         raise ValueError(f"d: expected the groups stored one after another; got strides {dv.strides}")
-    expect_shape(sfav, "SFA", (m, k_total // 128))
-    expect_shape(sfbv, "SFB", (n, k_total // 128))
+    # dgx's [M, KB] or DeepGEMM's [KB, M] (and likewise for N), as the [M, KB] view the kernel reads.
+    sfav, sfa_transposed = k_grouped_scales_view(sfav, m, k_total // 128, "SFA", "M")
+    sfbv, sfb_transposed = k_grouped_scales_view(sfbv, n, k_total // 128, "SFB", "N")
     expect_n_multiple_of_8(n, "B")
     expect_nonnegative_strides(sfav, "SFA")
     expect_nonnegative_strides(sfbv, "SFB")
@@ -171,8 +178,8 @@ def k_grouped_fp8_gemm_nt_contiguous(a, b, d, ks: Sequence[int], ks_tensor=None,
         raise ValueError(f"d: groups x M must be below 2**31; got {groups} x {m}")
     if ks_view is None:
         ks_view = as_view(_ks_on_device(ks, device), "ks_tensor")
-    sfav, sfa_layout, keep_a, s1 = scales_for_tma(SFA, sfav, stream, device)
-    sfbv, sfb_layout, keep_b, s2 = scales_for_tma(SFB, sfbv, stream, device, "SFB")
+    sfav, sfa_layout, keep_a, s1 = scales_for_tma(SFA, sfav, stream, device, "SFA", sfa_transposed)
+    sfbv, sfb_layout, keep_b, s2 = scales_for_tma(SFB, sfbv, stream, device, "SFB", sfb_transposed)
     typical_k = max(128, k_total // max(1, sum(1 for kg in ks if kg)))
     plan = launch.plan(GemmKind.K_GROUPED, m, n, typical_k, device, config, groups=groups)
     launch_stream = s1 or s2 or resolve_stream(stream, device)
@@ -210,5 +217,7 @@ def wgrad_gemm_fp8_fp8_fp32_nt(lhs, rhs, out) -> None:
 
 
 def k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(lhs, rhs, out, batch_sizes) -> None:
-    """Legacy name of k_grouped_fp8_gemm_nt_contiguous(lhs, rhs, out, batch_sizes)."""
+    """Legacy name of k_grouped_fp8_gemm_nt_contiguous(lhs, rhs, out, batch_sizes): DeepGEMM's call, which
+    passes the scales as [sum(batch_sizes) / 128, M] and [sum(batch_sizes) / 128, N] (accepted, as is dgx's
+    [M, ...] / [N, ...] layout)."""
     k_grouped_fp8_gemm_nt_contiguous(lhs, rhs, out, batch_sizes)

@@ -232,3 +232,108 @@ def test_per_call_scale_conversion_under_allocator_churn():
         junk = [j.mul_(3) for j in junk]
         torch.cuda.synchronize()
         assert _rel(d, ref) <= MAX_REL, f"call {i}"
+
+
+def _deepgemm_scales(sf):
+    """dgx's K-grouped scales [rows, sum(ks)/128] in DeepGEMM's layout: (sum(ks)/128, rows), contiguous."""
+    return sf.t().contiguous()
+
+
+@pytest.mark.parametrize(
+    "m, n, ks",
+    [
+        (7168, 4096, [4096, 0, 2048, 128]),  # read as it is (M * 4 a multiple of 16 bytes)
+        (130, 256, [512, 0, 0, 384, 128]),  # 520-byte rows of SFA: copied on the GPU
+        (64, 64, [4096, 0, 4096]),  # M == N == sum(ks) / 128: the contiguous square scales are DeepGEMM's
+        (200, 136, [0, 256]),  # the first group empty
+    ],
+)
+def test_k_grouped_deepgemm_scale_layout(m, n, ks, monkeypatch):
+    """The legacy call with DeepGEMM's (sum(ks)/128, M) / (sum(ks)/128, N) scales: within MAX_REL of the
+    float64 reference, groups without K left as they were, bitwise the same call with dgx's layout, and no
+    copy of the scales unless their rows are not 16-byte multiples."""
+    import dgx
+    from dgx import launch
+
+    a, b, refs = _k_grouped_inputs(m, n, ks, seed=21)
+    a_dg, b_dg = (a[0], _deepgemm_scales(a[1])), (b[0], _deepgemm_scales(b[1]))
+    assert a_dg[1].shape == (sum(ks) // 128, m) and b_dg[1].shape == (sum(ks) // 128, n)
+    c = torch.randn(len(ks), m, n, device="cuda")
+    d = c.clone()
+    dgx.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(a, b, d, ks)  # dgx's layout (compiles outside the count)
+
+    copies = []
+    real = launch._converted_scales
+
+    def counted(*args, **kwargs):
+        copies.append(args[3] if len(args) > 3 else kwargs.get("name"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(launch, "_converted_scales", counted)
+    d_dg = c.clone()
+    dgx.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(a_dg, b_dg, d_dg, ks)
+    torch.cuda.synchronize()
+    assert copies == (["SFA"] if (m * 4) % 16 else [])
+    for g, (kg, ref) in enumerate(zip(ks, refs)):
+        if kg == 0:
+            assert torch.equal(d_dg[g], c[g]), f"group {g} has no K and must be left as it was"
+        else:
+            assert _rel(d_dg[g], ref + c[g].double()) <= MAX_REL, f"group {g}"
+    assert torch.equal(d_dg, d)
+    # The non-legacy name accepts it too, with a ks_tensor, and mixed layouts.
+    d_mixed = c.clone()
+    ks_tensor = torch.tensor(ks, dtype=torch.int32, device="cuda")
+    dgx.k_grouped_fp8_gemm_nt_contiguous(a_dg, b, d_mixed, ks, ks_tensor)
+    torch.cuda.synchronize()
+    assert torch.equal(d_mixed, d)
+
+
+def test_k_grouped_legacy_call_as_deepgemm_builds_it():
+    """The inputs built as DeepGEMM's own test of k_grouped_wgrad_gemm_fp8_fp8_fp32_nt builds them: each
+    group's bf16 chunk stored flat and cast on its own, its row-major scales' transpose copied into rows of
+    one (sum(ks)/128, M) tensor; out zeros, accumulated."""
+    import dgx
+
+    m, n, ks = 4096, 7168, [2048, 1920, 0, 2176]
+    g = torch.Generator(device="cuda").manual_seed(31)
+    total, kb = sum(ks), sum(ks) // 128
+    x_fp8 = torch.empty(m * total, device="cuda", dtype=torch.float8_e4m3fn)
+    y_fp8 = torch.empty(n * total, device="cuda", dtype=torch.float8_e4m3fn)
+    x_scales = torch.empty(kb, m, device="cuda")
+    y_scales = torch.empty(kb, n, device="cuda")
+    refs, off, sf_off = [], 0, 0
+    for kg in ks:
+        if kg == 0:  # no data, no scale rows
+            refs.append(None)
+            continue
+        x = torch.randn(m, kg, device="cuda", dtype=torch.bfloat16, generator=g)
+        y = torch.randn(n, kg, device="cuda", dtype=torch.bfloat16, generator=g)
+        xq, xs = per_token_cast_to_fp8(x, mn_major=False)
+        yq, ys = per_token_cast_to_fp8(y, mn_major=False)
+        x_fp8[m * off : m * (off + kg)].copy_(xq.flatten())
+        y_fp8[n * off : n * (off + kg)].copy_(yq.flatten())
+        x_scales[sf_off : sf_off + kg // 128].copy_(xs.T)
+        y_scales[sf_off : sf_off + kg // 128].copy_(ys.T)
+        refs.append(dequantize(xq, xs, 1).double() @ dequantize(yq, ys, 1).double().T)
+        off, sf_off = off + kg, sf_off + kg // 128
+    out = torch.zeros(len(ks), m, n, device="cuda")
+    dgx.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt((x_fp8, x_scales), (y_fp8, y_scales), out, ks)
+    torch.cuda.synchronize()
+    for i, ref in enumerate(refs):
+        if ref is None:
+            assert not out[i].any(), "a group without K adds nothing"
+        else:
+            assert _rel(out[i], ref) <= MAX_REL, f"group {i}"
+
+
+def test_k_grouped_deepgemm_layout_errors():
+    import dgx
+
+    m, n, ks = 128, 256, [256, 0, 128]
+    a, b, _ = _k_grouped_inputs(m, n, ks)
+    d = torch.zeros(len(ks), m, n, device="cuda")
+    bad = torch.zeros(4, m, device="cuda")  # one k-block too many
+    with pytest.raises(ValueError, match=r"SFA: expected shape \(128, 3\) .* or \(3, 128\) .*; got \(4, 128\)"):
+        dgx.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt((a[0], bad), b, d, ks)
+    with pytest.raises(ValueError, match=r"SFB: expected shape \(256, 3\) .* or \(3, 256\) .*; got \(256, 2\)"):
+        dgx.k_grouped_fp8_gemm_nt_contiguous(a, (b[0], b[1][:, :2]), d, ks)
