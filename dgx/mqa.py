@@ -132,6 +132,19 @@ def _weights_map(wv: TensorView, stride: int, rows: int, heads: int, block_q: in
     return runtime.encode_tensor_map_2d("float32", wv.ptr, heads, rows, stride * 4, heads, block_q)
 
 
+def _config_for(config: MqaLogitsConfig | None, default: MqaLogitsConfig, tunable: tuple[str, ...] = ()) -> MqaLogitsConfig:
+    """`default`, or the caller's `config` (tuning and tests) when it computes the same thing: only the KV stages,
+    the math warpgroups and the fields in `tunable` may differ."""
+    if config is None:
+        return default
+    free = {"kv_stages", "math_wgs", *tunable}
+    wrong = [f for f in ("heads", "head_dim", "block_q", "paged", "compressed", "bf16")
+             if f not in free and getattr(config, f) != getattr(default, f)]
+    if wrong:
+        raise ValueError(f"config {config} does not fit this call: its {', '.join(wrong)} should be those of {default}")
+    return config
+
+
 def _swizzle(dim: int) -> Swizzle:
     return {32: Swizzle.B32, 64: Swizzle.B64, 128: Swizzle.B128}[dim]
 
@@ -191,11 +204,7 @@ def fp8_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_l
     compressed = max_seqlen_k > 0
     width = max_seqlen_k if compressed else seq_len_kv
     bf16 = dtype == "bfloat16"
-    if config is None:
-        config = prefill_config(heads, dim, compressed, bf16)
-    elif (config.heads, config.head_dim, config.paged, config.compressed, config.bf16) != (heads, dim, False, compressed, bf16):
-        raise ValueError(f"config {config} does not fit a prefill with H={heads}, D={dim}, compressed={compressed}, "
-                         f"{dtype} logits")
+    config = _config_for(config, prefill_config(heads, dim, compressed, bf16), ("block_q",))
     device = qv.device
     out, ov = _output(out, (seq_len, width), dtype, device)
     if seq_len == 0 or width == 0:
@@ -324,11 +333,7 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedu
     if batch * next_n * heads > INT32_LIMIT or num_blocks > INT32_LIMIT or tv.shape[1] * PAGED_BLOCK_KV > INT32_LIMIT:
         raise ValueError(f"q, kv_cache, block_table: sizes must stay below 2**31 (B={batch}, blocks={num_blocks})")
     bf16 = dtype == "bfloat16"
-    if config is None:
-        config = paged_config(heads, dim, next_n, bf16)
-    elif (config.heads, config.head_dim, config.paged, config.block_q, config.bf16) != (heads, dim, True, next_n, bf16):
-        raise ValueError(f"config {config} does not fit a decode with H={heads}, D={dim}, next_n={next_n}, "
-                         f"{dtype} logits")
+    config = _config_for(config, paged_config(heads, dim, next_n, bf16))
     device = qv.device
     rows = batch * next_n
     out, ov = _output(out, (rows, max_context_len), dtype, device)
@@ -344,8 +349,8 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedu
     launcher = _launcher(config, device, sv.shape[0] - 1)
     block_bytes = PAGED_BLOCK_KV * (dim + 4)
     tmap_q = runtime.encode_tensor_map_2d("uint8", qv.ptr, dim, rows * heads, dim, dim, config.n, _swizzle(dim))
-    tmap_kv = runtime.encode_tensor_map_3d("uint8", cachev.ptr, (dim, PAGED_BLOCK_KV, num_blocks), (dim, block_bytes),
-                                           (dim, PAGED_BLOCK_KV, 1), _swizzle(dim))
+    tmap_kv = runtime.encode_tensor_map("uint8", cachev.ptr, (dim, PAGED_BLOCK_KV, num_blocks), (dim, block_bytes),
+                                        (dim, PAGED_BLOCK_KV, 1), _swizzle(dim))
     tmap_scales = runtime.encode_tensor_map_2d("float32", cachev.ptr + PAGED_BLOCK_KV * dim, PAGED_BLOCK_KV, num_blocks,
                                                block_bytes, PAGED_BLOCK_KV, 1)
     tmap_weights = _weights_map(wv, weights_stride, rows, heads, config.block_q)

@@ -196,6 +196,40 @@ _SWIZZLES = {
 }
 
 
+def encode_tensor_map(
+    dtype: str,
+    address: int,
+    dims: Sequence[int],
+    strides_bytes: Sequence[int],
+    box: Sequence[int],
+    swizzle: Swizzle = Swizzle.NONE,
+):
+    """A CUtensorMap over a row-major region of len(dims) dimensions (innermost first), with the byte strides of
+    every dimension but the innermost; tiles of `box`. Out-of-bounds reads (negative coordinates too) fill zeros."""
+    drv = _driver()
+    if any(stride % 16 for stride in strides_bytes):
+        raise ValueError(f"TMA needs strides that are multiples of 16 bytes; got {tuple(strides_bytes)}")
+    if address % 16:
+        raise ValueError(f"TMA needs a 16-byte aligned base address; got 0x{address:x}")
+    rank = len(dims)
+    return check(
+        drv.cuTensorMapEncodeTiled(
+            getattr(drv.CUtensorMapDataType, _DTYPES[dtype]),
+            rank,
+            address,
+            [drv.cuuint64_t(d) for d in dims],
+            [drv.cuuint64_t(s) for s in strides_bytes],
+            [drv.cuuint32_t(b) for b in box],
+            [drv.cuuint32_t(1)] * rank,
+            drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            getattr(drv.CUtensorMapSwizzle, _SWIZZLES[Swizzle(swizzle)]),
+            drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        ),
+        "cuTensorMapEncodeTiled",
+    )
+
+
 def encode_tensor_map_2d(
     dtype: str,
     address: int,
@@ -208,61 +242,9 @@ def encode_tensor_map_2d(
 ):
     """A CUtensorMap over a 2-D row-major region: `outer` rows of `inner` elements, rows
     `outer_stride_bytes` apart; tiles of box_outer x box_inner. Out-of-bounds reads fill zeros."""
-    drv = _driver()
     if outer_stride_bytes % 16:
         raise ValueError(f"TMA needs a row stride that is a multiple of 16 bytes; got {outer_stride_bytes}")
-    if address % 16:
-        raise ValueError(f"TMA needs a 16-byte aligned base address; got 0x{address:x}")
-    return check(
-        drv.cuTensorMapEncodeTiled(
-            getattr(drv.CUtensorMapDataType, _DTYPES[dtype]),
-            2,
-            address,
-            [drv.cuuint64_t(inner), drv.cuuint64_t(outer)],
-            [drv.cuuint64_t(outer_stride_bytes)],
-            [drv.cuuint32_t(box_inner), drv.cuuint32_t(box_outer)],
-            [drv.cuuint32_t(1), drv.cuuint32_t(1)],
-            drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-            getattr(drv.CUtensorMapSwizzle, _SWIZZLES[Swizzle(swizzle)]),
-            drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-            drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-        ),
-        "cuTensorMapEncodeTiled",
-    )
-
-
-def encode_tensor_map_3d(
-    dtype: str,
-    address: int,
-    dims: tuple[int, int, int],
-    strides_bytes: tuple[int, int],
-    box: tuple[int, int, int],
-    swizzle: Swizzle = Swizzle.NONE,
-):
-    """A CUtensorMap over a 3-D region: dims (innermost first) with the byte strides of dims 1 and 2, tiles of
-    `box`. Out-of-bounds reads (negative coordinates too) fill zeros."""
-    drv = _driver()
-    for stride in strides_bytes:
-        if stride % 16:
-            raise ValueError(f"TMA needs strides that are multiples of 16 bytes; got {strides_bytes}")
-    if address % 16:
-        raise ValueError(f"TMA needs a 16-byte aligned base address; got 0x{address:x}")
-    return check(
-        drv.cuTensorMapEncodeTiled(
-            getattr(drv.CUtensorMapDataType, _DTYPES[dtype]),
-            3,
-            address,
-            [drv.cuuint64_t(d) for d in dims],
-            [drv.cuuint64_t(s) for s in strides_bytes],
-            [drv.cuuint32_t(b) for b in box],
-            [drv.cuuint32_t(1)] * 3,
-            drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-            getattr(drv.CUtensorMapSwizzle, _SWIZZLES[Swizzle(swizzle)]),
-            drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-            drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-        ),
-        "cuTensorMapEncodeTiled",
-    )
+    return encode_tensor_map(dtype, address, (inner, outer), (outer_stride_bytes,), (box_inner, box_outer), swizzle)
 
 
 class ParamPack:

@@ -140,3 +140,14 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: float = 2e-3) -> None:
         err = (o[fin] - ref[fin]).norm() / ref[fin].norm().clamp(min=1e-30)
         if err > tol:
             raise AssertionError(f"relative error {err:.3e} > {tol}")
+
+
+def graphed(fn):
+    """`fn` captured in a CUDA graph after one eager call (which compiles and loads): a replay runs its kernels
+    with no host work between them. Returns the replay function."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=torch.cuda.Stream()):
+        fn()
+    return graph.replay

@@ -121,7 +121,7 @@ def test_prefill_refuses_bad_options():
         dgx.fp8_mqa_logits(*call, max_seqlen_k=-1, out=a["out"])
     with pytest.raises(ValueError, match="logits_dtype: expected torch.float32 or torch.bfloat16"):
         dgx.fp8_mqa_logits(*call, logits_dtype="float16", out=a["out"])
-    with pytest.raises(ValueError, match="does not fit a prefill"):
+    with pytest.raises(ValueError, match="does not fit this call: its heads"):
         dgx.fp8_mqa_logits(*call, out=a["out"], config=M.prefill_config(32, 128, False, False))
 
 

@@ -12,21 +12,12 @@ from typing import Callable
 
 from .fmt import STATUS_SHORT, micros, num, percent, spread_percent, times
 from .mqa_suites import HBM_PEAK_GBPS, MQA, MQA_GOAL_TFLOPS, PAGED_GOAL_SHARE, PAGED_MQA
-from .results import DGX, IMPL_SHORT, OK, CaseSummary, ImplSummary, SuiteSummary
+from .results import DGX, IMPL_SHORT, OK, CaseSummary, ImplSummary, SuiteSummary, peer_names
 
 MQA_SUITE_TITLES = {
     MQA: "MQA logits, prefill (fp8_mqa_logits, H=64, D=128, causal windows, FP32 logits, clean_logits=True)",
     PAGED_MQA: "MQA logits, decode (fp8_paged_mqa_logits, paged FP8 KV cache, H=64, D=128, FP32 logits)",
 }
-
-
-def _peers(suite: SuiteSummary) -> list[str]:
-    names: list[str] = []
-    for c in suite.cases:
-        for n in c.impls:
-            if n != DGX and n not in names:
-                names.append(n)
-    return names
 
 
 def _value(suite: str, s: ImplSummary | None) -> float | None:
@@ -53,7 +44,7 @@ def mqa_suite_rows(suite: SuiteSummary, repeats: int) -> tuple[list[str], list[l
     name = suite.suite
     paged = name == PAGED_MQA
     unit = "GB/s" if paged else "TFLOPS"
-    peers = _peers(suite)
+    peers = peer_names(suite)
     header = ["case", "dgx µs"]
     if repeats > 1:
         header.append("spread")

@@ -24,6 +24,7 @@ from .results import (
     Spread,
     Summary,
     SuiteSummary,
+    peer_names,
     summarize,
 )
 from .suites import ANCHOR_CEILINGS, ANCHOR_DEVICE, HOST_ANCHOR
@@ -58,15 +59,6 @@ def _peer_cell(case: CaseSummary, name: str) -> str:
     return f"{_f(s.tflops)} ({_x(sp)})" if sp is not None else _f(s.tflops)
 
 
-def _peers_in(suite: SuiteSummary) -> list[str]:
-    names: list[str] = []
-    for c in suite.cases:
-        for n in c.impls:
-            if n != DGX and n not in names:
-                names.append(n)
-    return names
-
-
 def _has_anchor(suite: SuiteSummary) -> bool:
     return any(c.anchor for c in suite.cases)
 
@@ -75,7 +67,7 @@ def _suite_rows(suite: SuiteSummary, repeats: int) -> tuple[list[str], list[list
     """Header, rows and the geomean row of one suite's table."""
     if suite.suite in MQA_SUITES:
         return mqa_suite_rows(suite, repeats)
-    peers = _peers_in(suite)
+    peers = peer_names(suite)
     anchor = _has_anchor(suite)
     header = ["shape", "dgx µs"]
     if repeats > 1:
@@ -453,7 +445,7 @@ def write_plot(results: BenchResults, path: str, summary: Summary | None = None)
     any_roof = any_anchor = any_missing = any_fp8 = False
     ref_lines: dict[str, str] = {}  # legend label -> line style (the MQA panels' goal and peak lines)
     for ax, suite in zip(axes[:, 0], s.suites):
-        impls = ([DGX] if any(DGX in c.impls for c in suite.cases) else []) + _peers_in(suite)
+        impls = ([DGX] if any(DGX in c.impls for c in suite.cases) else []) + peer_names(suite)
         n_impl = max(1, len(impls))
         bar_w = 0.8 / n_impl
         xs = list(range(len(suite.cases)))

@@ -543,3 +543,13 @@ def summarize(results: BenchResults) -> Summary:
         host.append(entry)
 
     return Summary(ceilings, ceilings_spread, suites, host, n_rep)
+
+
+def peer_names(suite: SuiteSummary) -> list[str]:
+    """The implementations other than dgx that appear in `suite`, in order of first appearance."""
+    names: list[str] = []
+    for c in suite.cases:
+        for n in c.impls:
+            if n != DGX and n not in names:
+                names.append(n)
+    return names

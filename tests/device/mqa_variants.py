@@ -1,5 +1,6 @@
-"""Device script: MQA-logits prefill variants (math warpgroups, accumulator sets, N) checked, then timed side by
-side on the causal anchors, order reversed every other round. Usage: python tests/device/mqa_variants.py"""
+"""Device script: MQA-logits variants (math warpgroups, N = queries x heads per wgmma) checked, then timed side
+by side, graphed: prefill on the causal anchors and decode, order reversed every other round.
+Usage: python tests/device/mqa_variants.py (VARIANTS=name,... and ROUNDS=n to narrow)"""
 
 import os
 import sys
@@ -10,18 +11,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import dgx  # noqa: E402
 from dgx.kernels.mqa_logits import MqaLogitsConfig  # noqa: E402
 from gpu_gemm_utils import bench_cold_l2, round_order  # noqa: E402
-
-
-def graphed(fn):
-    """fn captured in a CUDA graph (after one eager warm-up call): a replay has no host work between kernels."""
-    fn()
-    torch.cuda.synchronize()
-    stream = torch.cuda.Stream()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        fn()
-    return graph.replay
-from mqa_utils import compare, make_prefill, ref_prefill, windows  # noqa: E402
+from mqa_utils import compare, graphed, make_prefill, ref_prefill, windows  # noqa: E402
 
 VARIANTS = {
     "w3-n128": MqaLogitsConfig(64, 128, 2, 15),
