@@ -93,7 +93,7 @@ def _expect_config_fits(kind: GemmKind, config: GemmConfig, n: int, k: int) -> N
         config.layout == kind.layout
         and config.n == n
         and (kind == GemmKind.K_GROUPED or config.k == k)
-        and (kind == GemmKind.DENSE or config.wgrad == kind.wgrad)
+        and config.wgrad == kind.wgrad  # a weight-gradient kernel writes FP32: never into a BF16 output
     )
     if kind in (GemmKind.M_GROUPED_CONTIGUOUS, GemmKind.M_GROUPED_MASKED) and CONTIGUOUS_ALIGNMENT % config.block_m:
         fits = False

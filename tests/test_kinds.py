@@ -84,3 +84,18 @@ def test_inspect_takes_the_short_and_the_shapes_file_name(name, tmp_cache, monke
     result = CliRunner().invoke(cli.main, ["inspect", "--gemm", "64", "256", "256", "--kind", name, "--groups", "2"])
     assert result.exit_code == 0, result.output
     assert result.output.startswith("masked (2 groups) M=64 N=256 K=256")
+
+
+def test_a_config_must_compute_the_kind_it_is_given_for():
+    """A weight-gradient config (FP32 stores) given to a BF16 dense call, or the reverse, is refused before launch."""
+    from dgx.kernels.fp8_gemm import GemmConfig
+    from dgx.launch import _expect_config_fits
+
+    bf16 = GemmConfig(n=256, k=256, block_m=128, block_n=128, stages=4)
+    fp32 = GemmConfig(n=256, k=256, block_m=128, block_n=128, stages=4, wgrad=True)
+    _expect_config_fits(GemmKind.DENSE, bf16, 256, 256)
+    _expect_config_fits(GemmKind.WGRAD, fp32, 256, 256)
+    with pytest.raises(ValueError, match="does not fit a dense GEMM"):
+        _expect_config_fits(GemmKind.DENSE, fp32, 256, 256)
+    with pytest.raises(ValueError, match="does not fit a wgrad GEMM"):
+        _expect_config_fits(GemmKind.WGRAD, bf16, 256, 256)
