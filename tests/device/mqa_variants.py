@@ -9,7 +9,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import dgx  # noqa: E402
-from dgx.kernels.mqa_logits import MqaLogitsConfig  # noqa: E402
+from dgx.kernels.mqa_logits import MqaLogitsConfig, _stages  # noqa: E402
 from gpu_gemm_utils import bench_cold_l2, round_order  # noqa: E402
 from mqa_utils import compare, graphed, make_prefill, ref_prefill, windows  # noqa: E402
 
@@ -51,18 +51,26 @@ for skv in (8192, 65536):
 from mqa_utils import make_paged  # noqa: E402
 
 PAGED = {
-    "w3": lambda n: MqaLogitsConfig(64, 128, n, 15, True),
-    "w2": lambda n: MqaLogitsConfig(64, 128, n, 16, True, math_wgs=2),
+    "w3-s15": lambda n: MqaLogitsConfig(64, 128, n, 15, True),
+    "w3-deep": lambda n: MqaLogitsConfig(64, 128, n, _stages(64 * n, 128, 3, most=32), True),
+    "w2-s16": lambda n: MqaLogitsConfig(64, 128, n, 16, True, math_wgs=2),
+    "w2-deep": lambda n: MqaLogitsConfig(64, 128, n, _stages(64 * n, 128, 2, most=32), True, math_wgs=2),
 }
-for batch, avg, next_n in ((64, 8192, 1), (256, 8192, 1), (1024, 8192, 2), (64, 65536, 1)):
+if os.environ.get("PAGED"):
+    PAGED = {k: v for k, v in PAGED.items() if k in os.environ["PAGED"].split(",")}
+for batch, avg, next_n in ((64, 8192, 1), (64, 8192, 2), (256, 8192, 1), (1024, 8192, 2), (64, 65536, 1)):
     q, cache, w, ctx, table, _, _ = make_paged(batch, next_n, [avg] * batch, spare_blocks=0)
     sched = dgx.get_paged_mqa_logits_metadata(ctx, 64, dgx.get_num_sms())
     out = torch.empty(batch * next_n, avg, device="cuda")
     moved = batch * avg * 132 + out.numel() * 4
-    line = []
+    line, first = [], None
     for name, make in PAGED.items():
         cfg = make(next_n)
         call = graphed(lambda: dgx.fp8_paged_mqa_logits(q, cache, w, ctx, table, sched, avg, out=out, config=cfg))
+        if first is None:
+            first = out.clone()
+        elif not torch.equal(out, first):  # same function: every variant must give the same bits
+            raise SystemExit(f"paged variant {name} differs from {next(iter(PAGED))}")
         t = bench_cold_l2(call, reps=10)
         line.append(f"{name} {t:7.1f} us {moved / t / 1e3:6.0f} GB/s")
-        print(f"paged B={batch:5d} ctx={avg:6d} n={next_n}: " + " | ".join(line), flush=True)
+    print(f"paged B={batch:5d} ctx={avg:6d} n={next_n}: " + " | ".join(line), flush=True)
