@@ -9,7 +9,7 @@ take the plain functions' arguments (pairs included) and call the operators: use
 
 Registration goes through ``torch.library.Library`` (define + impl + register_fake) rather than the
 ``torch.library.custom_op`` decorator: the decorator's Python autograd and in-place kernels cost 13-31 µs per
-call on a CPU where this path costs about 3 µs (the measurement is in tests/test_torch_ops.py).
+call on a CPU where this path costs about 3 µs (tests/torch_op_timing.py measures both).
 """
 
 from __future__ import annotations
@@ -212,4 +212,34 @@ def fp8_paged_mqa_logits(q, kv_cache: torch.Tensor, weights: torch.Tensor, conte
                                              schedule_meta, max_context_len, clean_logits, logits_dtype)
 
 
-__all__ = ["NAMESPACE", "SCHEMAS", *SCHEMAS]
+# Legacy names, as in dgx.
+
+def gemm_fp8_fp8_bf16_nt(lhs, rhs, out: torch.Tensor) -> None:
+    """Legacy name of fp8_gemm_nt(lhs, rhs, out)."""
+    fp8_gemm_nt(lhs, rhs, out)
+
+
+def wgrad_gemm_fp8_fp8_fp32_nt(lhs, rhs, out: torch.Tensor) -> None:
+    """Legacy name: out += lhs . rhs^T (fp8_gemm_nt(lhs, rhs, out, c=out) with a float32 out)."""
+    fp8_gemm_nt(lhs, rhs, out, out)
+
+
+def m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(lhs, rhs, out: torch.Tensor, m_indices: torch.Tensor) -> None:
+    """Legacy name of m_grouped_fp8_gemm_nt_contiguous(lhs, rhs, out, m_indices)."""
+    m_grouped_fp8_gemm_nt_contiguous(lhs, rhs, out, m_indices)
+
+
+def m_grouped_gemm_fp8_fp8_bf16_nt_masked(lhs, rhs, out: torch.Tensor, masked_m: torch.Tensor,
+                                          expected_m: int) -> None:
+    """Legacy name of m_grouped_fp8_gemm_nt_masked(lhs, rhs, out, masked_m, expected_m)."""
+    m_grouped_fp8_gemm_nt_masked(lhs, rhs, out, masked_m, expected_m)
+
+
+def k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(lhs, rhs, out: torch.Tensor, batch_sizes: Sequence[int]) -> None:
+    """Legacy name of k_grouped_fp8_gemm_nt_contiguous(lhs, rhs, out, batch_sizes)."""
+    k_grouped_fp8_gemm_nt_contiguous(lhs, rhs, out, batch_sizes)
+
+
+LEGACY = ("gemm_fp8_fp8_bf16_nt", "wgrad_gemm_fp8_fp8_fp32_nt", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous",
+          "m_grouped_gemm_fp8_fp8_bf16_nt_masked", "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt")
+__all__ = ["NAMESPACE", "SCHEMAS", *SCHEMAS, *LEGACY]
