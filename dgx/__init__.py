@@ -55,4 +55,9 @@ def __getattr__(name: str):
         from . import torch_utils
 
         return getattr(torch_utils, name)
+    # The torch operators (torch.ops.dgx.*): importing the module imports torch and registers them.
+    if name == "torch_ops":
+        import importlib
+
+        return importlib.import_module(".torch_ops", __name__)
     raise AttributeError(f"module 'dgx' has no attribute {name!r}")
