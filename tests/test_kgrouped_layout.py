@@ -11,18 +11,12 @@ import pytest
 from dgx import launch, wgrad
 from dgx.layout import SfaTma, k_grouped_scales_view, sfa_tma_layout
 from dgx.tensors import TensorView
+from fake_views import BASE, fake_view
 
-BASE = 0x7F0000000000
 
 
 def _view(shape, strides=None, ptr=BASE, dtype="float32", device=0) -> TensorView:
-    if strides is None:  # contiguous
-        strides, acc = [], 1
-        for s in reversed(shape):
-            strides.append(acc)
-            acc *= s
-        strides = tuple(reversed(strides))
-    return TensorView(ptr, tuple(shape), tuple(strides), dtype, device)
+    return fake_view(shape, dtype, strides, ptr, device)
 
 
 def _transposed(v: TensorView) -> TensorView:

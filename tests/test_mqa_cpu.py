@@ -10,22 +10,14 @@ import cli
 import dgx
 from dgx import warmup
 from dgx.kernels import mqa_logits as M
-from dgx.tensors import TensorView
+from fake_views import fake_view
 
 sass_tools = pytest.importorskip("sass_tools")
 
 
-def _contiguous(shape):
-    strides, acc = [], 1
-    for size in reversed(shape):
-        strides.append(acc)
-        acc *= size
-    return tuple(reversed(strides))
-
-
 def fake(shape, dtype, ptr=1 << 20, strides=None, device=0):
     """A TensorView on cuda:`device` that is never dereferenced (the checks run before any launch)."""
-    return TensorView(ptr, tuple(shape), strides or _contiguous(shape), dtype, device)
+    return fake_view(shape, dtype, strides, ptr, device)
 
 
 # --- configs and kernels ----------------------------------------------------------------------------
