@@ -3,13 +3,14 @@
 // (scale[j] > 0, so applying it after the ReLU and the head sum is the same function with one multiply per
 // logit instead of one per head.)
 //
-// One CTA: a producer warpgroup (one thread issues TMA) and two math warpgroups. Work comes in groups: a group
-// is a block of kBlockQ query tokens (prefill: consecutive tokens; decode: the next_n tokens of one sequence)
-// and a run of 64-token KV blocks. The group's Q tile [kBlockQ * H, D] is the wgmma B operand (N = kBlockQ * H),
-// each KV block [64, D] the A operand (M = 64), so one m64nNk32 chain gives 64 tokens x (queries x heads) in
-// registers. The math warpgroups take a group's KV blocks in turns (even / odd), and each keeps two accumulator
-// sets, so the ReLU-weight-sum of one block (FP32 cores) runs while the tensor cores work on the next block of
-// the same warpgroup and on the other warpgroup's block.
+// One CTA: a producer warpgroup (one thread issues TMA; in prefill its other three warps write -inf outside the
+// windows) and two or three math warpgroups. Work comes in groups: a group is a block of kBlockQ query tokens
+// (prefill: consecutive tokens; decode: the next_n tokens of one sequence) and a run of 64-token KV blocks. The
+// producer hands each group over through its Q stage (the group's record, its Q tile [kBlockQ * H, D], the wgmma
+// B operand with N = kBlockQ * H, and its weights); each KV block [64, D] is the A operand (M = 64), so one
+// m64nNk32 chain gives 64 tokens x (queries x heads) in registers. The math warpgroups take a group's KV blocks
+// in turns, each from its own run of stages, so one warpgroup's ReLU-weight-sum (FP32 cores) runs while the
+// others' MMAs keep the tensor cores busy.
 #pragma once
 #include "common.cuh"
 #include "mbarrier.cuh"
