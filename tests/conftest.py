@@ -38,3 +38,20 @@ def tmp_cache(tmp_path, monkeypatch):
 
 # tests/device/ holds scripts for a GPU machine, not tests.
 collect_ignore = ["device"]
+
+
+@pytest.fixture
+def runner():
+    """A click test runner for the `dgx` command."""
+    from click.testing import CliRunner
+
+    return CliRunner()
+
+
+@pytest.fixture
+def fresh_jit(monkeypatch):
+    """Forget the in-process kernel caches so every lookup goes to the (test's) disk cache."""
+    from dgx import jit
+
+    monkeypatch.setattr(jit, "_caches", {})
+    jit.reset_jit_stats()

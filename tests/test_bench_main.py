@@ -9,17 +9,7 @@ import pytest
 import dgx.bench as bench
 from dgx.bench import EXIT_DGX_FAILED, EXIT_NO_GPU, EXIT_OK, EXIT_USAGE
 
-
-class Echo:
-    def __init__(self):
-        self.lines = []
-
-    def __call__(self, s=""):
-        self.lines.append(str(s))
-
-    @property
-    def text(self):
-        return "\n".join(self.lines)
+from bench_echo import Echo
 
 
 def test_import_needs_no_torch_or_matplotlib(monkeypatch):

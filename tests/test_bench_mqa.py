@@ -26,18 +26,7 @@ from dgx.bench.mqa_suites import (
     ragged_lens,
 )
 from dgx.bench.results import BenchResults, CaseResult, ImplResult, RepeatResult
-
-
-class Echo:
-    def __init__(self):
-        self.lines = []
-
-    def __call__(self, s=""):
-        self.lines.append(str(s))
-
-    @property
-    def text(self):
-        return "\n".join(self.lines)
+from bench_echo import Echo
 
 
 # ---- the fixed cases ----------------------------------------------------------------------------

@@ -18,17 +18,6 @@ from dgx import env, jit, runtime, warmup
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture
-def runner():
-    return CliRunner()
-
-
-@pytest.fixture
-def fresh_jit(monkeypatch):
-    monkeypatch.setattr(jit, "_caches", {})
-    jit.reset_jit_stats()
-
-
 def _sass_analyzer_available() -> bool:
     try:
         import sass_tools

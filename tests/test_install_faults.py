@@ -19,17 +19,6 @@ TINY = [{"kind": "dense", "n": 256, "k": 256, "max_m": 64}]
 OTHER_NVRTC = "12.9"
 
 
-@pytest.fixture
-def runner():
-    return CliRunner()
-
-
-@pytest.fixture
-def fresh_jit(monkeypatch):
-    monkeypatch.setattr(jit, "_caches", {})
-    jit.reset_jit_stats()
-
-
 def foreign_cache(root: Path, n: int = 3) -> list[str]:
     """A cache whose entries another NVRTC built (as a build machine with another install would have)."""
     kc = KernelCache(root)

@@ -27,13 +27,6 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = {"kind": "dense", "n": 256, "k": 256, "max_m": 1024}
 
 
-@pytest.fixture
-def fresh_jit(monkeypatch):
-    """Forget the in-process kernel dicts so every lookup goes to the (test's) disk cache."""
-    monkeypatch.setattr(jit, "_caches", {})
-    jit.reset_jit_stats()
-
-
 # --- shapes files ---------------------------------------------------------------------------------
 
 GOOD = {"kind": "dense", "n": 2112, "k": 7168}
