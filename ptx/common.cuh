@@ -100,6 +100,17 @@ DGX_DEVICE void st_global_u32(void* ptr, uint32_t v) {
     asm volatile("st.global.u32 [%0], %1;" ::"l"(ptr), "r"(v) : "memory");
 }
 
+DGX_DEVICE void st_global_f32(void* ptr, float v) {
+    asm volatile("st.global.f32 [%0], %1;" ::"l"(ptr), "f"(v) : "memory");
+}
+
+// One float stored as bf16 (round to nearest even).
+DGX_DEVICE void st_global_bf16(void* ptr, float v) {
+    uint16_t h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    asm volatile("st.global.b16 [%0], %1;" ::"l"(ptr), "h"(h) : "memory");
+}
+
 struct F32x2 {
     float x, y;
 };

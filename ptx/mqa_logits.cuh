@@ -19,30 +19,6 @@
 
 namespace dgx {
 
-// Descriptor of a K-major tile whose rows are kRowBytes (32, 64 or 128) long, swizzled at that width, as TMA
-// writes it with the matching CU_TENSOR_MAP_SWIZZLE_*: PTX ISA "Matrix Descriptor Format" (stride byte offset
-// = 8 rows; layout type 1 = 128B, 2 = 64B, 3 = 32B). The tile must be aligned to 8 rows (base offset 0).
-template <int kRowBytes>
-DGX_DEVICE uint64_t make_smem_desc_kmajor(const void* tile) {
-    static_assert(kRowBytes == 32 || kRowBytes == 64 || kRowBytes == 128, "rows of 32, 64 or 128 bytes");
-    constexpr uint64_t kLayout = kRowBytes == 128 ? 1 : (kRowBytes == 64 ? 2 : 3);
-    uint64_t desc = (static_cast<uint64_t>(smem_addr(tile)) & 0x3FFFFull) >> 4;
-    desc |= 1ull << 16;
-    desc |= static_cast<uint64_t>(8 * kRowBytes >> 4) << 32;
-    desc |= kLayout << 62;
-    return desc;
-}
-
-DGX_DEVICE void st_global_f32(void* ptr, float v) {
-    asm volatile("st.global.f32 [%0], %1;" ::"l"(ptr), "f"(v) : "memory");
-}
-
-DGX_DEVICE void st_global_bf16(void* ptr, float v) {
-    uint16_t h;
-    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
-    asm volatile("st.global.b16 [%0], %1;" ::"l"(ptr), "h"(h) : "memory");
-}
-
 template <bool kBf16>
 DGX_DEVICE void store_logit(void* base, int64_t index, float v) {
     if constexpr (kBf16)
