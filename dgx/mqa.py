@@ -12,7 +12,8 @@ from __future__ import annotations
 import sys
 
 from . import jit, runtime
-from .checks import ceil_div, expect_contiguous, expect_dtype, expect_ndim, expect_shape, views_on_one_device
+from .checks import expect_contiguous, expect_dtype, expect_ndim, expect_shape, views_on_one_device
+from .intmath import ceil_div
 from .device import get_num_sms
 from .kernels.mqa_logits import (
     CLEAN_INTERFACE,
