@@ -75,10 +75,11 @@ class Choice:
     est_cycles: float
 
 
-def max_stages(block_m: int, block_n: int, wgrad: bool = False) -> int:
-    """The most pipeline stages that fit in shared memory next to the staged output tile."""
-    tile = smem_bytes(block_m, block_n, 0, wgrad)
-    per_stage = smem_bytes(block_m, block_n, 1, wgrad) - tile
+def max_stages(block_m: int, block_n: int, wgrad: bool = False, split_k: int = 1) -> int:
+    """The most pipeline stages that fit in shared memory next to the staged output tile (split-K: the
+    partial tile)."""
+    tile = smem_bytes(block_m, block_n, 0, wgrad, False, split_k)
+    per_stage = smem_bytes(block_m, block_n, 1, wgrad, False, split_k) - tile
     return min((SMEM_LIMIT - tile) // per_stage, MAX_STAGES)
 
 
@@ -210,7 +211,8 @@ def _best(what: str, options, k: int, num_sms: int) -> Choice:
         c = best.config
         print(
             f"dgx: {what} SMs={num_sms}: block {c.block_m}x{c.block_n}, {c.stages} stages, pair {c.pair}, "
-            f"{'deferred promotion, ' if c.defer else ''}{best.num_tiles} units in {best.waves} waves",
+            f"{'deferred promotion, ' if c.defer else ''}{f'split-K {c.split_k}, ' if c.split_k > 1 else ''}"
+            f"{best.num_tiles} units in {best.waves} waves",
             file=sys.stderr,
         )
     return best

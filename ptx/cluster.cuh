@@ -28,4 +28,14 @@ DGX_DEVICE uint32_t map_shared_rank(uint32_t addr, uint32_t rank) {
     return out;
 }
 
+// Four floats from shared memory of any CTA of the cluster (`addr` from map_shared_rank; 16-byte aligned).
+DGX_DEVICE F32x4 ld_shared_cluster_f32x4(uint32_t addr) {
+    F32x4 v;
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(addr)
+                 : "memory");
+    return v;
+}
+
 }  // namespace dgx

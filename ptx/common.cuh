@@ -142,6 +142,23 @@ DGX_DEVICE F32x4 ld_global_nc_f32x4(const float* ptr) {
     return v;
 }
 
+DGX_DEVICE void st_global_v2_u32(void* ptr, uint32_t a, uint32_t b) {
+    asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(ptr), "r"(a), "r"(b) : "memory");
+}
+
+DGX_DEVICE void st_global_v4_f32(void* ptr, const F32x4& v) {
+    asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
+                 : "memory");
+}
+
+// A coherent load (not .nc): for data this kernel also writes.
+DGX_DEVICE F32x4 ld_global_f32x4(const void* ptr) {
+    F32x4 v;
+    asm volatile("ld.global.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(ptr)
+                 : "memory");
+    return v;
+}
+
 // Two floats packed into one bf16x2 word, round to nearest even: `lo` in the low half.
 DGX_DEVICE uint32_t pack_bf16x2(float lo, float hi) {
     uint32_t packed;

@@ -7,7 +7,8 @@
 // - their epilogue (fp8_gemm_epilogue.cuh) stores the tile through swizzled shared memory with TMA while the
 //   producer already loads the next tile.
 // The weight gradient (kWgrad) scales B per row too and writes FP32 D = C + A . B^T with TMA reduce-adds; its
-// K-grouped layout runs each group over its own range of K. Compile-time configuration, and the feature flags
+// K-grouped layout runs each group over its own range of K. Split-K (decode shapes): the CTAs of a cluster
+// share one tile's K and sum their partial tiles through distributed shared memory (reduce_split_tile). Compile-time configuration, and the feature flags
 // that choose between measured variants (with their PERFLOG experiments): Fp8GemmTraits in fp8_gemm_traits.cuh.
 #pragma once
 #include "cluster.cuh"
@@ -33,7 +34,7 @@ namespace dgx {
 // the groups' maps of A and B, two per group, in global memory. `sfa`, `sfa_rows` and `sfa_stride` are what
 // `tmap_sfa` maps (its base, floats per row, row stride in floats), for the A-scale warps' plain loads.
 template <int kLayout, int kN, int kK, int kBlockM, int kBlockN, int kNumStages, int kGroupN, int kDSpan, int kPair,
-          bool kWgrad, bool kDefer, typename Params>
+          bool kWgrad, bool kDefer, int kSplit, typename Params>
 __device__ __forceinline__ void fp8_gemm_nt_body(const Params& params) {
     // The kernel's parameters by name (dgx.kernels.fp8_gemm.INTERFACE lists them and renders the struct), bound
     // to the names the body uses.
@@ -51,8 +52,9 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const Params& params) {
     int64_t ld_d = params.ld_d;
     bool accumulate = params.accumulate != 0;
     const TensorMap* group_maps = params.group_maps;
-    using T = Fp8GemmTraits<kN, kK, kBlockM, kBlockN, kNumStages, kGroupN, kDSpan, kPair, kWgrad, kDefer>;
-    using Scheduler = TileScheduler<kLayout, kBlockM, kBlockN, T::kNumNBlocks, T::kNumKBlocks, kGroupN, kPair, kN>;
+    using T = Fp8GemmTraits<kN, kK, kBlockM, kBlockN, kNumStages, kGroupN, kDSpan, kPair, kWgrad, kDefer, kSplit>;
+    using Scheduler =
+        TileScheduler<kLayout, kBlockM, kBlockN, T::kNumNBlocks, T::kNumKBlocks, kGroupN, kPair, kN, kSplit>;
     static_assert(kLayout != kLayoutKGrouped || kWgrad, "the K-grouped layout is a weight gradient");
 
     extern __shared__ __align__(1024) uint8_t smem[];
@@ -63,6 +65,7 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const Params& params) {
     uint8_t* smem_sfb = smem_sfa + kNumStages * T::kSmemSfa;
     uint64_t* full = reinterpret_cast<uint64_t*>(smem_sfb + kNumStages * T::kSmemSfbSlot);
     uint64_t* empty = full + kNumStages;
+    uint64_t* split_bars = empty + kNumStages;  // split-K: partials published, partials read (kSmemBytes has them)
     const Fp8GemmSmem buffers{smem_d, smem_a, smem_b, smem_sfa, smem_sfb, full, empty};
 
     const uint32_t warp = warp_id();
@@ -78,9 +81,13 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const Params& params) {
             mbarrier_init(&full[s], T::kFullArrivals);
             mbarrier_init(&empty[s], T::kEmptyArrivals);
         }
+        if constexpr (kSplit > 1) {
+            mbarrier_init(&split_bars[0], kSplit);  // one arrival per CTA of the cluster
+            mbarrier_init(&split_bars[1], kSplit);
+        }
         fence_barrier_init();
     }
-    // The peer's barriers must be initialised before our multicast can signal them.
+    // The peers' barriers must be initialised before our multicast (or split-K arrival) can signal them.
     if constexpr (T::kCluster > 1) cluster_sync(); else __syncthreads();
 
     // Each role builds its scheduler after its register reallocation: built before, its state stayed live across
@@ -92,10 +99,10 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const Params& params) {
         if constexpr (T::kNumMathWG == 2) setmaxnreg_inc<T::kMathRegs>();
         Scheduler scheduler(m, grouped_layout, num_groups);
         fp8_gemm_math<T, Scheduler>(
-            scheduler, smem_d, smem_a, smem_b, smem_sfa, smem_sfb, full, empty, tmap_d, sfb, d_ptr, ld_d, accumulate,
-            warp, lane);
+            scheduler, smem_d, smem_a, smem_b, smem_sfa, smem_sfb, full, empty, split_bars, tmap_d, sfb, d_ptr, ld_d,
+            accumulate, warp, lane);
     }
-    // No CTA may leave while its peer can still multicast into it or arrive on its barriers.
+    // No CTA may leave while its peer can still multicast into it, arrive on its barriers or read its partial.
     if constexpr (T::kCluster > 1) cluster_sync();
 }
 

@@ -1,9 +1,11 @@
 // The epilogue of the FP8 GEMM kernel (ptx/fp8_gemm.cuh): a math warpgroup's promoted results out to D, through
 // its swizzled slice of the staged output tile and TMA (a store, or the weight gradient's reduce-add), while the
-// next tile's MMAs start.
+// next tile's MMAs start; or, split-K, the cluster's partial tiles summed and stored.
 #pragma once
+#include "cluster.cuh"
 #include "common.cuh"
 #include "fp8_gemm_traits.cuh"
+#include "mbarrier.cuh"
 #include "scheduler.cuh"
 #include "tma.cuh"
 
@@ -141,6 +143,78 @@ DGX_DEVICE void store_tile(const Tile& tile, int n_start, const float (&result)[
         }
         tma_store_commit();
     }
+}
+
+// Split-K: the kSplit CTAs of the cluster ran this tile over kSplit ranges of K. Each writes its FP32 partial
+// tile into its shared memory (T::kPartialStride floats a row) and publishes it to every CTA of the cluster
+// (`bars[0]`, one arrival per CTA); once all are published, CTA `rank` sums its share of the tile - the rank-th
+// of kSplit equal runs of 4-float vectors - over the partials of ranks 0, 1, ..., kSplit - 1 in that order
+// (a fixed order, so the result is bitwise the same every run, without atomics or workspace), converts and
+// stores it straight to D, then tells every CTA it has read their partials (`bars[1]`). A CTA overwrites its
+// partial with the next tile's only after all have read it. `index`: the tiles this CTA reduced before.
+// Weight gradient with `accumulate`: D (holding C) + sum, by the one thread that owns each element.
+template <typename T>
+DGX_DEVICE void reduce_split_tile(const Tile& tile, int n_start, const float (&result)[T::kMmaPerWG][T::kAccum],
+                                  const MathThread& t, uint8_t* smem_d, uint64_t* bars, uint32_t rank,
+                                  uint32_t index, void* d_ptr, int64_t ld_d, bool accumulate) {
+    static_assert(T::kSplit > 1 && T::kMmaPerWG == 1, "split-K tiles have one m64 slice per warpgroup");
+    constexpr uint32_t kStride = T::kPartialStride;
+    constexpr uint32_t kBarrierId = 3;  // 1 + wg is each warpgroup's in store_tile
+    const uint32_t base = smem_addr(smem_d);
+    if (index > 0) mbarrier_wait_cluster(&bars[1], (index - 1) & 1);  // the peers have read our last partial
+    const uint32_t row = t.wg * T::kWGRows + t.row_in_wg;
+#pragma unroll
+    for (int i = 0; i < T::kBlockN / 8; ++i) {
+        const uint32_t at = base + (row * kStride + i * 8 + t.col_in_8) * 4;
+        st_shared_v2_f32(at, result[0][i * 4 + 0], result[0][i * 4 + 1]);
+        st_shared_v2_f32(at + 8 * kStride * 4, result[0][i * 4 + 2], result[0][i * 4 + 3]);
+    }
+    named_barrier_sync(kBarrierId, T::kMathThreads);
+    // Thread p publishes to CTA p: the arrivals (each behind its own fence) run in parallel (1-2 us less than
+    // one thread's serial loop over the peers at split 8; PERFLOG 2026-11-24 split-K).
+    if (threadIdx.x < T::kSplit) mbarrier_arrive_cluster_publish(&bars[0], threadIdx.x);
+    mbarrier_wait_cluster(&bars[0], index & 1);
+
+    constexpr int kRowVecs = T::kBlockN / 4;
+    constexpr int kVecs = T::kBlockM * kRowVecs;
+    const int first = static_cast<int>(rank) * kVecs / T::kSplit;
+    const int last = (static_cast<int>(rank) + 1) * kVecs / T::kSplit;
+#pragma unroll 1
+    for (int v = first + static_cast<int>(threadIdx.x); v < last; v += T::kMathThreads) {
+        const int r = v / kRowVecs;
+        const int c = v % kRowVecs * 4;
+        const uint32_t at = base + (r * kStride + c) * 4;
+        F32x4 part[T::kSplit];
+#pragma unroll
+        for (int p = 0; p < T::kSplit; ++p) part[p] = ld_shared_cluster_f32x4(map_shared_rank(at, p));
+        F32x4 sum = part[0];
+#pragma unroll
+        for (int p = 1; p < T::kSplit; ++p) {
+            sum.x += part[p].x;
+            sum.y += part[p].y;
+            sum.z += part[p].z;
+            sum.w += part[p].w;
+        }
+        const int d_row = tile.d_row + r;
+        const int d_col = n_start + c;
+        // N is a multiple of 8, so a vector (4 columns from a multiple of 4) lies wholly inside or outside.
+        if (d_row < tile.d_row_end && d_col < T::kN) {
+            const int64_t offset = static_cast<int64_t>(d_row) * ld_d + d_col;
+            if constexpr (T::kWgrad) {
+                float* out = static_cast<float*>(d_ptr) + offset;
+                if (accumulate) {
+                    const F32x4 c_in = ld_global_f32x4(out);
+                    sum = F32x4{c_in.x + sum.x, c_in.y + sum.y, c_in.z + sum.z, c_in.w + sum.w};
+                }
+                st_global_v4_f32(out, sum);
+            } else {
+                st_global_v2_u32(static_cast<uint16_t*>(d_ptr) + offset, pack_bf16x2(sum.x, sum.y),
+                                 pack_bf16x2(sum.z, sum.w));
+            }
+        }
+    }
+    named_barrier_sync(kBarrierId, T::kMathThreads);
+    if (threadIdx.x < T::kSplit) mbarrier_arrive_cluster(&bars[1], threadIdx.x);
 }
 
 }  // namespace dgx

@@ -117,13 +117,13 @@ struct Fp8GemmKLoop {
     // Hands stage s back (T::kEmptyArrivals): lane 0 of each warp, or each lane (kSfaTimesSfb); in a pair on both
     // CTAs' barriers (lane r on rank r's, or each lane on both).
     DGX_DEVICE void release(uint32_t s) const {
-        if constexpr (T::kCluster == 1) {
+        if constexpr (T::kPeers == 1) {
             if (T::kSfaTimesSfb || lane == 0) mbarrier_arrive(&empty[s]);
         } else if constexpr (T::kSfaTimesSfb) {
 #pragma unroll
-            for (uint32_t rank = 0; rank < T::kCluster; ++rank) mbarrier_arrive_cluster(&empty[s], rank);
+            for (uint32_t rank = 0; rank < T::kPeers; ++rank) mbarrier_arrive_cluster(&empty[s], rank);
         } else {
-            if (lane < T::kCluster) mbarrier_arrive_cluster(&empty[s], lane);
+            if (lane < T::kPeers) mbarrier_arrive_cluster(&empty[s], lane);
         }
     }
 
@@ -325,10 +325,10 @@ struct Fp8GemmKLoop {
     // the unused stages.
     template <int kFormer>
     DGX_DEVICE void k_loop_rounds() {
-        constexpr int kTail = T::kNumKBlocks % T::kNumStages;
+        constexpr int kTail = T::kTileKBlocks % T::kNumStages;
         int kb = 0;
 #pragma unroll 1
-        for (; kb + T::kNumStages <= T::kNumKBlocks; kb += T::kNumStages) {
+        for (; kb + T::kNumStages <= T::kTileKBlocks; kb += T::kNumStages) {
             static_for<0, T::kNumStages>([&](auto j) { round_block<kFormer, decltype(j)::value>(kb + decltype(j)::value); });
             if constexpr (!T::kLean) phase ^= 1;  // the lean k-block flips it before probing the next stage
         }
@@ -394,7 +394,7 @@ struct Fp8GemmKLoop {
 #pragma unroll 1
         for (; kb + T::kDeferChunk <= num_kb; kb += T::kDeferChunk) chunk<T::kDeferChunk, kFormer>(kb, sb);
         if constexpr (Scheduler::kLayout != kLayoutKGrouped) {
-            constexpr int kTail = T::kNumKBlocks % T::kDeferChunk;
+            constexpr int kTail = T::kTileKBlocks % T::kDeferChunk;
             if constexpr (kTail > 0) chunk<kTail, kFormer>(kb, sb);
         } else {
 #pragma unroll 1
@@ -406,6 +406,7 @@ struct Fp8GemmKLoop {
 template <typename T, typename Scheduler>
 __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* smem_d, uint8_t* smem_a, uint8_t* smem_b,
                                               uint8_t* smem_sfa, uint8_t* smem_sfb, uint64_t* full, uint64_t* empty,
+                                              uint64_t* split_bars,
                                               const TensorMap& tmap_d, const float* __restrict__ sfb, void* d_ptr,
                                               int64_t ld_d, bool accumulate, uint32_t warp, uint32_t lane) {
     Tile tile;
@@ -433,15 +434,17 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
             sfa_offset[mm][h] = (wg * T::kWGRows + mm * 64 + row_in_wg + h * 8) * 4;
     const uint32_t sfa_base = smem_addr(smem_sfa);
     const uint32_t sfb_base = smem_addr(smem_sfb) + col_in_8 * 4;
+    uint32_t split_tiles = 0;  // split-K: tiles reduced so far (the parities of split_bars)
 
     while (scheduler.next_tile(tile)) {
         const int n_start = tile.n_block * T::kBlockN;
-        const int num_kb = Scheduler::kLayout == kLayoutKGrouped ? tile.num_kb : T::kNumKBlocks;
+        const int num_kb = Scheduler::kLayout == kLayoutKGrouped ? tile.num_kb : T::kTileKBlocks;
         // The tile's columns below `boundary` use B-scale block sfb_row0, the rest sfb_row1.
         const auto [sfb_row0, sfb_row1] = T::sfb_rows(n_start);
         const int boundary = (sfb_row0 + 1) * 128 - n_start;
-        const float* sfb0 = sfb + T::sfb_index(tile.group, sfb_row0);
-        const float* sfb1 = sfb + T::sfb_index(tile.group, sfb_row1);
+        // (Split-K: from the tile's first k-block on.)
+        const float* sfb0 = sfb + T::sfb_index(tile.group, sfb_row0) + (T::kSplit > 1 ? tile.kb0 : 0);
+        const float* sfb1 = sfb + T::sfb_index(tile.group, sfb_row1) + (T::kSplit > 1 ? tile.kb0 : 0);
         // B scales in the stage: where k-block 0's lie in their 16-byte boxes.
         const uint32_t sfb_spot_lo = static_cast<uint32_t>(reinterpret_cast<uint64_t>(sfb0)) / 4;
         const uint32_t sfb_spot_hi = static_cast<uint32_t>(reinterpret_cast<uint64_t>(sfb1)) / 4;
@@ -453,8 +456,12 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
                                    sfa_base, sfb_base, accum, result, accum2, scale2, stage2, it, stage, phase, ready,
                                    num_kb, boundary, sfb0, sfb1, sfb_spot_lo, sfb_spot_hi}
             .run();
-        store_tile<T, Scheduler>(tile, n_start, result, MathThread{wg, warp, lane, row_in_wg, col_in_8}, smem_d, tmap_d,
-                                 d_ptr, ld_d, accumulate);
+        if constexpr (T::kSplit > 1)
+            reduce_split_tile<T>(tile, n_start, result, MathThread{wg, warp, lane, row_in_wg, col_in_8}, smem_d,
+                                 split_bars, scheduler.rank, split_tiles++, d_ptr, ld_d, accumulate);
+        else
+            store_tile<T, Scheduler>(tile, n_start, result, MathThread{wg, warp, lane, row_in_wg, col_in_8}, smem_d,
+                                     tmap_d, d_ptr, ld_d, accumulate);
     }
     if (threadIdx.x % 128 == 0) tma_store_wait_all();
 }

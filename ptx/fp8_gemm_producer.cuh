@@ -38,6 +38,7 @@ DGX_DEVICE void sfa_times_sfb(Scheduler& scheduler, const Fp8GemmSmem& smem, uin
     static_assert(T::kBlockM % 128 == 0 && T::kSingleSfb, "a lane takes 4 rows of every 128; one B scale per tile");
     constexpr int kRuns = T::kBlockM / 128;
     // Round-robin over the rounds' k-blocks, unused ones included.
+    static_assert(T::kSplit == 1, "the products use k-block kb's B scale from the tile's k-block 0");
     constexpr int kRoundBlocks = (T::kNumKBlocks + T::kNumStages - 1) / T::kNumStages * T::kNumStages;
     const uint32_t slot = smem_addr(smem.sfa) + stage * T::kSmemSfa + lane * 16;
     uint32_t phase = 0;
@@ -102,7 +103,7 @@ DGX_DEVICE void fp8_gemm_producer(const Fp8GemmSmem& smem, const TensorMap& tmap
     if (warp == T::kProducerWarp && elect_one()) {
         uint32_t it = 0;  // k-blocks loaded so far
         while (scheduler.next_tile(tile)) {
-            const int num_kb = kKGrouped ? tile.num_kb : T::kNumKBlocks;
+            const int num_kb = kKGrouped ? tile.num_kb : T::kTileKBlocks;
             const TensorMap* map_a = kKGrouped ? group_maps + 2 * tile.group : &tmap_a;
             const TensorMap* map_b = kKGrouped ? group_maps + 2 * tile.group + 1 : &tmap_b;
             const int k_first = kKGrouped ? 0 : tile.kb0;  // K restarts at 0 in each group's maps
@@ -112,7 +113,7 @@ DGX_DEVICE void fp8_gemm_producer(const Fp8GemmSmem& smem, const TensorMap& tmap
             if constexpr (T::kSfbInStage) {
                 const auto [row0, row1] = T::sfb_rows(tile.n_block * T::kBlockN);
                 const int lead = static_cast<int>(reinterpret_cast<uint64_t>(sfb) % 16 / 4);
-                sfb_lo = lead + T::sfb_index(tile.group, row0);
+                sfb_lo = lead + T::sfb_index(tile.group, row0) + (T::kSplit > 1 ? tile.kb0 : 0);
                 sfb_hi_offset = (row1 - row0) * T::kNumKBlocks;
             }
             for (int kb = 0; kb < num_kb; ++kb, ++it) {

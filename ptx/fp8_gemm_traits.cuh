@@ -1,5 +1,5 @@
 // Compile-time configuration of the FP8 GEMM kernel (ptx/fp8_gemm.cuh): tile, warpgroups, feature flags,
-// shared-memory layout and barrier counts, all derived from the ten template arguments that
+// shared-memory layout and barrier counts, all derived from the eleven template arguments that
 // dgx/kernels/fp8_gemm.py renders. Every role of the kernel takes this struct as `T`.
 #pragma once
 #include "common.cuh"
@@ -8,7 +8,7 @@
 namespace dgx {
 
 template <int kN_, int kK_, int kBlockM_, int kBlockN_, int kNumStages_, int kGroupN_, int kDSpan_, int kPair_,
-          bool kWgrad_, bool kDeferred_>
+          bool kWgrad_, bool kDeferred_, int kSplit_ = 1>
 struct Fp8GemmTraits {
     // ---- The problem and the tile.
     static constexpr int kN = kN_;
@@ -22,6 +22,11 @@ struct Fp8GemmTraits {
     static constexpr int kPair = kPair_;      // PairDim: 2-CTA clusters sharing A (kPairN) or B (kPairM)
     static constexpr bool kWgrad = kWgrad_;   // weight gradient: B scaled per row, FP32 D = C + A . B^T
     static constexpr int kNumKBlocks = (kK + kBlockK - 1) / kBlockK;  // K of the kernel (K-grouped: per group)
+    // Split-K: the kSplit CTAs of a cluster run one tile each over its own kTileKBlocks k-blocks and sum their
+    // partial tiles through distributed shared memory (reduce_split_tile): memory-bound decode shapes whose
+    // tiles alone leave SMs idle, or whose narrow tiles would read A once per tile.
+    static constexpr int kSplit = kSplit_;
+    static constexpr int kTileKBlocks = kNumKBlocks / kSplit;  // k-blocks one tile runs (K-grouped: per group)
     static constexpr int kNumNBlocks = (kN + kBlockN - 1) / kBlockN;
 
     // ---- Warpgroups: one or two math warpgroups of kWGRows rows each, then the producer warpgroup.
@@ -35,7 +40,8 @@ struct Fp8GemmTraits {
     // Two math warpgroups: 2 x 128 x 232 + 128 x 40 = 64512 of the SM's 65536 registers (setmaxnreg).
     static constexpr uint32_t kMathRegs = 232;
     static constexpr uint32_t kProducerRegs = 40;
-    static constexpr int kCluster = kPair == kPairNone ? 1 : 2;
+    static constexpr int kPeers = kPair == kPairNone ? 1 : 2;  // CTAs that read each stage (multicast)
+    static constexpr int kCluster = kPair == kPairNone ? kSplit : 2;
     // Rows of the shared operand that each CTA of a pair loads and multicasts to both.
     static constexpr int kHalfRowsA = kPair == kPairN ? kBlockM / 2 : kBlockM;
     static constexpr int kHalfRowsB = kPair == kPairM ? kBlockN / 2 : kBlockN;
@@ -77,20 +83,24 @@ struct Fp8GemmTraits {
     // stages, barriers and descriptors are compile-time constants (fewer instructions per k-block).
     // One-slice tiles with the B scales in the stage need a k-block count that is a multiple of the stage
     // count (PERFLOG exp. 28, 30).
-    static constexpr bool kRounds = kSfbInStage && kNumKBlocks % kNumStages == 0;
+    static constexpr bool kRounds = kSfbInStage && kTileKBlocks % kNumStages == 0;
     // 256x128 tiles complete the stages a tile's last round leaves unused with a bare arrival; that pays
     // with none or at most one such stage per 32 k-blocks (PERFLOG exp. 31).
-    static constexpr int kUnusedStages = (kNumStages - kNumKBlocks % kNumStages) % kNumStages;
-    static constexpr bool kLeanRounds = kLean && kBlockN == 128 && kK > 0 && kNumKBlocks >= 32 * kUnusedStages;
+    static constexpr int kUnusedStages = (kNumStages - kTileKBlocks % kNumStages) % kNumStages;
+    static constexpr bool kLeanRounds = kLean && kBlockN == 128 && kK > 0 && kTileKBlocks >= 32 * kUnusedStages;
     // BF16 lean-round tiles of at least 32 k-blocks take their A scales already multiplied by the B scale:
     // one idle producer-warpgroup warp per stage forms the products, so the math warps' k-block has no
     // B-scale load and no scale product (PERFLOG exp. 35).
-    static constexpr bool kSfaTimesSfb = kLeanRounds && !kWgrad && kNumKBlocks >= 32;
+    static constexpr bool kSfaTimesSfb = kLeanRounds && !kWgrad && kTileKBlocks >= 32;
     static_assert(!kSfaTimesSfb || kNumStages <= 3, "the producer warpgroup has three idle warps, one per stage");
 
     // ---- Shared memory: the output tile, then per stage A, B, the A scales and the B-scale slot, then the
-    // full and empty barriers.
-    static constexpr uint32_t kSmemD = kBlockM * kBlockN * (kWgrad ? 4 : 2);  // BF16, or FP32 for the wgrad
+    // full and empty barriers (and split-K's two).
+    // Split-K keeps its FP32 partial tile where the output tile would be, rows padded by 8 floats so that the
+    // fragment's 64-bit stores from 4 rows at a time fill the 32 banks once; 1024-byte aligned stages follow.
+    static constexpr uint32_t kPartialStride = kBlockN + 8;  // floats per row of the partial tile
+    static constexpr uint32_t kSmemD = kSplit > 1 ? (kBlockM * kPartialStride * 4 + 1023) / 1024 * 1024
+                                                  : kBlockM * kBlockN * (kWgrad ? 4 : 2);  // BF16; wgrad FP32
     static constexpr uint32_t kSmemA = kBlockM * kBlockK;
     static constexpr uint32_t kSmemB = kBlockN * kBlockK;
     static constexpr uint32_t kSmemSfa = kBlockM * 4;  // the k-block's BLOCK_M A scales (M-major)
@@ -102,7 +112,7 @@ struct Fp8GemmTraits {
     static constexpr uint32_t kSmemSfbSlot =
         kWgrad ? (kSmemSfb + 127) / 128 * 128 : (kSfbInStage ? (kSingleSfb ? 128 : 256) : 0);
     static constexpr uint32_t kSmemBytes =
-        kSmemD + kNumStages * (kSmemA + kSmemB + kSmemSfa + kSmemSfbSlot) + kNumStages * 2 * 8;
+        kSmemD + kNumStages * (kSmemA + kSmemB + kSmemSfa + kSmemSfbSlot) + kNumStages * 2 * 8 + (kSplit > 1 ? 16 : 0);
     // What TMA lands per stage (the A-scale warps of kSfaTimesSfb store their products themselves).
     static constexpr uint32_t kStageBytes = kSmemA + kSmemB + (kSfaTimesSfb ? 0 : kSmemSfa) + kSmemSfb;
 
@@ -111,7 +121,7 @@ struct Fp8GemmTraits {
     // lane where the A-scale warps overwrite the stage with plain stores, so that racecheck sees each
     // thread's reads ordered before them (no slower; PERFLOG exp. 35).
     static constexpr uint32_t kFullArrivals = kSfaTimesSfb ? 1 + 32 : 1;
-    static constexpr uint32_t kEmptyArrivals = kNumMathWG * 4 * kCluster * (kSfaTimesSfb ? 32 : 1);
+    static constexpr uint32_t kEmptyArrivals = kNumMathWG * 4 * kPeers * (kSfaTimesSfb ? 32 : 1);
 
     static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 256, "BLOCK_M is 64, 128 or 256");
     static_assert(kBlockN % 8 == 0 && kBlockN >= 8 && kBlockN <= 256, "wgmma e4m3 takes N = 8..256 by 8");
@@ -123,6 +133,9 @@ struct Fp8GemmTraits {
     static_assert(kSmemBytes <= 232448, "Hopper gives a block at most 227 KB of shared memory");
     static_assert(kN % 8 == 0, "TMA needs 16-byte aligned rows of the BF16 output");
     static_assert(!kWgrad || kPair == kPairNone, "the weight gradient runs without multicast");
+    static_assert(kSplit >= 1 && kSplit <= 8, "split-K runs on a cluster of at most 8 CTAs (the portable size)");
+    static_assert(kSplit == 1 || (kPair == kPairNone && kBlockM <= 128 && kK > 0 && kNumKBlocks % kSplit == 0),
+                  "split-K: no multicast pair, one m64 slice per warpgroup, a compile-time K split in whole k-blocks");
     static_assert(kHalfRowsA * 128 % 1024 == 0 && kHalfRowsB * 128 % 1024 == 0,
                   "each multicast half must keep the 1024-byte alignment of the 128B swizzle");
 };

@@ -30,6 +30,19 @@ DGX_DEVICE void mbarrier_arrive_cluster(uint64_t* bar, uint32_t rank) {
         : "memory");
 }
 
+// Split-K: publishes this CTA's partial tile to CTA `rank` of the cluster. The cluster-scope release fence
+// orders every write that happened before it (the CTA's math threads synchronise first) ahead of the
+// arrival, so a peer whose acquire wait sees the phase complete reads the finished partial.
+DGX_DEVICE void mbarrier_arrive_cluster_publish(uint64_t* bar, uint32_t rank) {
+    asm volatile(
+        "{\n.reg .b32 remote;\n"
+        "fence.acq_rel.cluster;\n"
+        "mapa.shared::cluster.u32 remote, %0, %1;\n"
+        "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_addr(bar)),
+        "r"(rank)
+        : "memory");
+}
+
 // Arrive and announce `bytes` of TMA traffic that will complete on this barrier.
 DGX_DEVICE void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
@@ -76,6 +89,22 @@ DGX_DEVICE void mbarrier_wait(uint64_t* bar, uint32_t parity) {
                 : "r"(addr), "r"(parity)
                 : "memory");
         }
+    } while (!done);
+}
+
+// Blocks until the phase with the given parity has completed, with cluster-scope acquire: what the peers
+// published before their arrivals (mbarrier_arrive_cluster_publish) is visible afterwards.
+DGX_DEVICE void mbarrier_wait_cluster(uint64_t* bar, uint32_t parity) {
+    const uint32_t addr = smem_addr(bar);
+    uint32_t done = 0;
+    do {
+        asm volatile(
+            "{\n.reg .pred p;\n"
+            "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(addr), "r"(parity)
+            : "memory");
     } while (!done);
 }
 

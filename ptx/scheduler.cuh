@@ -1,6 +1,7 @@
 // Persistent tile scheduler, one for every layout. Work comes in units: a single tile, or - when CTAs run
 // as 2-CTA clusters that share one operand through TMA multicast (dense and contiguous) - a pair of tiles
-// adjacent along the shared dimension, one per CTA of the cluster. Cluster c takes units c, c + clusters,
+// adjacent along the shared dimension, one per CTA of the cluster, or - split-K - one tile whose K the
+// CTAs of the cluster divide among them. Cluster c takes units c, c + clusters,
 // ... in a rasterised order: units are walked in bands of kGroupN along N, so CTAs running at the same
 // time share the A rows of an m-block and a band of B, which keeps both in L2.
 //
@@ -38,13 +39,18 @@ struct Tile {
     bool share = true;  // pairs: the shared operand is multicast (else each CTA loads its whole tile itself)
 };
 
-template <int kLayout_, int kBlockM, int kBlockN, int kNumNBlocks, int kNumKBlocks, int kGroupN, int kPair, int kN>
+template <int kLayout_, int kBlockM, int kBlockN, int kNumNBlocks, int kNumKBlocks, int kGroupN, int kPair, int kN,
+          int kSplit = 1>
 struct TileScheduler {
     static constexpr int kLayout = kLayout_;  // GemmLayout
     static_assert(kGroupN >= 1, "a raster band holds at least one unit");
     static_assert(kLayout == kLayoutDense || kLayout == kLayoutContiguous || kPair == kPairNone,
                   "multicast pairs are for the dense and contiguous layouts only");
-    static constexpr int kCluster = kPair == kPairNone ? 1 : 2;
+    static_assert(kSplit == 1 || (kPair == kPairNone && kLayout != kLayoutKGrouped),
+                  "split-K clusters run without multicast pairs, not on the K-grouped layout");
+    // Split-K: the kSplit CTAs of a cluster take the same tiles, CTA `rank` the rank-th range of K.
+    static constexpr int kCluster = kPair == kPairNone ? kSplit : 2;
+    static constexpr int kTileKBlocks = kNumKBlocks / kSplit;
     static constexpr int kNumNUnits = kPair == kPairN ? (kNumNBlocks + 1) / 2 : kNumNBlocks;
 
     const int* __restrict__ layout;  // m_indices (contiguous), masked_m (masked) or ks (K-grouped)
@@ -105,8 +111,8 @@ struct TileScheduler {
             t.group = group;
             t.sfa_row = mu * kBlockM;
             t.sfa_kb0 = group * kNumKBlocks;
-            t.kb0 = 0;
-            t.num_kb = kNumKBlocks;
+            t.kb0 = kSplit > 1 ? rank * kTileKBlocks : 0;
+            t.num_kb = kTileKBlocks;
             return true;
         } else if constexpr (kLayout == kLayoutKGrouped) {
             const int per_group = ceil_div(m, kBlockM) * kNumNUnits;
@@ -142,8 +148,8 @@ struct TileScheduler {
                 t.a_row = t.d_row = t.sfa_row = m_block * kBlockM;
                 t.d_row_end = m;
                 t.sfa_kb0 = 0;
-                t.kb0 = 0;
-                t.num_kb = kNumKBlocks;
+                t.kb0 = kSplit > 1 ? rank * kTileKBlocks : 0;
+                t.num_kb = kTileKBlocks;
                 t.group = 0;
                 t.share = true;
                 if constexpr (kLayout == kLayoutContiguous) {

@@ -31,11 +31,35 @@ from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, SHARE_B, GemmConfig
         (dict(block_m=64, block_n=144, stages=4, defer=True), "with deferred promotion needs 216 accumulator registers per thread (max 208)"),
         (dict(block_m=128, block_n=128, stages=4, wgrad=True, defer=True), "needs 192 accumulator registers per thread (max 168)"),
         (dict(block_m=64, block_n=136, stages=4, wgrad=True, defer=True), "needs 204 accumulator registers per thread (max 192)"),
+        (dict(block_m=64, block_n=128, stages=4, split_k=9), "split_k must be an int in 1..8"),
+        (dict(block_m=64, block_n=128, stages=4, split_k=0), "split_k must be an int in 1..8"),
+        (dict(block_m=64, block_n=128, stages=4, split_k=3), "split_k 3 must divide the 56 k-blocks of K = 7168"),
+        (dict(block_m=256, block_n=128, stages=2, split_k=2), "split-K needs one m64 slice per warpgroup"),
+        (dict(block_m=128, block_n=128, stages=3, split_k=2, pair=SHARE_B), "split-K clusters do not also share"),
     ],
 )
 def test_gemm_config_errors(kwargs, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         GemmConfig(n=4096, k=7168, **kwargs)
+
+
+def test_split_k_config():
+    """Split-K: a cluster of split_k CTAs per tile, named and sized apart from the unsplit kernel (an FP32
+    partial tile with padded rows instead of the BF16 output tile, two more barriers); not on the K-grouped
+    layout (each group has its own K) and not with a run-time K."""
+    from dgx.kernels.fp8_gemm import LAYOUT_K_GROUPED, smem_bytes
+
+    plain = GemmConfig(n=2112, k=7168, block_m=64, block_n=128, stages=6)
+    split = GemmConfig(n=2112, k=7168, block_m=64, block_n=128, stages=6, split_k=8)
+    assert (plain.cluster, split.cluster) == (1, 8)
+    assert split.kernel_name == plain.kernel_name + "_sk8"
+    assert split.smem_bytes - plain.smem_bytes == 64 * 136 * 4 - 64 * 128 * 2 + 16
+    assert smem_bytes(128, 96, 4, split_k=2) == 128 * 104 * 4 + 4 * (128 * 128 + 96 * 128 + 128 * 4 + 16 + 256) + 16
+    assert split.units(64) == plain.units(64) == 17  # one unit per cluster
+    assert split.grid(15, 132) == 15 * 8
+    assert split.grid(17, 132) == 9 * 8  # 16 clusters fit 132 SMs: two waves of 9
+    with pytest.raises(ValueError, match="split-K is not for the K-grouped layout"):
+        GemmConfig(n=4096, k=0, block_m=128, block_n=128, stages=4, layout=LAYOUT_K_GROUPED, wgrad=True, split_k=2)
 
 
 def test_scale_split_compiled_in():

@@ -31,6 +31,8 @@ REPRESENTATIVE = [
     GemmConfig(n=7168, k=7000, block_m=64, block_n=56, stages=11, defer=True),  # deferred, run-time split, K tail
     GemmConfig(n=4096, k=7168, block_m=128, block_n=128, stages=5, layout=LAYOUT_MASKED, defer=True),  # 192 accumulators
     GemmConfig(n=4096, k=0, block_m=128, block_n=112, stages=5, layout=3, wgrad=True, defer=True),  # run-time K, deferred
+    GemmConfig(n=2112, k=7168, block_m=64, block_n=128, stages=7, split_k=7),  # split-K, a cluster of 7
+    GemmConfig(n=2112, k=4096, block_m=128, block_n=128, stages=4, wgrad=True, split_k=2),  # split-K weight gradient
 ]
 
 
@@ -61,8 +63,10 @@ def test_dense_kernel_compiles_without_spills(config, tmp_path):
     assert src.name in sass.stdout
     assert re.search(r"\bQGMMA\.", sass.stdout), "no QGMMA (FP8 wgmma) in the SASS"
     assert not re.search(r"\b(LDL|STL)(\.|\s)", sass.stdout), "local-memory traffic in the SASS"
-    if not config.wgrad:  # the BF16 tile goes to shared memory with stmatrix (FP32 has no stmatrix form)
+    if not config.wgrad and config.split_k == 1:  # the BF16 tile goes to shared memory with stmatrix
         assert re.search(r"\bSTSM\.", sass.stdout), "no STSM (stmatrix) in the BF16 epilogue"
+    if config.split_k > 1:  # split-K sums the cluster's partial tiles from distributed shared memory
+        assert re.search(r"\bLD\.E\.128\b", sass.stdout), "no 128-bit loads of the peers' partials"
     # Only two-slice (256-row) warpgroups probe the next stage's barrier without waiting (the lean k-block)
     # and suspend in their barrier waits instead of spinning.
     probe = re.search(r"\bSYNCS\.PHASECHK\.TRANS64\s+P\d", sass.stdout)

@@ -48,6 +48,7 @@ INTERFACE = KernelInterface(
 )
 SMEM_LIMIT = 232448  # bytes of shared memory one block may use on Hopper (227 KB)
 BARRIER_BYTES = 16  # full + empty mbarrier per stage
+SPLIT_BARRIER_BYTES = 16  # split-K: partials published, partials read
 SFA_SLOT_BYTES_PER_ROW = 4  # A scales per stage: BLOCK_M floats
 SFB_BOX_SLOT_BYTES = 128  # BF16 tiles of 64 or 128 rows: a 128-byte aligned TMA box of B scales per block spanned
 
@@ -69,6 +70,10 @@ class GemmConfig:
     # accumulators (one-slice tiles; pays for latency-bound decode tiles and the weight gradients' heavier
     # promotion).
     defer: bool = False
+    # Split-K: clusters of `split_k` CTAs run each tile, CTA r over the r-th of split_k equal ranges of K, and
+    # sum their FP32 partial tiles through distributed shared memory in rank order (deterministic). For the
+    # memory-bound decode shapes: fewer, wider tiles read A fewer times and still give every SM work.
+    split_k: int = 1
 
     def __post_init__(self) -> None:
         # Plain ints (an enum member given here renders and hashes like its value).
@@ -76,6 +81,7 @@ class GemmConfig:
             if isinstance(getattr(self, name), IntEnum):
                 object.__setattr__(self, name, int(getattr(self, name)))
         problems = validate_blocks(self.block_m, self.block_n, self.pair, self.defer, self.wgrad)
+        problems = problems or validate_split(self.split_k, self.k, self.block_m, self.pair, self.layout)
         if self.layout not in LAYOUT_NAMES:
             problems = problems or f"layout must be one of {sorted(LAYOUT_NAMES)}; got {self.layout}"
         elif self.layout not in (LAYOUT_DENSE, LAYOUT_CONTIGUOUS) and self.pair != SHARE_NONE:
@@ -91,7 +97,8 @@ class GemmConfig:
 
     @property
     def cluster(self) -> int:
-        return 1 if self.pair == SHARE_NONE else 2
+        """CTAs per cluster: a multicast pair, or the split-K ranks of one tile."""
+        return self.split_k if self.pair == SHARE_NONE else 2
 
     @property
     def box_rows_a(self) -> int:
@@ -103,7 +110,7 @@ class GemmConfig:
         return self.block_n // 2 if self.pair == SHARE_B else self.block_n
 
     def units(self, m: int) -> int:
-        """Scheduler work units for M rows: tiles, or tile pairs when clustered."""
+        """Scheduler work units for M rows: tiles (one per cluster under split-K), or tile pairs when paired."""
         mb, nb = ceil_div(m, self.block_m), ceil_div(self.n, self.block_n)
         if self.pair == SHARE_B:
             mb = ceil_div(mb, 2)
@@ -146,7 +153,7 @@ class GemmConfig:
 
     @property
     def smem_bytes(self) -> int:
-        return smem_bytes(self.block_m, self.block_n, self.stages, self.wgrad, self.defer)
+        return smem_bytes(self.block_m, self.block_n, self.stages, self.wgrad, self.defer, self.split_k)
 
     @property
     def kernel_name(self) -> str:
@@ -154,6 +161,8 @@ class GemmConfig:
         if self.wgrad and self.layout == LAYOUT_DENSE:
             prefix += "_wgrad"
         name = f"{prefix}_n{self.n}_k{self.k}_bm{self.block_m}_bn{self.block_n}_s{self.stages}_g{self.group_n}_p{self.pair}"
+        if self.split_k > 1:
+            name += f"_sk{self.split_k}"
         return name + "_d" if self.defer else name
 
     @property
@@ -173,7 +182,7 @@ class GemmConfig:
         # Fp8GemmTraits' template arguments; the kernel body takes the layout first, then the same.
         traits = (
             f"{self.n}, {self.k}, {self.block_m}, {self.block_n}, {self.stages}, {self.group_n}, {self.d_span}, "
-            f"{self.pair}, {'true' if self.wgrad else 'false'}, {'true' if self.defer else 'false'}"
+            f"{self.pair}, {'true' if self.wgrad else 'false'}, {'true' if self.defer else 'false'}, {self.split_k}"
         )
         body = f"dgx::fp8_gemm_nt_body<{self.layout}, {traits}>"
         source = (
@@ -220,15 +229,44 @@ def sfa_times_sfb(block_m: int, block_n: int, k: int, stages: int, wgrad: bool =
     return k_blocks >= 32 * max(unused_stages, 1)
 
 
-def smem_bytes(block_m: int, block_n: int, stages: int, wgrad: bool = False, defer: bool = False) -> int:
+def smem_bytes(
+    block_m: int, block_n: int, stages: int, wgrad: bool = False, defer: bool = False, split_k: int = 1
+) -> int:
     """Dynamic shared memory of a config (ptx/fp8_gemm.cuh Fp8GemmTraits::kSmemBytes). Stage counts are chosen
-    for the plain tile (defer False), so a deferred tile runs its plain twin's count in a little less."""
+    for the plain tile (defer False), so a deferred tile runs its plain twin's count in a little less.
+    Split-K keeps an FP32 partial tile (rows padded by 8 floats, 1 KB aligned) instead of the output tile, and
+    two more barriers."""
     per_stage = block_m * 128 + block_n * 128 + block_m * SFA_SLOT_BYTES_PER_ROW + BARRIER_BYTES
-    if wgrad:  # B scales per stage (128-byte aligned slot); an FP32 output tile
-        return block_m * block_n * 4 + stages * (per_stage + round_up(block_n * 4, 128))
+    if split_k > 1:
+        out_tile, extra = round_up(block_m * (block_n + 8) * 4, 1024), SPLIT_BARRIER_BYTES
+    else:
+        out_tile, extra = block_m * block_n * (4 if wgrad else 2), 0
+    if wgrad:  # B scales per stage (128-byte aligned slot)
+        return out_tile + stages * (per_stage + round_up(block_n * 4, 128)) + extra
     if b_scales_in_stage(block_m, wgrad, defer):
         per_stage += SFB_BOX_SLOT_BYTES * (1 if 128 % block_n == 0 else 2)
-    return block_m * block_n * 2 + stages * per_stage
+    return out_tile + stages * per_stage + extra
+
+
+MAX_SPLIT_K = 8  # a portable cluster holds at most 8 CTAs
+
+
+def validate_split(split_k: int, k: int, block_m: int, pair: int = SHARE_NONE, layout: int = LAYOUT_DENSE) -> str:
+    """'' if `split_k` ranges of K are a split the kernel supports for this config, else what is wrong."""
+    if not isinstance(split_k, int) or not 1 <= split_k <= MAX_SPLIT_K:
+        return f"split_k must be an int in 1..{MAX_SPLIT_K} (CTAs of a portable cluster); got {split_k!r}"
+    if split_k == 1:
+        return ""
+    if pair != SHARE_NONE:
+        return "split-K clusters do not also share an operand through multicast (pair must be 0)"
+    if layout == LAYOUT_K_GROUPED:
+        return "split-K is not for the K-grouped layout (each group has its own K)"
+    if block_m > 128:
+        return f"split-K needs one m64 slice per warpgroup (block_m 64 or 128); got block_m {block_m}"
+    k_blocks = ceil_div(k, 128)
+    if k <= 0 or k_blocks % split_k:
+        return f"split_k {split_k} must divide the {k_blocks} k-blocks of K = {k} (whole 128-K blocks per range)"
+    return ""
 
 
 def scale_split_compiled_in(block_n: int) -> bool:
