@@ -3,7 +3,7 @@ cluster, 2-CTA clusters sharing A or B (dense and contiguous), BLOCK_N with two 
 selected at run time or compiled in, 256-row tiles as two m64 slices per warpgroup (in stage rounds with
 and without unused stages), an odd number of
 8-column groups ending the stmatrix epilogue with a two-matrix store, deferred promotion with one or two
-math warpgroups, alone or in a cluster)."""
+math warpgroups, alone or in a cluster; split-K clusters)."""
 
 import torch
 
@@ -37,6 +37,23 @@ for m, n, k, bm, bn, pair, *defer in FAMILIES:
     torch.cuda.synchronize()
     check_dense(d, a, b, a_fp8, b_fp8)
     print("ok", cfg.kernel_name)
+
+# Split-K: clusters of 2, 3 and 4 CTAs summing partial tiles through distributed shared memory; the first runs
+# several tiles per cluster (its partial buffer handed back and reused), the third is the weight gradient.
+for m, n, k, bm, bn, split in [(300, 272, 768, 64, 64, 2), (65, 256, 768, 128, 96, 3)]:
+    a, b, a_fp8, b_fp8, d = make_dense(m, n, k)
+    cfg = GemmConfig(n, k, bm, bn, min(max_stages(bm, bn, False, split), 4), split_k=split)
+    dgx.fp8_gemm_nt(a_fp8, b_fp8, d, config=cfg)
+    torch.cuda.synchronize()
+    check_dense(d, a, b, a_fp8, b_fp8)
+    print("ok split-K", cfg.kernel_name)
+a_w = dgx.per_token_cast_to_fp8(torch.randn(130, 1024, device="cuda", dtype=torch.bfloat16))
+b_w = dgx.per_token_cast_to_fp8(torch.randn(136, 1024, device="cuda", dtype=torch.bfloat16))
+d_w = torch.randn(130, 136, device="cuda")
+cfg = GemmConfig(136, 1024, 128, 64, 4, wgrad=True, split_k=4)
+dgx.fp8_gemm_nt(a_w, b_w, d_w, c=d_w, config=cfg)
+torch.cuda.synchronize()
+print("ok split-K weight gradient", cfg.kernel_name)
 
 # B scales starting 12 bytes into their buffer: the scale map, and the boxes the producer loads, begin before them.
 a, b, a_fp8, b_fp8, d = make_dense(200, 480, 576)
