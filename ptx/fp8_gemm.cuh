@@ -18,6 +18,7 @@
 #include "fp8_gemm_producer.cuh"
 #include "fp8_gemm_traits.cuh"
 #include "mbarrier.cuh"
+#include "pdl.cuh"
 #include "scheduler.cuh"
 #include "tma.cuh"
 #include "wgmma.cuh"
@@ -89,6 +90,11 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const Params& params) {
     }
     // The peers' barriers must be initialised before our multicast (or split-K arrival) can signal them.
     if constexpr (T::kCluster > 1) cluster_sync(); else __syncthreads();
+    // PDL (ptx/pdl.cuh): the prologue above overlaps the previous kernel's tail. Every role reads or writes global
+    // memory from here on (the schedulers' constructors read masked_m, the math warps B scales), so all threads
+    // wait here; then dependents may launch, to run their own prologue on the SMs our CTAs leave.
+    griddepcontrol_wait();
+    griddepcontrol_launch_dependents();
 
     // Each role builds its scheduler after its register reallocation: built before, its state stayed live across
     // setmaxnreg, and ptxas spilled it (PERFLOG exp. 35).

@@ -14,6 +14,7 @@
 #pragma once
 #include "common.cuh"
 #include "mbarrier.cuh"
+#include "pdl.cuh"
 #include "tma.cuh"
 #include "wgmma.cuh"
 
@@ -471,6 +472,10 @@ DGX_DEVICE void mqa_logits_body(const Params& p) {
         fence_barrier_init();
     }
     __syncthreads();
+    // PDL (ptx/pdl.cuh): every role touches global memory from here on (the producer the schedule, windows and
+    // tables, the cleaning warps and math warpgroups the logits), so all threads wait here; then dependents may launch.
+    griddepcontrol_wait();
+    griddepcontrol_launch_dependents();
     if (warp >= kProducerWarp) {
         setmaxnreg_dec<T::kProducerRegs>();
         if (warp == kProducerWarp) {
@@ -489,6 +494,8 @@ DGX_DEVICE void mqa_logits_body(const Params& p) {
 // columns from the query's causal limit on. One CTA per row.
 template <bool kPaged, bool kCompressed, bool kBf16, int kNextN, typename Params>
 DGX_DEVICE void mqa_clean_body(const Params& p) {
+    griddepcontrol_wait();  // PDL (ptx/pdl.cuh): no prologue; the lengths may be a predecessor's output
+    griddepcontrol_launch_dependents();
     const int row = blockIdx.x;
     int keep_lo, keep_hi;
     if constexpr (kPaged) {
@@ -509,6 +516,8 @@ template <int kThreads, typename Params>
 DGX_DEVICE void paged_schedule_body(const Params& p) {
     __shared__ long long partial[kThreads];
     __shared__ long long carry;
+    griddepcontrol_wait();  // PDL (ptx/pdl.cuh): no prologue; the lengths may be a predecessor's output
+    griddepcontrol_launch_dependents();
     auto blocks_of = [&](int b) -> long long {
         int ctx;
         if (p.context_2d) {

@@ -3,6 +3,7 @@
 #pragma once
 #include "cluster.cuh"
 #include "mbarrier.cuh"
+#include "pdl.cuh"
 #include "tma.cuh"
 
 namespace dgx {
@@ -22,6 +23,8 @@ __device__ void smoke_tile(const TensorMap& src_map, float* dst, int rows, int c
         fence_barrier_init();
     }
     cluster_sync();
+    griddepcontrol_wait();  // PDL (ptx/pdl.cuh): after the prologue, before the first global read
+    griddepcontrol_launch_dependents();
     if (threadIdx.x == 0) {
         mbarrier_arrive_expect_tx(&full, kRows * kCols * 4);
         tma_load_2d(&src_map, &full, tile, col0, row0);
