@@ -15,6 +15,7 @@ from .grouped import (
     m_grouped_gemm_fp8_fp8_bf16_nt_masked,
 )
 from .jit import jit_stats, reset_jit_stats
+from .pdl import get_pdl, set_pdl
 from .version import __version__
 from .mqa import fp8_mqa_logits, fp8_paged_mqa_logits, get_paged_mqa_logits_metadata
 from .wgrad import k_grouped_fp8_gemm_nt_contiguous, k_grouped_wgrad_gemm_fp8_fp8_fp32_nt, wgrad_gemm_fp8_fp8_fp32_nt
@@ -40,6 +41,8 @@ __all__ = [
     "transform_sf_into_required_layout",
     "set_num_sms",
     "get_num_sms",
+    "set_pdl",
+    "get_pdl",
     "jit_stats",
     "reset_jit_stats",
     "CompileError",

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import struct
 import threading
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Sequence
 
+from . import pdl as _pdl
 from .errors import CudaError
 
 _lock = threading.Lock()
@@ -151,6 +153,18 @@ class LoadedKernel:
     module: object
     device: int
     dynamic_smem: int
+    waits: bool = False  # waits for its predecessor (griddepcontrol.wait): only then launched with PDL (dgx.pdl)
+
+
+def waits_for_predecessor(cubin: bytes, name: str) -> bool:
+    """Whether kernel `name` of `cubin` runs griddepcontrol.wait (SASS ACQBULK). Only such kernels are launched with
+    programmatic dependent launch: one that never waits could read its predecessor's output before it is written."""
+    from sass_tools import Cubin
+    from sass_tools.codec import OPCODE_MASK
+    from sass_tools.opcodes import SM90_OPCODES
+
+    wait = {op for op, name in SM90_OPCODES.items() if name == "ACQBULK"}
+    return any(low & OPCODE_MASK in wait for low, _ in struct.iter_unpack("<QQ", Cubin(cubin).text(name)))
 
 
 def load_kernel(cubin: bytes, name: str, device: int, dynamic_smem: int) -> LoadedKernel:
@@ -171,7 +185,7 @@ def load_kernel(cubin: bytes, name: str, device: int, dynamic_smem: int) -> Load
             ),
             "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
         )
-    return LoadedKernel(name, function, module, device, dynamic_smem)
+    return LoadedKernel(name, function, module, device, dynamic_smem, waits_for_predecessor(cubin, name))
 
 
 class Swizzle(IntEnum):
@@ -315,9 +329,13 @@ class Launcher:
 
     Safe to share between threads: each stream gets its own CUlaunchConfig, made on the first launch
     there and never changed afterwards, so a launch never touches a config another thread is reading.
+    With dgx.set_pdl(True) a launch takes the stream's config from a second table, whose configs add the
+    programmatic-stream-serialization attribute (dgx.pdl) where the kernel waits for its predecessor: the
+    switch is read per launch, so a toggle applies from the next call on.
     """
 
-    __slots__ = ("kernel", "shape", "_config", "_attrs", "_drv", "_configs", "_configs_lock")
+    __slots__ = ("kernel", "shape", "_config", "_attrs", "_pdl_attrs", "_drv", "_configs", "_pdl_configs",
+                 "_configs_lock")
 
     def __init__(self, kernel: LoadedKernel, shape: LaunchShape):
         drv = _driver()
@@ -331,40 +349,53 @@ class Launcher:
             attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = shape.cluster
             attrs.append(attr)
         self._attrs = attrs  # shared by every config (read only), alive as long as the launcher
+        pdl = drv.CUlaunchAttribute()  # programmatic dependent launch (dgx.pdl), with the cluster dims if any
+        pdl.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        pdl.value.programmaticStreamSerializationAllowed = 1
+        self._pdl_attrs = attrs + [pdl] if kernel.waits else attrs  # a kernel that never waits: never early
         self._config = self._new_config(0)  # the legacy default stream's; also used for occupancy queries
         self._configs: dict[int, object] = {0: self._config}
+        self._pdl_configs: dict[int, object] = {}
         self._configs_lock = threading.Lock()
 
-    def _new_config(self, stream: int) -> object:
-        """A CUlaunchConfig of this launcher's shape on `stream`."""
+    def _new_config(self, stream: int, pdl: bool = False) -> object:
+        """A CUlaunchConfig of this launcher's shape on `stream`, with the PDL attribute if `pdl`."""
         config = _driver().CUlaunchConfig()
         config.gridDimX, config.gridDimY, config.gridDimZ = self.shape.grid
         config.blockDimX, config.blockDimY, config.blockDimZ = self.shape.block
         config.sharedMemBytes = self.shape.dynamic_smem
         config.hStream = stream
-        config.attrs = self._attrs
-        config.numAttrs = len(self._attrs)
+        attrs = self._pdl_attrs if pdl else self._attrs
+        config.attrs = attrs
+        config.numAttrs = len(attrs)
         return config
 
-    def config_for(self, stream: int) -> object:
-        """The launch config for `stream`: made on first use, the same object afterwards, never changed."""
-        config = self._configs.get(stream)
+    def config_for(self, stream: int, pdl: bool | None = None) -> object:
+        """The launch config for `stream` (with the PDL attribute if `pdl`, default dgx.get_pdl()): made on
+        first use, the same object afterwards, never changed."""
+        if pdl is None:
+            pdl = _pdl._enabled
+        config = (self._pdl_configs if pdl else self._configs).get(stream)
         if config is not None:
             return config
         with self._configs_lock:
-            config = self._configs.get(stream)
+            table = self._pdl_configs if pdl else self._configs
+            config = table.get(stream)
             if config is None:
-                if len(self._configs) >= MAX_STREAM_CONFIGS:
+                if len(table) >= MAX_STREAM_CONFIGS:
                     # Threads launching with a dropped config keep a valid one: configs are never mutated.
-                    self._configs = {0: self._config}
-                config = self._new_config(stream)
-                self._configs[stream] = config
+                    table = {} if pdl else {0: self._config}
+                    setattr(self, "_pdl_configs" if pdl else "_configs", table)
+                config = self._new_config(stream, pdl)
+                table[stream] = config
         return config
 
     def launch(self, stream: int, params: ParamPack) -> None:
-        config = self._configs.get(stream)  # one dict lookup: cheaper than setting hStream on a shared config
+        # One dict lookup (cheaper than setting hStream on a shared config), in the PDL table when PDL is on.
+        pdl = _pdl._enabled
+        config = (self._pdl_configs if pdl else self._configs).get(stream)
         if config is None:
-            config = self.config_for(stream)
+            config = self.config_for(stream, pdl)
         (err,) = self._drv.cuLaunchKernelEx(config, self.kernel.function, params.address, 0)
         if err != 0:
             check(err, f"cuLaunchKernelEx({self.kernel.name})")
