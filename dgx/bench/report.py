@@ -28,6 +28,7 @@ from .results import (
     summarize,
 )
 from .suites import ANCHOR_CEILINGS, ANCHOR_DEVICE, HOST_ANCHOR
+from .timers import TIMER_METHOD
 
 SUITE_TITLES = {
     "dense": "Dense GEMM (fp8_gemm_nt, BF16 out)",
@@ -63,8 +64,8 @@ def _has_anchor(suite: SuiteSummary) -> bool:
     return any(c.anchor for c in suite.cases)
 
 
-def _suite_rows(suite: SuiteSummary, repeats: int) -> tuple[list[str], list[list[str]], list[str]]:
-    """Header, rows and the geomean row of one suite's table."""
+def _suite_rows(suite: SuiteSummary, repeats: int, timer: str = "events") -> tuple[list[str], list[list[str]], list[str]]:
+    """Header, rows and the geomean row of one suite's table; ``timer``: the clock of the DeepGEMM anchors."""
     if suite.suite in MQA_SUITES:
         return mqa_suite_rows(suite, repeats)
     peers = peer_names(suite)
@@ -74,7 +75,7 @@ def _suite_rows(suite: SuiteSummary, repeats: int) -> tuple[list[str], list[list
         header.append("spread")
     header += ["TFLOPS", "GB/s", "bound", "of ceiling"]
     if anchor:
-        header += ["DeepGEMM TF (H100)", "vs DeepGEMM"]
+        header += ["DeepGEMM TF (H100, kernel-only)" if timer == "kernel" else "DeepGEMM TF (H100)", "vs DeepGEMM"]
     header += [f"{IMPL_SHORT.get(p, p)} TF (dgx ×)" for p in peers]
     rows = []
     for c in suite.cases:
@@ -184,6 +185,11 @@ def _ceiling_rows(summary: Summary) -> list[list[str]]:
     return rows
 
 
+def timer_line(summary: Summary) -> str:
+    """What the µs figures (and the ceilings) measure."""
+    return f"Timer: {summary.timer} — {TIMER_METHOD.get(summary.timer, summary.timer)}."
+
+
 HOST_HEADER = ["implementation", "CPU µs/call", "plain loop µs/call", "note"]
 
 
@@ -242,15 +248,16 @@ def render_table(results: BenchResults, summary: Summary | None = None) -> str:
     """The terminal report."""
     s = summary or summarize(results)
     out = [f"dgx bench — {_env_line(results.env)} — {results.env.get('date', '')}"]
+    out.append(timer_line(s))
     if s.repeats > 1:
         out.append(f"{s.repeats} repeats; µs is the median over repeats of each repeat's median")
     out.append("")
-    out.append("Ceilings (measured in this run; ANCHORS.md H100 for reference)")
+    out.append(f"Ceilings (measured in this run, {s.timer} timer; ANCHORS.md H100 for reference)")
     out.append(_ascii_table(["ceiling", "measured", "spread", "H100 anchor"], _ceiling_rows(s)))
     for suite in s.suites:
         out.append("")
         out.append(f"{SUITE_TITLES.get(suite.suite, suite.suite)} — {len(suite.cases)} shapes")
-        header, rows, gm = _suite_rows(suite, s.repeats)
+        header, rows, gm = _suite_rows(suite, s.repeats, s.timer)
         out.append(_ascii_table(header, rows, gm))
         line = _spread_line(suite, s.repeats)
         if line:
@@ -296,10 +303,16 @@ def render_markdown(results: BenchResults, summary: Summary | None = None) -> st
     out.append("")
     st = results.settings
     out.append(
-        f"Method: CUDA events around each call, 1 GB zeroed before each call (cold L2), {st.get('warmup', 5)} warm-ups, "
+        f"Method: {s.timer} timer, {TIMER_METHOD.get(s.timer, s.timer)}; 1 GB zeroed before each call (cold L2), "
+        f"{st.get('warmup', 5)} warm-ups, "
         f"{st.get('iters', 30)} timed calls, median; {s.repeats} repeat(s). Every implementation was checked "
         f"(calc_diff < {st.get('diff_tolerance', 1e-3):g}) before it was timed. DeepGEMM figures are the ANCHORS.md "
-        f"anchors ({ANCHOR_DEVICE}), not measured in this run."
+        f"anchors ({ANCHOR_DEVICE}), not measured in this run"
+        + (
+            ": its kernel-only times, on the clock of this run (the dense decode shapes it has them for)."
+            if s.timer == "kernel"
+            else "."
+        )
     )
     out.append("")
     for note in results.notes:
@@ -307,12 +320,14 @@ def render_markdown(results: BenchResults, summary: Summary | None = None) -> st
     out.append("")
     out.append("## Ceilings")
     out.append("")
+    out.append(f"Measured in this run with the {s.timer} timer, the clock of every table below.")
+    out.append("")
     out.append(_md_table(["ceiling", "measured", "spread over repeats", "H100 anchor"], _ceiling_rows(s)))
     for suite in s.suites:
         out.append("")
         out.append(f"## {SUITE_TITLES.get(suite.suite, suite.suite)}")
         out.append("")
-        header, rows, gm = _suite_rows(suite, s.repeats)
+        header, rows, gm = _suite_rows(suite, s.repeats, s.timer)
         out.append(_md_table(header, rows, gm))
         line = _spread_line(suite, s.repeats)
         if line:

@@ -7,7 +7,7 @@ Recorded: per repeat, the ceilings and for each case and implementation the medi
 of the timed calls, the correctness figure (``calc_diff``) and a status with its reason.
 Derived (:func:`summarize`): per case the median over repeats, TFLOPS, GB/s, which ceiling bounds
 the shape and the fraction of it reached, speedups of dgx over each peer, the ratio to DeepGEMM's
-anchor; per suite the geometric means, and their spread over repeats.
+anchor (on the run's clock); per suite the geometric means, and their spread over repeats.
 """
 
 from __future__ import annotations
@@ -350,9 +350,11 @@ class Summary:
     suites: list[SuiteSummary]
     host: list[dict[str, Any]]
     repeats: int
+    timer: str = "events"  # the run's GPU timer (dgx.bench.timers.TIMERS); runs recorded before it: events
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "timer": self.timer,
             "ceilings": dict(self.ceilings),
             "ceilings_spread": {k: v.to_dict() for k, v in self.ceilings_spread.items()},
             "suites": [s.to_dict() for s in self.suites],
@@ -418,6 +420,7 @@ def _link_balanced(cases: list[CaseSummary]) -> None:
 def summarize(results: BenchResults) -> Summary:
     """Derive every reported number from the recorded results."""
     ceilings, ceilings_spread = _ceilings_median(results)
+    timer = results.settings.get("timer") or "events"
     names = _impl_names(results)
     n_rep = len(results.repeats)
     n_cases = len(results.repeats[0].cases) if results.repeats else 0
@@ -430,6 +433,7 @@ def summarize(results: BenchResults) -> Summary:
 
     for ci in range(n_cases):
         shape = results.repeats[0].cases[ci].shape
+        bound, floor = bound_of(shape, ceilings)
         impls: dict[str, ImplSummary] = {}
         for name in names:
             items = [r.cases[ci].impls[name] for r in results.repeats if name in r.cases[ci].impls]
@@ -450,10 +454,8 @@ def summarize(results: BenchResults) -> Summary:
                 s.us_worst = max(it.us_max if it.us_max is not None else it.us for it in items)
                 s.tflops = tflops(shape.flops, s.us)
                 s.gbps = gbps(shape.bytes_moved, s.us)
-                _, floor = bound_of(shape, ceilings)
                 s.fraction = floor / s.us if floor else None
             impls[name] = s
-        bound, floor = bound_of(shape, ceilings)
         dgx = impls.get(DGX)
         speedups: dict[str, float | None] = {}
         for name in names:
@@ -461,7 +463,7 @@ def summarize(results: BenchResults) -> Summary:
                 continue
             p = impls.get(name)
             speedups[name] = (p.us / dgx.us) if (dgx and dgx.us and p and p.us) else None
-        anchor = anchor_for(shape)
+        anchor = anchor_for(shape, timer)
         vs_anchor = (dgx.tflops / anchor["tflops"]) if (dgx and dgx.tflops and anchor) else None
         case_summaries.append(
             CaseSummary(shape, bound, floor, roofline_tflops(shape, ceilings), impls, speedups, anchor, vs_anchor)
@@ -542,7 +544,7 @@ def summarize(results: BenchResults) -> Summary:
             entry.update(status=items[0].status, reason=items[0].reason)
         host.append(entry)
 
-    return Summary(ceilings, ceilings_spread, suites, host, n_rep)
+    return Summary(ceilings, ceilings_spread, suites, host, n_rep, timer)
 
 
 def peer_names(suite: SuiteSummary) -> list[str]:
