@@ -1,5 +1,5 @@
-"""dgx bench --timer through the CLI, main and run_suite (no GPU), and what the reports say: the timer and
-DeepGEMM's kernel-only anchors under the kernel timer."""
+"""dgx bench --timer through the CLI, main and run_suite (no GPU), and what the reports say: the timer, the
+share of the HBM peak of memory-bound rows, DeepGEMM's kernel-only anchors under the kernel timer."""
 
 import json
 import types
@@ -8,6 +8,7 @@ import pytest
 
 import dgx.bench as bench
 from dgx.bench import EXIT_NO_GPU, EXIT_OK, EXIT_USAGE, render_markdown, render_table, summarize, write_json
+from dgx.bench.hbm import HBM_PEAKS_GBPS, hbm_peak_gbps
 
 from bench_echo import Echo
 
@@ -126,7 +127,7 @@ def test_run_suite_times_cases_and_ceilings_with_the_timer(monkeypatch):
         runner.run_suite(shapes=[make_shape("dense", 64, 7168, 16384)], timer="wall")
 
 
-# ---- reports: the timer -------------------------------------------------------------------------
+# ---- reports: the timer, the HBM peak -----------------------------------------------------------
 
 
 def _results(device="NVIDIA H100 80GB HBM3", timer=None):
@@ -137,6 +138,61 @@ def _results(device="NVIDIA H100 80GB HBM3", timer=None):
     if timer:
         res.settings["timer"] = timer
     return res
+
+
+def test_hbm_peak_table():
+    assert hbm_peak_gbps("NVIDIA H100 80GB HBM3") == 3350.0
+    assert hbm_peak_gbps("  nvidia  h100 80gb hbm3 ") == 3350.0  # case and spacing aside
+    assert hbm_peak_gbps("NVIDIA H200") == 4800.0
+    assert hbm_peak_gbps("NVIDIA H100 PCIe") == 2000.0  # not the SXM figure
+    assert hbm_peak_gbps("NVIDIA H100 80GB HBM3 MIG 1g.10gb") is None  # a slice is not the whole card
+    assert hbm_peak_gbps("Fake H100") is None and hbm_peak_gbps(None) is None
+    assert all(v > 1000 for v in HBM_PEAKS_GBPS.values())
+
+
+def test_hbm_share_of_memory_bound_rows(tmp_path):
+    from test_bench_report import B
+
+    s = summarize(_results())
+    assert s.hbm_peak_gbps == 3350.0 and s.device == "NVIDIA H100 80GB HBM3"
+    ca, cb = s.suite("dense").cases
+    assert ca.bound == "compute" and ca.impls["dgx"].hbm_share is None
+    assert cb.bound == "memory"
+    assert cb.impls["dgx"].hbm_share == pytest.approx(B.bytes_moved / 80e-6 / 1e9 / 3350.0)
+    assert cb.impls["cublaslt"].hbm_share == pytest.approx(B.bytes_moved / 120e-6 / 1e9 / 3350.0)
+    # the share of the measured copy bandwidth stays where it was
+    assert cb.impls["dgx"].fraction == pytest.approx(B.bytes_moved / 2000e9 / 80e-6)
+
+    text = render_table(_results())
+    row_b = next(l for l in text.splitlines() if l.startswith("64×7168×16384"))
+    assert "of HBM peak" in text
+    assert f"{100 * B.bytes_moved / 80e-6 / 1e9 / 3350.0:.0f}%" in row_b
+    assert "HBM peak, datasheet (NVIDIA H100 80GB HBM3)  3350 GB/s (copy: 60%)" in text
+    md = render_markdown(_results())
+    assert "| of ceiling | of HBM peak |" in md
+    assert "of HBM peak: GB/s over the 3350 GB/s datasheet HBM bandwidth of the NVIDIA H100 80GB HBM3" in md
+    path = tmp_path / "r.json"
+    write_json(_results(), str(path))
+    data = json.loads(path.read_text())["summary"]
+    assert data["hbm_peak"] == {"device": "NVIDIA H100 80GB HBM3", "gbps": 3350.0}
+    dense = next(x for x in data["suites"] if x["suite"] == "dense")
+    assert dense["cases"][1]["impls"]["dgx"]["hbm_share"] == pytest.approx(cb.impls["dgx"].hbm_share)
+    assert dense["cases"][0]["impls"]["dgx"]["hbm_share"] is None
+
+
+def test_unknown_device_shows_only_the_share_of_the_copy_bandwidth(tmp_path):
+    res = _results(device="NVIDIA B200")
+    s = summarize(res)
+    assert s.hbm_peak_gbps is None
+    assert all(i.hbm_share is None for c in s.suite("dense").cases for i in c.impls.values())
+    text = render_table(res)
+    assert "of HBM peak" not in text and "HBM peak, datasheet" not in text
+    assert "No HBM peak is known for NVIDIA B200" in text
+    md = render_markdown(res)
+    assert "| of ceiling | DeepGEMM TF (H100) |" in md
+    path = tmp_path / "r.json"
+    write_json(res, str(path))
+    assert json.loads(path.read_text())["summary"]["hbm_peak"] == {"device": "NVIDIA B200", "gbps": None}
 
 
 def test_reports_name_the_timer(tmp_path):

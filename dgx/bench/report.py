@@ -13,7 +13,7 @@ from typing import Any
 
 from .fmt import STATUS_SHORT, micros, num, percent, spread_percent, times
 from .mqa_report import MQA_SUITE_TITLES, mqa_suite_lines, mqa_suite_rows, plot_metric
-from .mqa_suites import MQA_SUITES, PAGED_MQA, is_mqa
+from .mqa_suites import HBM_PEAK_GBPS, MQA_SUITES, PAGED_MQA, is_mqa
 from .results import (
     DGX,
     IMPL_LABELS,
@@ -64,8 +64,11 @@ def _has_anchor(suite: SuiteSummary) -> bool:
     return any(c.anchor for c in suite.cases)
 
 
-def _suite_rows(suite: SuiteSummary, repeats: int, timer: str = "events") -> tuple[list[str], list[list[str]], list[str]]:
-    """Header, rows and the geomean row of one suite's table; ``timer``: the clock of the DeepGEMM anchors."""
+def _suite_rows(
+    suite: SuiteSummary, repeats: int, hbm: bool = False, timer: str = "events"
+) -> tuple[list[str], list[list[str]], list[str]]:
+    """Header, rows and the geomean row of one suite's table; ``hbm``: with the share of the HBM peak
+    (memory-bound rows; the device's peak is known); ``timer``: the clock of the DeepGEMM anchors."""
     if suite.suite in MQA_SUITES:
         return mqa_suite_rows(suite, repeats)
     peers = peer_names(suite)
@@ -74,6 +77,8 @@ def _suite_rows(suite: SuiteSummary, repeats: int, timer: str = "events") -> tup
     if repeats > 1:
         header.append("spread")
     header += ["TFLOPS", "GB/s", "bound", "of ceiling"]
+    if hbm:
+        header.append("of HBM peak")
     if anchor:
         header += ["DeepGEMM TF (H100, kernel-only)" if timer == "kernel" else "DeepGEMM TF (H100)", "vs DeepGEMM"]
     header += [f"{IMPL_SHORT.get(p, p)} TF (dgx ×)" for p in peers]
@@ -90,11 +95,15 @@ def _suite_rows(suite: SuiteSummary, repeats: int, timer: str = "events") -> tup
             c.bound,
             _pct(d.fraction) if dgx_ok else "-",
         ]
+        if hbm:
+            row.append(_pct(d.hbm_share) if dgx_ok else "-")
         if anchor:
             row += [_f(c.anchor["tflops"]) if c.anchor else "-", _x(c.vs_anchor)]
         row += [_peer_cell(c, p) for p in peers]
         rows.append(row)
     gm = ["geomean", "", *([""] if repeats > 1 else []), _f(suite.geomean_tflops.get(DGX)), "", "", _pct(suite.geomean_fraction)]
+    if hbm:
+        gm.append("")
     if anchor:
         gm += ["", _x(suite.geomean_vs_anchor)]
     for p in peers:
@@ -182,12 +191,34 @@ def _ceiling_rows(summary: Summary) -> list[list[str]]:
         sp = summary.ceilings_spread.get(key)
         spread = f"{sp.min:.0f}–{sp.max:.0f}" if (sp and sp.min is not None and summary.repeats > 1) else ""
         rows.append([label, f"{_f(v)} {unit}", spread, f"{anchor:.0f}"])
+    if summary.hbm_peak_gbps:
+        copy = summary.ceilings.get("copy_gbps")
+        share = f" (copy: {_pct(copy / summary.hbm_peak_gbps)})" if copy else ""
+        rows.append(
+            [f"HBM peak, datasheet ({summary.device})", f"{_f(summary.hbm_peak_gbps)} GB/s{share}", "", f"{HBM_PEAK_GBPS:.0f}"]
+        )
     return rows
 
 
 def timer_line(summary: Summary) -> str:
     """What the µs figures (and the ceilings) measure."""
     return f"Timer: {summary.timer} — {TIMER_METHOD.get(summary.timer, summary.timer)}."
+
+
+def hbm_line(summary: Summary) -> str | None:
+    """How the GEMM tables' share of the HBM peak is computed, or why there is none; None without GEMM suites."""
+    if not any(suite.suite not in MQA_SUITES for suite in summary.suites):
+        return None
+    if summary.hbm_peak_gbps:
+        return (
+            f"of HBM peak: GB/s over the {_f(summary.hbm_peak_gbps)} GB/s datasheet HBM bandwidth of the "
+            f"{summary.device}, on memory-bound rows; 'of ceiling' there is the share of the copy bandwidth "
+            "measured in this run."
+        )
+    return (
+        f"No HBM peak is known for {summary.device or 'this device'} (dgx/bench/hbm.py): memory-bound rows show only "
+        "'of ceiling', the share of the copy bandwidth measured in this run."
+    )
 
 
 HOST_HEADER = ["implementation", "CPU µs/call", "plain loop µs/call", "note"]
@@ -254,10 +285,13 @@ def render_table(results: BenchResults, summary: Summary | None = None) -> str:
     out.append("")
     out.append(f"Ceilings (measured in this run, {s.timer} timer; ANCHORS.md H100 for reference)")
     out.append(_ascii_table(["ceiling", "measured", "spread", "H100 anchor"], _ceiling_rows(s)))
+    line = hbm_line(s)
+    if line:
+        out.append(f"  · {line}")
     for suite in s.suites:
         out.append("")
         out.append(f"{SUITE_TITLES.get(suite.suite, suite.suite)} — {len(suite.cases)} shapes")
-        header, rows, gm = _suite_rows(suite, s.repeats, s.timer)
+        header, rows, gm = _suite_rows(suite, s.repeats, bool(s.hbm_peak_gbps), s.timer)
         out.append(_ascii_table(header, rows, gm))
         line = _spread_line(suite, s.repeats)
         if line:
@@ -323,11 +357,14 @@ def render_markdown(results: BenchResults, summary: Summary | None = None) -> st
     out.append(f"Measured in this run with the {s.timer} timer, the clock of every table below.")
     out.append("")
     out.append(_md_table(["ceiling", "measured", "spread over repeats", "H100 anchor"], _ceiling_rows(s)))
+    line = hbm_line(s)
+    if line:
+        out += ["", line]
     for suite in s.suites:
         out.append("")
         out.append(f"## {SUITE_TITLES.get(suite.suite, suite.suite)}")
         out.append("")
-        header, rows, gm = _suite_rows(suite, s.repeats, s.timer)
+        header, rows, gm = _suite_rows(suite, s.repeats, bool(s.hbm_peak_gbps), s.timer)
         out.append(_md_table(header, rows, gm))
         line = _spread_line(suite, s.repeats)
         if line:
