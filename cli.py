@@ -23,6 +23,7 @@ from dgx.kinds import KIND_NAMES, MQA_KIND_NAMES, SHORT_NAMES, GemmKind
 # `dgx inspect --kind`: the short names (as the benchmark's suites) or the shapes-file kinds.
 INSPECT_KINDS = SHORT_NAMES + tuple(k for k in KIND_NAMES if k not in SHORT_NAMES) + MQA_KIND_NAMES
 BENCH_SUITES = SHORT_NAMES + ("mqa", "paged_mqa", "all")  # dgx.bench.SUITES, then "all" (a test checks)
+BENCH_TIMERS = ("events", "kernel")  # dgx.bench.TIMERS (a test checks); dgx.bench is imported when bench runs
 MAX_ERROR_LINES = 40
 
 
@@ -707,10 +708,18 @@ def warmup(preset, shapes_file, max_m, num_sms, arch, jobs, as_json) -> None:
 @click.option("--shapes", "shapes_file", type=click.Path(dir_okay=False), help="A shapes file (warmup format, plus m).")
 @click.option("--peers/--no-peers", default=True, show_default=True, help="Also time the peers (cuBLASLt, Triton, BF16; torch for the MQA suites).")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True, help="Rerun everything N times.")
+@click.option(
+    "--timer",
+    type=click.Choice(BENCH_TIMERS),
+    default="events",
+    show_default=True,
+    help="events: CUDA events around each call (launch gaps included). kernel: kernel-only GPU time per call "
+    "(CUPTI through torch.profiler, the call's kernels summed; the clock of DeepGEMM's published figures).",
+)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the results as JSON.")
 @click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False), help="Write a Markdown table.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a PNG plot.")
-def bench(suite, shapes_file, peers, repeat, json_path, markdown_path, plot_path) -> None:
+def bench(suite, shapes_file, peers, repeat, timer, json_path, markdown_path, plot_path) -> None:
     """Benchmark dgx against cuBLASLt, Triton and BF16 on this GPU (needs an NVIDIA GPU)."""
     try:
         from dgx import bench as bench_mod
@@ -728,6 +737,7 @@ def bench(suite, shapes_file, peers, repeat, json_path, markdown_path, plot_path
         json_path=json_path,
         markdown_path=markdown_path,
         plot_path=plot_path,
+        timer=timer,
         echo=click.echo,
     )
     sys.exit(int(code or 0))

@@ -26,9 +26,10 @@ from .report import (
     write_plot,
 )
 from .results import BenchResults, summarize
-from .runner import NO_GPU_PREFIX, NoGpu, dgx_failures, gpu_problem, run_suite
+from .runner import NO_GPU_PREFIX, NoGpu, TimerUnavailable, dgx_failures, gpu_problem, run_suite
 from .subject import unavailable_reason
 from .suites import FIXED_SUITES, SUITES, ShapesFileError, load_shapes_file, select_shapes, suite_names
+from .timers import EVENTS, TIMERS, check_timer
 
 __all__ = [
     "main",
@@ -45,6 +46,7 @@ __all__ = [
     "load_shapes_file",
     "NoGpu",
     "SUITES",
+    "TIMERS",
     "unavailable_reason",
     "EXIT_OK",
     "EXIT_NO_GPU",
@@ -66,12 +68,17 @@ def main(
     json_path: str | None = None,
     markdown_path: str | None = None,
     plot_path: str | None = None,
+    timer: str = EVENTS,
     echo: Callable[[str], None] = print,
 ) -> int:
     """Run ``dgx bench`` and write the requested reports; return the exit code.
 
-    0: done, dgx correct on every case. 1: no usable GPU (torch missing or no CUDA device).
-    2: bad arguments (suite, repeat, shapes file, a shapes file with a fixed suite (``mqa``, ``paged_mqa``),
+    ``timer``: ``events`` (CUDA events around each call) or ``kernel`` (kernel-only GPU time through
+    ``torch.profiler``), see :mod:`dgx.bench.timers`.
+
+    0: done, dgx correct on every case. 1: no usable GPU (torch missing or no CUDA device), or the kernel
+    timer cannot run here (no CUPTI). 2: bad arguments (suite, repeat, timer, shapes file, a shapes file with
+    a fixed suite (``mqa``, ``paged_mqa``),
     matplotlib missing for ``--plot``, unwritable output). 3: dgx failed or was unavailable on some case (the reports say where), or a requested
     suite is not available in this build of dgx (see :func:`unavailable_reason`): the suites that are
     available still run (and need a GPU); the others are named and skipped.
@@ -80,6 +87,7 @@ def main(
         suite_names(suite)
         if not isinstance(repeat, int) or repeat < 1:
             raise ValueError(f"--repeat must be a positive integer, got {repeat!r}")
+        check_timer(timer)
         shapes = None
         if shapes_file is not None and suite in FIXED_SUITES:
             raise ValueError(
@@ -118,9 +126,14 @@ def main(
         return EXIT_NO_GPU
 
     try:
-        results = run_suite(suite, shapes=runnable, shapes_file=shapes_file, peers=peers, repeat=repeat, echo=echo)
+        results = run_suite(
+            suite, shapes=runnable, shapes_file=shapes_file, peers=peers, repeat=repeat, echo=echo, timer=timer
+        )
     except NoGpu as e:
         echo(str(e))
+        return EXIT_NO_GPU
+    except TimerUnavailable as e:
+        echo(f"dgx bench: {e}")
         return EXIT_NO_GPU
     except ValueError as e:
         echo(f"dgx bench: {e}")

@@ -40,7 +40,8 @@ from .prepared import Prepared, Unavailable
 from .problems import Part, Problem, calc_diff, dequant_block, dequant_token, matmul_fp32, per_row_cast, per_tensor_cast
 from .results import BF16, CUBLASLT, DGX, FAILED, FP8_TENSOR, NOT_RUN, OK, TORCH_MQA, TRITON, UNAVAILABLE, ImplResult
 from .suites import GEMM_SUITES, SUITES
-from .timing import ITERS, WARMUP, Timing, time_gpu
+from .timers import EVENTS, timer_function
+from .timing import ITERS, WARMUP, Timing
 
 DIFF_TOL = 1e-3
 
@@ -67,11 +68,13 @@ class Outcome(Exception):
 class Ctx:
     """Verification and timing shared by dgx and the peers."""
 
-    def __init__(self, flush, warmup: int = WARMUP, iters: int = ITERS, tol: float = DIFF_TOL):
+    def __init__(self, flush, warmup: int = WARMUP, iters: int = ITERS, tol: float = DIFF_TOL, timer: str = EVENTS):
         self.flush = flush
         self.warmup = warmup
         self.iters = iters
         self.tol = tol
+        self.timer = timer
+        self._time = timer_function(timer)  # validates the name
 
     def verify(self, problem: Problem, prep: Prepared) -> float:
         """Run once from a clean state and return ``calc_diff`` against the reference (inf if non-finite)."""
@@ -97,7 +100,8 @@ class Ctx:
         return calc_diff(out, ref)
 
     def time(self, fn, warmup: int | None = None, iters: int | None = None) -> Timing:
-        return time_gpu(fn, self.flush, self.warmup if warmup is None else warmup, self.iters if iters is None else iters)
+        """``fn`` timed with the context's timer (``events`` or ``kernel``, :mod:`dgx.bench.timers`)."""
+        return self._time(fn, self.flush, self.warmup if warmup is None else warmup, self.iters if iters is None else iters)
 
     def first_passing(
         self, problem: Problem, candidates: list[tuple[str, Callable[[], Prepared]]], errors_fail: bool = False
@@ -224,6 +228,8 @@ class Peer:
             t = ctx.time(prep.run, warmup, iters)
         except Exception as e:  # noqa: BLE001
             return ImplResult(self.name, FAILED, f"timing raised {type(e).__name__}: {_one_line(e)}", diff=diff)
+        if len(t.kernels) > 1:  # the kernel timer summed several GPU activities per call
+            how = "; ".join(x for x in (how, f"kernel timer: {len(t.kernels)} GPU activities a call, summed") if x)
         if how:
             note = f"{note}; {how}" if note else how
         return ImplResult(
@@ -438,7 +444,11 @@ class Triton(Peer):
                 worst = diff if worst is None else max(worst, diff)
                 continue
             if len(configs) > 1:
-                t = ctx.time(prep.run, warmup=2, iters=10).median_us
+                try:
+                    t = ctx.time(prep.run, warmup=2, iters=10).median_us
+                except Exception as e:  # noqa: BLE001 - e.g. the kernel timer lost its records: next config
+                    reasons.append(f"{label}: timing raised {type(e).__name__}: {_one_line(e, 160)}")
+                    continue
             else:
                 t = 0.0
             if best is None or t < best[0]:

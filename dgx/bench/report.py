@@ -13,7 +13,7 @@ from typing import Any
 
 from .fmt import STATUS_SHORT, micros, num, percent, spread_percent, times
 from .mqa_report import MQA_SUITE_TITLES, mqa_suite_lines, mqa_suite_rows, plot_metric
-from .mqa_suites import MQA_SUITES, PAGED_MQA, is_mqa
+from .mqa_suites import HBM_PEAK_GBPS, MQA_SUITES, PAGED_MQA, is_mqa
 from .results import (
     DGX,
     IMPL_LABELS,
@@ -28,6 +28,7 @@ from .results import (
     summarize,
 )
 from .suites import ANCHOR_CEILINGS, ANCHOR_DEVICE, HOST_ANCHOR
+from .timers import TIMER_METHOD
 
 SUITE_TITLES = {
     "dense": "Dense GEMM (fp8_gemm_nt, BF16 out)",
@@ -63,8 +64,11 @@ def _has_anchor(suite: SuiteSummary) -> bool:
     return any(c.anchor for c in suite.cases)
 
 
-def _suite_rows(suite: SuiteSummary, repeats: int) -> tuple[list[str], list[list[str]], list[str]]:
-    """Header, rows and the geomean row of one suite's table."""
+def _suite_rows(
+    suite: SuiteSummary, repeats: int, hbm: bool = False, timer: str = "events"
+) -> tuple[list[str], list[list[str]], list[str]]:
+    """Header, rows and the geomean row of one suite's table; ``hbm``: with the share of the HBM peak
+    (memory-bound rows; the device's peak is known); ``timer``: the clock of the DeepGEMM anchors."""
     if suite.suite in MQA_SUITES:
         return mqa_suite_rows(suite, repeats)
     peers = peer_names(suite)
@@ -73,8 +77,10 @@ def _suite_rows(suite: SuiteSummary, repeats: int) -> tuple[list[str], list[list
     if repeats > 1:
         header.append("spread")
     header += ["TFLOPS", "GB/s", "bound", "of ceiling"]
+    if hbm:
+        header.append("of HBM peak")
     if anchor:
-        header += ["DeepGEMM TF (H100)", "vs DeepGEMM"]
+        header += ["DeepGEMM TF (H100, kernel-only)" if timer == "kernel" else "DeepGEMM TF (H100)", "vs DeepGEMM"]
     header += [f"{IMPL_SHORT.get(p, p)} TF (dgx ×)" for p in peers]
     rows = []
     for c in suite.cases:
@@ -89,11 +95,15 @@ def _suite_rows(suite: SuiteSummary, repeats: int) -> tuple[list[str], list[list
             c.bound,
             _pct(d.fraction) if dgx_ok else "-",
         ]
+        if hbm:
+            row.append(_pct(d.hbm_share) if dgx_ok else "-")
         if anchor:
             row += [_f(c.anchor["tflops"]) if c.anchor else "-", _x(c.vs_anchor)]
         row += [_peer_cell(c, p) for p in peers]
         rows.append(row)
     gm = ["geomean", "", *([""] if repeats > 1 else []), _f(suite.geomean_tflops.get(DGX)), "", "", _pct(suite.geomean_fraction)]
+    if hbm:
+        gm.append("")
     if anchor:
         gm += ["", _x(suite.geomean_vs_anchor)]
     for p in peers:
@@ -181,7 +191,34 @@ def _ceiling_rows(summary: Summary) -> list[list[str]]:
         sp = summary.ceilings_spread.get(key)
         spread = f"{sp.min:.0f}–{sp.max:.0f}" if (sp and sp.min is not None and summary.repeats > 1) else ""
         rows.append([label, f"{_f(v)} {unit}", spread, f"{anchor:.0f}"])
+    if summary.hbm_peak_gbps:
+        copy = summary.ceilings.get("copy_gbps")
+        share = f" (copy: {_pct(copy / summary.hbm_peak_gbps)})" if copy else ""
+        rows.append(
+            [f"HBM peak, datasheet ({summary.device})", f"{_f(summary.hbm_peak_gbps)} GB/s{share}", "", f"{HBM_PEAK_GBPS:.0f}"]
+        )
     return rows
+
+
+def timer_line(summary: Summary) -> str:
+    """What the µs figures (and the ceilings) measure."""
+    return f"Timer: {summary.timer} — {TIMER_METHOD.get(summary.timer, summary.timer)}."
+
+
+def hbm_line(summary: Summary) -> str | None:
+    """How the GEMM tables' share of the HBM peak is computed, or why there is none; None without GEMM suites."""
+    if not any(suite.suite not in MQA_SUITES for suite in summary.suites):
+        return None
+    if summary.hbm_peak_gbps:
+        return (
+            f"of HBM peak: GB/s over the {_f(summary.hbm_peak_gbps)} GB/s datasheet HBM bandwidth of the "
+            f"{summary.device}, on memory-bound rows; 'of ceiling' there is the share of the copy bandwidth "
+            "measured in this run."
+        )
+    return (
+        f"No HBM peak is known for {summary.device or 'this device'} (dgx/bench/hbm.py): memory-bound rows show only "
+        "'of ceiling', the share of the copy bandwidth measured in this run."
+    )
 
 
 HOST_HEADER = ["implementation", "CPU µs/call", "plain loop µs/call", "note"]
@@ -242,15 +279,19 @@ def render_table(results: BenchResults, summary: Summary | None = None) -> str:
     """The terminal report."""
     s = summary or summarize(results)
     out = [f"dgx bench — {_env_line(results.env)} — {results.env.get('date', '')}"]
+    out.append(timer_line(s))
     if s.repeats > 1:
         out.append(f"{s.repeats} repeats; µs is the median over repeats of each repeat's median")
     out.append("")
-    out.append("Ceilings (measured in this run; ANCHORS.md H100 for reference)")
+    out.append(f"Ceilings (measured in this run, {s.timer} timer; ANCHORS.md H100 for reference)")
     out.append(_ascii_table(["ceiling", "measured", "spread", "H100 anchor"], _ceiling_rows(s)))
+    line = hbm_line(s)
+    if line:
+        out.append(f"  · {line}")
     for suite in s.suites:
         out.append("")
         out.append(f"{SUITE_TITLES.get(suite.suite, suite.suite)} — {len(suite.cases)} shapes")
-        header, rows, gm = _suite_rows(suite, s.repeats)
+        header, rows, gm = _suite_rows(suite, s.repeats, bool(s.hbm_peak_gbps), s.timer)
         out.append(_ascii_table(header, rows, gm))
         line = _spread_line(suite, s.repeats)
         if line:
@@ -296,10 +337,16 @@ def render_markdown(results: BenchResults, summary: Summary | None = None) -> st
     out.append("")
     st = results.settings
     out.append(
-        f"Method: CUDA events around each call, 1 GB zeroed before each call (cold L2), {st.get('warmup', 5)} warm-ups, "
+        f"Method: {s.timer} timer, {TIMER_METHOD.get(s.timer, s.timer)}; 1 GB zeroed before each call (cold L2), "
+        f"{st.get('warmup', 5)} warm-ups, "
         f"{st.get('iters', 30)} timed calls, median; {s.repeats} repeat(s). Every implementation was checked "
         f"(calc_diff < {st.get('diff_tolerance', 1e-3):g}) before it was timed. DeepGEMM figures are the ANCHORS.md "
-        f"anchors ({ANCHOR_DEVICE}), not measured in this run."
+        f"anchors ({ANCHOR_DEVICE}), not measured in this run"
+        + (
+            ": its kernel-only times, on the clock of this run (the dense decode shapes it has them for)."
+            if s.timer == "kernel"
+            else "."
+        )
     )
     out.append("")
     for note in results.notes:
@@ -307,12 +354,17 @@ def render_markdown(results: BenchResults, summary: Summary | None = None) -> st
     out.append("")
     out.append("## Ceilings")
     out.append("")
+    out.append(f"Measured in this run with the {s.timer} timer, the clock of every table below.")
+    out.append("")
     out.append(_md_table(["ceiling", "measured", "spread over repeats", "H100 anchor"], _ceiling_rows(s)))
+    line = hbm_line(s)
+    if line:
+        out += ["", line]
     for suite in s.suites:
         out.append("")
         out.append(f"## {SUITE_TITLES.get(suite.suite, suite.suite)}")
         out.append("")
-        header, rows, gm = _suite_rows(suite, s.repeats)
+        header, rows, gm = _suite_rows(suite, s.repeats, bool(s.hbm_peak_gbps), s.timer)
         out.append(_md_table(header, rows, gm))
         line = _spread_line(suite, s.repeats)
         if line:

@@ -6,8 +6,9 @@ tests build synthetic results here.
 Recorded: per repeat, the ceilings and for each case and implementation the median / min / max µs
 of the timed calls, the correctness figure (``calc_diff``) and a status with its reason.
 Derived (:func:`summarize`): per case the median over repeats, TFLOPS, GB/s, which ceiling bounds
-the shape and the fraction of it reached, speedups of dgx over each peer, the ratio to DeepGEMM's
-anchor; per suite the geometric means, and their spread over repeats.
+the shape and the fraction of it reached, for memory-bound GEMM cases the share of the device's HBM peak
+(:mod:`dgx.bench.hbm`; none for a device it does not know), speedups of dgx over each peer, the ratio to
+DeepGEMM's anchor (on the run's clock); per suite the geometric means, and their spread over repeats.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import math
 import statistics
 from typing import Any, Iterable
 
+from .hbm import hbm_peak_gbps
 from .mqa_suites import MQA_SUITES, PAGED_MQA, MqaShape
 from .suites import SUITES, Shape, anchor_for
 
@@ -250,6 +252,7 @@ class ImplSummary:
     diff: float | None = None
     note: str = ""
     config: str = ""
+    hbm_share: float | None = None  # memory-bound GEMM cases: GB/s over the device's HBM peak (if known)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -350,11 +353,16 @@ class Summary:
     suites: list[SuiteSummary]
     host: list[dict[str, Any]]
     repeats: int
+    timer: str = "events"  # the run's GPU timer (dgx.bench.timers.TIMERS); runs recorded before it: events
+    device: str | None = None
+    hbm_peak_gbps: float | None = None  # the device's datasheet HBM bandwidth, None where unknown
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "timer": self.timer,
             "ceilings": dict(self.ceilings),
             "ceilings_spread": {k: v.to_dict() for k, v in self.ceilings_spread.items()},
+            "hbm_peak": {"device": self.device, "gbps": self.hbm_peak_gbps},
             "suites": [s.to_dict() for s in self.suites],
             "host": list(self.host),
             "repeats": self.repeats,
@@ -418,6 +426,9 @@ def _link_balanced(cases: list[CaseSummary]) -> None:
 def summarize(results: BenchResults) -> Summary:
     """Derive every reported number from the recorded results."""
     ceilings, ceilings_spread = _ceilings_median(results)
+    device = results.env.get("device")
+    hbm_peak = hbm_peak_gbps(device)
+    timer = results.settings.get("timer") or "events"
     names = _impl_names(results)
     n_rep = len(results.repeats)
     n_cases = len(results.repeats[0].cases) if results.repeats else 0
@@ -430,6 +441,7 @@ def summarize(results: BenchResults) -> Summary:
 
     for ci in range(n_cases):
         shape = results.repeats[0].cases[ci].shape
+        bound, floor = bound_of(shape, ceilings)
         impls: dict[str, ImplSummary] = {}
         for name in names:
             items = [r.cases[ci].impls[name] for r in results.repeats if name in r.cases[ci].impls]
@@ -450,10 +462,10 @@ def summarize(results: BenchResults) -> Summary:
                 s.us_worst = max(it.us_max if it.us_max is not None else it.us for it in items)
                 s.tflops = tflops(shape.flops, s.us)
                 s.gbps = gbps(shape.bytes_moved, s.us)
-                _, floor = bound_of(shape, ceilings)
                 s.fraction = floor / s.us if floor else None
+                if hbm_peak and bound == "memory" and not isinstance(shape, MqaShape):
+                    s.hbm_share = s.gbps / hbm_peak
             impls[name] = s
-        bound, floor = bound_of(shape, ceilings)
         dgx = impls.get(DGX)
         speedups: dict[str, float | None] = {}
         for name in names:
@@ -461,7 +473,7 @@ def summarize(results: BenchResults) -> Summary:
                 continue
             p = impls.get(name)
             speedups[name] = (p.us / dgx.us) if (dgx and dgx.us and p and p.us) else None
-        anchor = anchor_for(shape)
+        anchor = anchor_for(shape, timer)
         vs_anchor = (dgx.tflops / anchor["tflops"]) if (dgx and dgx.tflops and anchor) else None
         case_summaries.append(
             CaseSummary(shape, bound, floor, roofline_tflops(shape, ceilings), impls, speedups, anchor, vs_anchor)
@@ -542,7 +554,7 @@ def summarize(results: BenchResults) -> Summary:
             entry.update(status=items[0].status, reason=items[0].reason)
         host.append(entry)
 
-    return Summary(ceilings, ceilings_spread, suites, host, n_rep)
+    return Summary(ceilings, ceilings_spread, suites, host, n_rep, timer, device, hbm_peak)
 
 
 def peer_names(suite: SuiteSummary) -> list[str]:

@@ -29,6 +29,7 @@ from .suites import (
     select_shapes,
     suite_names,
 )
+from .timers import EVENTS, TIMER_METHOD, check_timer, timer_function
 from .timing import HOST_CALLS, ITERS, WARMUP
 
 NO_GPU_PREFIX = "dgx bench needs an NVIDIA GPU: "
@@ -36,6 +37,10 @@ NO_GPU_PREFIX = "dgx bench needs an NVIDIA GPU: "
 
 class NoGpu(RuntimeError):
     """No usable GPU (torch missing, no CUDA device, …)."""
+
+
+class TimerUnavailable(RuntimeError):
+    """The chosen timer cannot run here (the kernel timer without CUPTI)."""
 
 
 def gpu_problem() -> str | None:
@@ -121,11 +126,15 @@ def environment() -> dict:
 # ceilings
 
 
-def measure_ceilings(flush, warmup: int = WARMUP, iters: int = ITERS) -> tuple[dict[str, float], dict[str, str]]:
-    """FP8 per-tensor cuBLASLt 8192³ (best of with/without fast accumulation), BF16 8192³, D2D copy."""
+def measure_ceilings(
+    flush, warmup: int = WARMUP, iters: int = ITERS, timer: str = EVENTS
+) -> tuple[dict[str, float], dict[str, str]]:
+    """FP8 per-tensor cuBLASLt 8192³ (best of with/without fast accumulation), BF16 8192³, D2D copy; each
+    timed with ``timer`` (the run's timer, so the ceilings and the cases share one clock)."""
     import torch
 
-    from .timing import time_gpu
+    time_call = timer_function(timer)
+    clock = f" ({timer} timer)"
 
     ceil: dict[str, float] = {}
     notes: dict[str, str] = {}
@@ -144,7 +153,7 @@ def measure_ceilings(flush, warmup: int = WARMUP, iters: int = ITERS) -> tuple[d
         one = torch.ones((), device="cuda", dtype=torch.float32)
         best = {}
         for fast in (False, True):
-            t = time_gpu(
+            t = time_call(
                 lambda: torch._scaled_mm(a8, b8.t(), one, one, out_dtype=torch.bfloat16, use_fast_accum=fast),
                 flush,
                 warmup,
@@ -156,22 +165,22 @@ def measure_ceilings(flush, warmup: int = WARMUP, iters: int = ITERS) -> tuple[d
         ceil["fp8_tflops_fast_accum"] = best[True]
         notes["fp8_tflops"] = (
             f"torch._scaled_mm per-tensor 8192³ BF16 out: {best[False]:.0f} TFLOPS, "
-            f"{best[True]:.0f} with use_fast_accum; the larger is the ceiling"
+            f"{best[True]:.0f} with use_fast_accum; the larger is the ceiling{clock}"
         )
 
     def bf16():
         a16, b16 = operands()
-        t = time_gpu(lambda: torch.matmul(a16, b16), flush, warmup, iters)
+        t = time_call(lambda: torch.matmul(a16, b16), flush, warmup, iters)
         ceil["bf16_tflops"] = tflops(2 * n**3, t.median_us)
-        notes["bf16_tflops"] = "torch.matmul BF16 8192³"
+        notes["bf16_tflops"] = "torch.matmul BF16 8192³" + clock
 
     def copy():
         nbytes = 1 << 30
         src = torch.empty(nbytes, dtype=torch.int8, device="cuda").fill_(1)
         dst = torch.empty_like(src)
-        t = time_gpu(lambda: dst.copy_(src), None, warmup, iters)
+        t = time_call(lambda: dst.copy_(src), None, warmup, iters)
         ceil["copy_gbps"] = gbps(2 * nbytes, t.median_us)
-        notes["copy_gbps"] = "device-to-device copy of 1 GiB, bytes read + written"
+        notes["copy_gbps"] = "device-to-device copy of 1 GiB, bytes read + written" + clock
 
     for key, fn in (("fp8_tflops", fp8), ("bf16_tflops", bf16), ("copy_gbps", copy)):
         try:
@@ -180,6 +189,20 @@ def measure_ceilings(flush, warmup: int = WARMUP, iters: int = ITERS) -> tuple[d
             notes[key] = f"unavailable: {type(e).__name__}: {e}"
         torch.cuda.empty_cache()
     return ceil, notes
+
+
+def probe_timer(ctx) -> None:
+    """Time one small kernel with the run's timer before anything else, so that a timer that cannot run here
+    (the kernel timer without CUPTI) stops the run with its reason instead of failing every case."""
+    import torch
+
+    from .kernel_timer import KernelTimerError
+
+    x = torch.zeros(1 << 20, device="cuda")
+    try:
+        ctx.time(lambda: x.add_(1.0), warmup=1, iters=2)
+    except KernelTimerError as e:
+        raise TimerUnavailable(f"--timer {ctx.timer} cannot run here: {e}") from None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -290,14 +313,17 @@ def run_suite(
     iters: int = ITERS,
     host: bool = True,
     host_calls: int = HOST_CALLS,
+    timer: str = EVENTS,
 ) -> BenchResults:
     """Run the benchmark and return the recorded results (see :mod:`dgx.bench.results`).
 
-    ``shapes`` (or ``shapes_file``) replaces the built-in suites; ``suite`` filters either.
+    ``shapes`` (or ``shapes_file``) replaces the built-in suites; ``suite`` filters either. ``timer``
+    (``events`` or ``kernel``, :mod:`dgx.bench.timers`) times every case and the ceilings.
     Raises :class:`NoGpu` without a usable GPU and ``ValueError`` on bad arguments.
     """
     say = echo or (lambda s: None)
     suite_names(suite)  # validates
+    check_timer(timer)
     if repeat < 1:
         raise ValueError(f"repeat must be >= 1, got {repeat}")
     if shapes is None and shapes_file is not None:
@@ -324,6 +350,7 @@ def run_suite(
             "peers": peers,
             "repeat": repeat,
             "seed": seed,
+            "timer": timer,
             "warmup": warmup,
             "iters": iters,
             "l2_flush_bytes": 1 << 30,
@@ -333,27 +360,32 @@ def run_suite(
     )
     gemm = any(shape.suite in GEMM_SUITES for shape in selected)
     results.notes.append(
-        "µs: median of the timed calls (CUDA events, L2 flushed by zeroing 1 GB before each call); "
-        "with --repeat, the median over repeats of those medians."
+        f"µs: median of the timed calls ({timer} timer: {TIMER_METHOD[timer]}; L2 flushed by zeroing 1 GB before "
+        "each call); with --repeat, the median over repeats of those medians. The ceilings are timed the same way."
     )
     if gemm:
         results.notes += [
             "TFLOPS = 2·M·N·K/t; GB/s = (M·K + K·N + out·M·N)/t with out = 2 bytes (BF16) or 8 (FP32 c read + d "
             "written); grouped: valid rows only, B counted once per group.",
-            "Fraction of ceiling: the larger of (FLOPs / FP8 ceiling, bytes / copy bandwidth) over the time taken.",
+            "Fraction of ceiling: the larger of (FLOPs / FP8 ceiling, bytes / copy bandwidth) over the time taken "
+            "(memory-bound rows: the share of the copy bandwidth measured in this run).",
         ]
     results.notes.append("Speedup over a peer = peer µs / dgx µs (> 1: dgx is faster).")
     if gemm:
         results.notes.append("Grouped suites: looped peers make one launch per group on the valid rows (host-known counts).")
     results.notes += mqa_notes(shape.suite for shape in selected)
-    say(f"dgx bench on {results.env.get('device')} (driver {results.env.get('driver')}, torch {results.env.get('torch')})")
+    say(
+        f"dgx bench on {results.env.get('device')} (driver {results.env.get('driver')}, torch "
+        f"{results.env.get('torch')}); {timer} timer"
+    )
     flush = L2Flusher()
-    ctx = Ctx(flush, warmup, iters)
+    ctx = Ctx(flush, warmup, iters, timer=timer)
+    probe_timer(ctx)
     impls = make_impls(peers)
     for rep in range(repeat):
         say(f"repeat {rep + 1}/{repeat}: ceilings")
         rr = RepeatResult()
-        rr.ceilings, rr.ceiling_notes = measure_ceilings(flush, warmup, iters)
+        rr.ceilings, rr.ceiling_notes = measure_ceilings(flush, warmup, iters, timer)
         say(
             "  "
             + ", ".join(f"{k} {v:.0f}" for k, v in rr.ceilings.items())

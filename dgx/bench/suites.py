@@ -485,12 +485,33 @@ MASKED_ANCHORS = {
 
 HOST_ANCHOR = {"shape": (64, 2112, 7168), "deepgemm_cpu_us_per_call": 81.0, "goal_us": 10.0}
 
+# (M, N, K) -> DeepGEMM kernel-only µs (CUPTI through torch.profiler; ANCHORS.md, decode sizes)
+DENSE_KERNEL_ANCHORS_US = {
+    (64, 2112, 7168): 12.3,
+    (64, 24576, 1536): 20.5,
+    (64, 32768, 512): 11.0,
+    (64, 7168, 16384): 52.1,
+    (64, 4096, 7168): 17.8,
+    (64, 7168, 2048): 9.4,
+    (128, 2112, 7168): 13.4,
+    (128, 4096, 7168): 20.0,
+}
+"""The anchors on the kernel timer's clock: with ``--timer kernel`` dgx is compared with these only (a figure
+measured with CUDA events includes launch gaps, so the clocks would not match)."""
 
-def anchor_for(shape: Shape) -> dict[str, float] | None:
-    """DeepGEMM's figure for this shape (H100, ANCHORS.md), or None where ANCHORS.md has none.
+
+def anchor_for(shape: Shape, timer: str = "events") -> dict[str, float] | None:
+    """DeepGEMM's figure for this shape (H100, ANCHORS.md) on the clock of ``timer``, or None where ANCHORS.md
+    has none: with ``events`` the CUDA-events tables, with ``kernel`` the kernel-only times (dense decode shapes).
 
     Grouped anchors were measured with DeepGEMM's own random group sizes, so compare TFLOPS, not µs.
     """
+    if timer == "kernel":
+        us = DENSE_KERNEL_ANCHORS_US.get((shape.m, shape.n, shape.k)) if shape.suite == "dense" else None
+        if us is None:
+            return None
+        t = us * 1e-6
+        return {"tflops": shape.flops / t / 1e12, "us": us, "gbps": shape.bytes_moved / t / 1e9}
     if shape.suite == "dense":
         return DENSE_ANCHORS.get((shape.m, shape.n, shape.k))
     if shape.suite == "contiguous":

@@ -1,7 +1,18 @@
 """GPU timing with the method of DESIGN.md, and host (CPU) cost per call.
 
-* :func:`time_gpu`: CUDA events around each call, each call preceded by zeroing a 1 GB buffer (cold
-  L2), 5 warm-ups, 30 timed calls; median (min and max kept).
+Two GPU timers, chosen by name (``dgx bench --timer``, :mod:`dgx.bench.timers`), with the same protocol:
+each call preceded by zeroing a 1 GB buffer (cold L2), 5 warm-ups, 30 timed calls; median (min and max
+kept), in µs.
+
+* ``events`` (the default), :func:`time_gpu`: CUDA events recorded right before and after each call, so a
+  sample also holds what passes on the GPU between the two events besides the call's kernels: the gaps
+  between launches (the GPU idle while the host issues the next kernel) and the events' own cost, which
+  matter below about 20 µs.
+* ``kernel``, :func:`~dgx.bench.kernel_timer.time_kernels`: the kernel-only duration, CUPTI through
+  ``torch.profiler``: per call, the summed device duration of the kernels (and copies and memsets) the call
+  launched, launch gaps excluded; several kernels in one call are summed. This is the clock DeepGEMM
+  publishes its figures on.
+
 * :func:`host_cost`: CPU µs per call over 1000 calls of a cached kernel on the same tensors,
   ``time.perf_counter`` around the loop, no synchronisation inside it (one after).
 
@@ -29,6 +40,7 @@ class Timing:
     min_us: float
     max_us: float
     samples_us: list[float]
+    kernels: list[str] = dataclasses.field(default_factory=list)  # kernel timer: one call's GPU activities
 
 
 class L2Flusher:
