@@ -12,7 +12,7 @@ import pytest
 import ptx
 from dgx import compiler
 from dgx.errors import CompileError
-from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, LAYOUT_MASKED, SHARE_A, SHARE_B, GemmConfig
+from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, LAYOUT_CONTIGUOUS_PSUM, LAYOUT_MASKED, SHARE_A, SHARE_B, GemmConfig
 
 # --- NVRTC compiles, checked in the SASS ----------------------------------------------------------
 
@@ -31,6 +31,8 @@ REPRESENTATIVE = [
     GemmConfig(n=7168, k=7000, block_m=64, block_n=56, stages=11, defer=True),  # deferred, run-time split, K tail
     GemmConfig(n=4096, k=7168, block_m=128, block_n=128, stages=5, layout=LAYOUT_MASKED, defer=True),  # 192 accumulators
     GemmConfig(n=4096, k=0, block_m=128, block_n=112, stages=5, layout=3, wgrad=True, defer=True),  # run-time K, deferred
+    GemmConfig(n=4096, k=7168, block_m=128, block_n=160, stages=4, layout=LAYOUT_CONTIGUOUS_PSUM),  # MoE, prefix sums
+    GemmConfig(n=7168, k=2048, block_m=64, block_n=96, stages=8, layout=LAYOUT_CONTIGUOUS_PSUM, defer=True),  # psum, 64 rows
 ]
 
 
