@@ -13,6 +13,7 @@ import ptx
 from dgx import compiler
 from dgx.errors import CompileError
 from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, LAYOUT_CONTIGUOUS_PSUM, LAYOUT_MASKED, SHARE_A, SHARE_B, GemmConfig
+from dgx.kernels.ue8m0 import Ue8m0UnpackConfig
 
 # --- NVRTC compiles, checked in the SASS ----------------------------------------------------------
 
@@ -97,3 +98,18 @@ def test_compile_options():
     assert opts[0] == "--gpu-architecture=sm_90a" and opts[-1] == "--ptxas-options=-v"
     with pytest.raises(ValueError, match="sm_90a"):
         compiler.compile_options("hopper")
+
+
+def test_ue8m0_unpack_kernel_compiles_without_local_memory(tmp_path):
+    src = Ue8m0UnpackConfig().render()
+    result = compiler.compile_cubin(src.source, src.name, compiler.compile_options("sm_90a", ("--ptxas-options=-v",)))
+    assert result.cubin[:4] == b"\x7fELF"
+    assert re.search(r"\b0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads", result.log), result.log
+    path = tmp_path / "k.cubin"
+    path.write_bytes(result.cubin)
+    sass = subprocess.run([_nvdisasm(), "--print-code", str(path)], capture_output=True, text=True, timeout=120)
+    assert sass.returncode == 0, sass.stderr
+    assert src.name in sass.stdout
+    assert not re.search(r"\b(LDL|STL)(\.|\s)", sass.stdout), "local-memory traffic in the SASS"
+    with pytest.raises(ValueError, match="threads"):
+        Ue8m0UnpackConfig(threads=100)
