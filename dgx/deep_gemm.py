@@ -268,13 +268,17 @@ def _expect_k_major(fn: str, operand: str, t, given_as: str | None = None) -> No
         return  # dgx's own checks name what is wrong
     if t.shape[-1] > 1 and t.stride(-1) != 1:
         if given_as:
-            how = (f"{fn} takes {operand} as {given_as}, whose transpose is the operand; on sm_90 it must be K-major "
-                   f"(stride 1 along K), so {given_as} must be stored column-major")
-        else:
-            how = f"{fn} needs {operand} K-major on sm_90 (stride 1 along K, the last dimension)"
+            given = t.transpose(-1, -2)
+            raise ValueError(
+                f"{operand}: {fn} takes {operand} as {given_as} and reads its transpose, which sm_90 needs K-major "
+                f"(stride 1 along K): {given_as} stored column-major; this one is row-major (shape "
+                f"{tuple(given.shape)}, strides {tuple(given.stride())}), so its transpose is MN-major. Pass the "
+                f"transposed pair ({operand}[0].mT.contiguous(), {operand}[1].mT) to the _nt form instead"
+            )
         raise ValueError(
-            f"{operand}: {how}; got the operand with shape {tuple(t.shape)} and strides {tuple(t.stride())}, which is "
-            f"MN-major. Pass a K-major copy instead (e.g. {operand}.transpose(-1, -2).contiguous() for the MN-major view)"
+            f"{operand}: {fn} needs {operand} K-major on sm_90 (stride 1 along K, the last dimension); got shape "
+            f"{tuple(t.shape)} with strides {tuple(t.stride())}, which is MN-major. Pass ({operand}[0].contiguous(), "
+            f"{operand}[1]) instead"
         )
 
 
@@ -431,17 +435,22 @@ def _contiguous(fn: str, a, b, d, grouped_layout, recipe, compiled_dims, disable
             raise ValueError(f"grouped_layout: the m_indices layout (use_psum_layout=False) takes one group index per "
                              f"row of A, shape ({int(a[0].shape[0])},); got shape ({rows},) (one per group: pass "
                              f"use_psum_layout=True for prefix sums)")
-    a, b = _grouped_scales(a, b, "M")
-    a, b = tuple(a), tuple(b)
-    if use_psum_layout:
-        _dgx_contiguous_psum(a, b, d, grouped_layout, alignment=alignment, expected_m=expected_m_for_psum_layout)
-        return
-    if alignment % _DGX_ALIGNMENT:
+    if not use_psum_layout and alignment % _DGX_ALIGNMENT:
         raise ValueError(
             f"{fn}: dgx's m_indices layout needs every group's rows padded to a multiple of {_DGX_ALIGNMENT}; "
             f"get_mk_alignment_for_contiguous_layout() is {alignment} (use_psum_layout=True takes multiples of 64)"
         )
-    _dgx_contiguous(a, b, d, grouped_layout)
+    if use_psum_layout and alignment % 64:
+        raise ValueError(
+            f"{fn}: the prefix-sum layout needs the groups aligned to a multiple of 64 rows; "
+            f"get_mk_alignment_for_contiguous_layout() is {alignment}"
+        )
+    a, b = _grouped_scales(a, b, "M")
+    a, b = tuple(a), tuple(b)
+    if use_psum_layout:
+        _dgx_contiguous_psum(a, b, d, grouped_layout, alignment=alignment, expected_m=expected_m_for_psum_layout)
+    else:
+        _dgx_contiguous(a, b, d, grouped_layout)
 
 
 class _Required:

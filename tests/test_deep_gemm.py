@@ -224,7 +224,8 @@ def test_non_k_major_forms_raise_naming_the_operand(recorder, fn, operand):
     b_t = (torch.empty(k, n, dtype=torch.float8_e4m3fn), torch.ones(k // 128, n // 128))
     a, b, d = _dense_inputs(m, n, k)
     args = {"fp8_gemm_nn": (a, b_t), "fp8_fp4_gemm_nn": (a, b_t), "fp8_gemm_tn": (a_t, b_t), "fp8_gemm_tt": (a_t, b)}
-    with pytest.raises(ValueError, match=rf"^{operand}: {fn.replace('fp4_', '')}.* K-major .*MN-major"):
+    with pytest.raises(ValueError, match=rf"^{operand}: {fn.replace('fp4_', '')} takes {operand} as \[K, .*K-major.*"
+                                         rf"row-major.*MN-major. Pass the transposed pair \({operand}\[0\].mT.contiguous\(\), "):
         getattr(dg, fn)(*args[fn], d)
     assert not recorder
 
@@ -232,7 +233,7 @@ def test_non_k_major_forms_raise_naming_the_operand(recorder, fn, operand):
 def test_nt_with_an_mn_major_operand_raises_naming_it(recorder):
     a, b, d = _dense_inputs()
     b_mn = (b[0].t().contiguous().t(), b[1])  # [N, K] with stride 1 along N
-    with pytest.raises(ValueError, match=r"^b: fp8_gemm_nt needs b K-major"):
+    with pytest.raises(ValueError, match=r"^b: fp8_gemm_nt needs b K-major .*MN-major. Pass \(b\[0\].contiguous\(\), b\[1\]\)"):
         dg.fp8_gemm_nt(a, b_mn, d)
     assert not recorder
 
@@ -348,6 +349,10 @@ def test_contiguous_alignment_must_suit_the_layout(recorder, alignment):
                                          r"get_mk_alignment_for_contiguous_layout\(\) is 64"):
         dg.m_grouped_fp8_gemm_nt_contiguous(a, b, d, torch.zeros(512, dtype=torch.int32))
     with pytest.raises(Reached):  # 64 suits the prefix-sum layout
+        dg.m_grouped_fp8_gemm_nt_contiguous(a, b, d, torch.zeros(4, dtype=torch.int32), use_psum_layout=True)
+    dg.set_mk_alignment_for_contiguous_layout(32)
+    with pytest.raises(ValueError, match=r"prefix-sum layout needs the groups aligned to a multiple of 64 rows; "
+                                         r"get_mk_alignment_for_contiguous_layout\(\) is 32"):
         dg.m_grouped_fp8_gemm_nt_contiguous(a, b, d, torch.zeros(4, dtype=torch.int32), use_psum_layout=True)
 
 

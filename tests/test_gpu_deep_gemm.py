@@ -134,7 +134,10 @@ def test_psum_layout_matches_m_indices_bitwise_per_config(group_rows, n, k, bloc
 
 
 def test_psum_layout_follows_new_sums_under_graph_replay():
+    import dgx
     import dgx.deep_gemm as dg
+    from dgx.grouped_psum import psum_config
+    from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS
 
     n, k = 1024, 1024
     layouts = [[100, 300, 0, 250], [250, 10, 300, 90], [0, 0, 0, 600], [640, 0, 0, 0]]
@@ -152,13 +155,14 @@ def test_psum_layout_follows_new_sums_under_graph_replay():
         with torch.cuda.graph(graph, stream=stream):
             dg.m_grouped_fp8_gemm_nt_contiguous(a, b, d, psum, use_psum_layout=True)
     torch.cuda.synchronize()
+    config = replace(psum_config(m, n, k, 4, dgx.get_num_sms(), 128), layout=LAYOUT_CONTIGUOUS)  # the same tiles
     for rows in layouts:
         starts, new_psum, m_indices, m_rows = _layouts(rows)
         psum.copy_(new_psum)
         d.fill_(float("nan"))
         graph.replay()
         d_idx = _poisoned(m_rows, n)
-        dg.m_grouped_fp8_gemm_nt_contiguous((a[0][:m_rows], a[1][:m_rows]), b, d_idx, m_indices)
+        dgx.m_grouped_fp8_gemm_nt_contiguous((a[0][:m_rows], a[1][:m_rows]), b, d_idx, m_indices, config=config)
         torch.cuda.synchronize()
         _check_groups(d, a, b, starts, rows)
         _equal_on_groups(d_idx, d, starts, rows)
