@@ -1,13 +1,14 @@
 """Precompiles (CPU, no GPU needed) the GEMM kernels DeepGEMM's test files pick through dgx.deep_gemm, so a device
 run of tests/device/run_deep_gemm_tests.py spends its time testing instead of compiling.
 
-    DGX_CACHE_DIR=DIR python tests/device/deep_gemm_test_kernels.py [--num-sms 132] [-j N] [--list]
+    DGX_CACHE_DIR=DIR python tests/device/deep_gemm_test_kernels.py [--num-sms 132] [-j N] [--list] [--gpu-tests]
 
 The shapes are those of DeepGEMM's tests/test_core.py at 3fc6728 and the sm_90 cases of tests/test_fp8_fp4.py
 (its generators.py) at 54e2261, with every M (contiguous: every M_sum) their random group sizes can produce; each
 distinct config the heuristics pick is compiled into the kernel cache, plus the prefix-sum twins of the contiguous
-ones and the UE8M0 unpack kernel. Ship the cache to the GPU machine with ``dgx cache export`` / ``dgx cache import``
-(or point DGX_CACHE_DIR at a copy). The configs depend on the SM count: 132 is an H100/H200 SXM.
+ones and the UE8M0 unpack kernel; with --gpu-tests also the kernels of tests/test_gpu_deep_gemm.py. Ship the cache
+to the GPU machine with ``dgx cache export`` / ``dgx cache import`` (or point DGX_CACHE_DIR at a copy). The configs
+depend on the SM count: 132 is an H100/H200 SXM.
 """
 
 from __future__ import annotations
@@ -102,6 +103,59 @@ def configs(num_sms: int) -> list:
     return list(out.items())
 
 
+def _layout_m(group_rows, align=128, extra=0) -> int:
+    """M of tests/test_gpu_deep_gemm.py's _layouts for these groups."""
+    start = 0
+    for rows in group_rows:
+        start = _align(start + rows, align)
+    return _align(start + extra, 128)
+
+
+def gpu_test_configs(num_sms: int) -> list:
+    """The kernels tests/test_gpu_deep_gemm.py builds (the same shapes; a test changed since compiles the rest)."""
+    from dataclasses import replace
+
+    from dgx.grouped_psum import psum_config
+    from dgx.heuristics import choose_dense, choose_grouped, choose_wgrad, pipeline_stages
+    from dgx.kernels.fp8_gemm import GemmConfig
+    from dgx.kinds import Layout
+
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from test_gpu_deep_gemm import PSUM_CASES
+
+    out: dict = {}
+    why = "test_gpu_deep_gemm"
+
+    def psum_pair(m, n, k, groups, alignment=128, heuristic_m=None):
+        config = psum_config(heuristic_m or m, n, k, groups, num_sms, alignment)
+        out.setdefault(config, why)
+        out.setdefault(replace(config, layout=int(Layout.CONTIGUOUS)), why)
+        out.setdefault(choose_grouped(Layout.CONTIGUOUS, m, n, k, groups, num_sms).config, why)
+
+    for rows, n, k in PSUM_CASES:
+        psum_pair(_layout_m(rows, extra=200), n, k, len(rows))
+    for rows, n, k in PSUM_CASES[1:3]:
+        for bm, bn, defer in ((64, 96, True), (128, 160, False)):
+            config = GemmConfig(n, k, bm, bn, pipeline_stages(bm, bn), layout=int(Layout.CONTIGUOUS), defer=defer)
+            out.setdefault(config, why)
+            out.setdefault(replace(config, layout=int(Layout.CONTIGUOUS_PSUM)), why)
+    psum_pair(896, 1024, 1024, 4)
+    for m in (640, 768):
+        out.setdefault(choose_grouped(Layout.CONTIGUOUS, m, 1024, 1024, 4, num_sms).config, why)
+    out.setdefault(psum_config(512, 512, 1024, 5, num_sms, 64), why)
+    m = _layout_m([3000, 20, 900])
+    out.setdefault(psum_config(min(m, 3000), 2048, 2048, 3, num_sms, 128), why)
+    out.setdefault(psum_config(512, 256, 512, 3, num_sms, 128), why)
+    for m, n, k in ((1, 2112, 7168), (128, 576, 7168), (4096, 7168, 2048), (300, 4096, 640), (256, 512, 1024)):
+        out.setdefault(choose_dense(m, n, k, num_sms).config, why)
+    for m, n, k in ((512, 384, 1024), (256, 512, 1024)):
+        out.setdefault(choose_wgrad(m, n, k, num_sms).config, why)
+    out.setdefault(choose_grouped(Layout.MASKED, 128, 512, 1024, 3, num_sms).config, why)
+    psum_pair(_layout_m([200, 0, 300]), 512, 1024, 3)
+    out.setdefault(choose_wgrad(256, 384, 320, num_sms, Layout.K_GROUPED, 3).config, why)
+    return list(out.items())
+
+
 def _build(source_arch):
     from dgx import warmup
 
@@ -114,12 +168,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-sms", type=int, default=132)
     parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--list", action="store_true", help="print the kernels, compile nothing")
+    parser.add_argument("--gpu-tests", action="store_true", help="also the kernels of tests/test_gpu_deep_gemm.py")
     args = parser.parse_args(argv)
     os.environ["DGX_JIT_STRICT"] = "0"
     from dgx.kernels.ue8m0 import Ue8m0UnpackConfig
     from dgx.limits import SUPPORTED_ARCH
 
-    sources = [(c.render(), why) for c, why in configs(args.num_sms)] + [(Ue8m0UnpackConfig().render(), "packed scales")]
+    found = dict(configs(args.num_sms))
+    if args.gpu_tests:
+        for config, why in gpu_test_configs(args.num_sms):
+            found.setdefault(config, why)
+    sources = [(c.render(), why) for c, why in found.items()] + [(Ue8m0UnpackConfig().render(), "packed scales")]
     for src, why in sources:
         print(f"{src.name}  ({why})")
     print(f"{len(sources)} kernels")
