@@ -58,9 +58,10 @@ def __getattr__(name: str):
         from . import torch_utils
 
         return getattr(torch_utils, name)
-    # The torch operators (torch.ops.dgx.*): importing the module imports torch and registers them.
-    if name == "torch_ops":
+    # The torch operators (torch.ops.dgx.*): importing the module imports torch and registers them. dgx.deep_gemm:
+    # DeepGEMM's current API on dgx (imports torch).
+    if name in ("torch_ops", "deep_gemm"):
         import importlib
 
-        return importlib.import_module(".torch_ops", __name__)
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'dgx' has no attribute {name!r}")

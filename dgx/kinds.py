@@ -18,6 +18,7 @@ class Layout(IntEnum):
     CONTIGUOUS = 1  # MoE groups along M, one contiguous segment of rows each
     MASKED = 2  # MoE groups along M, one [M_max] slice each with a run-time row count
     K_GROUPED = 3  # groups along K (weight gradients: one output per group)
+    CONTIGUOUS_PSUM = 4  # as CONTIGUOUS, the groups' row ranges given by prefix sums (one int per group)
 
 
 class ShareDim(IntEnum):
@@ -72,6 +73,8 @@ class GemmKind(str, Enum):
     @classmethod
     def of(cls, layout: int, wgrad: bool) -> GemmKind:
         """The kind a kernel of `layout` (and weight gradient or not) computes."""
+        if layout == Layout.CONTIGUOUS_PSUM:
+            layout = Layout.CONTIGUOUS  # the same GEMM; only how the groups' rows are given differs
         for kind, kind_layout in _LAYOUTS.items():
             if kind_layout == layout and kind.wgrad == bool(wgrad):
                 return kind

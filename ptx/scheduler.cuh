@@ -16,13 +16,19 @@
 // - K-grouped (MoE weight gradient): every group is a full M x N output (D[g] stacked along rows) over
 //   its own range of K: group g's K is ks[g] (a multiple of 128), the groups' ranges follow one another
 //   in A and B. Groups with no K are skipped.
+// - contiguous with prefix sums (MoE, DeepGEMM's psum layout): one int per group, psum[g] = the end (exclusive)
+//   of group g's rows; group g starts at psum[g - 1] rounded up to kBlockM (0 for g = 0), so the caller's
+//   alignment of the groups must be a multiple of kBlockM. Values are clamped to [the group's start, M]: a
+//   group whose end does not pass its start is empty. Rows in the gaps between groups are not inputs; the
+//   last block of a group may store into the gap after it (as the m_indices layout stores padding rows).
 #pragma once
 #include "common.cuh"
 
 namespace dgx {
 
 enum PairDim : int { kPairNone = 0, kPairN = 1, kPairM = 2 };
-enum GemmLayout : int { kLayoutDense = 0, kLayoutContiguous = 1, kLayoutMasked = 2, kLayoutKGrouped = 3 };
+enum GemmLayout : int { kLayoutDense = 0, kLayoutContiguous = 1, kLayoutMasked = 2, kLayoutKGrouped = 3,
+                        kLayoutContiguousPsum = 4 };
 
 // One tile, as the producer and the math warpgroups both need it.
 struct Tile {
@@ -65,6 +71,10 @@ struct TileScheduler {
     int units_before = 0;
     int group_rows = 0;
     int kb_before = 0;
+    // Contiguous with prefix sums: the rows [psum_start, psum_end) of the group `group` (`units_before` as for
+    // masked).
+    int psum_start = 0;
+    int psum_end = 0;
 
     DGX_DEVICE TileScheduler(int m_, const int* layout_, int num_groups_)
         : layout(layout_), m(m_), num_groups(num_groups_) {
@@ -73,6 +83,7 @@ struct TileScheduler {
         stride = gridDim.x / kCluster;
         rank = blockIdx.x % kCluster;
         if constexpr (kLayout == kLayoutMasked) group_rows = masked_rows(0);
+        if constexpr (kLayout == kLayoutContiguousPsum) psum_end = min(max(ld_global_nc_s32(layout), 0), m);
     }
 
     DGX_DEVICE int masked_rows(int g) const {
@@ -113,6 +124,30 @@ struct TileScheduler {
             t.sfa_kb0 = group * kNumKBlocks;
             t.kb0 = kSplit > 1 ? rank * kTileKBlocks : 0;
             t.num_kb = kTileKBlocks;
+            return true;
+        } else if constexpr (kLayout == kLayoutContiguousPsum) {
+            // Walk the groups from the one the previous tile was in: `next` only grows.
+            for (;;) {
+                if (group >= num_groups) return false;
+                const int units = ceil_div(psum_end - psum_start, kBlockM) * kNumNUnits;
+                if (next < units_before + units) break;
+                units_before += units;
+                if (++group >= num_groups) return false;
+                psum_start = ceil_div(psum_end, kBlockM) * kBlockM;
+                psum_end = min(max(ld_global_nc_s32(layout + group), psum_start), m);
+            }
+            int mu, nu;
+            raster(next - units_before, ceil_div(psum_end - psum_start, kBlockM), mu, nu);
+            next += stride;
+            t.a_row = t.d_row = t.sfa_row = psum_start + mu * kBlockM;
+            t.d_row_end = psum_end;
+            t.n_block = nu;
+            t.b_row = group * kN + nu * kBlockN;
+            t.group = group;
+            t.sfa_kb0 = 0;
+            t.kb0 = 0;
+            t.num_kb = kNumKBlocks;
+            t.share = true;
             return true;
         } else if constexpr (kLayout == kLayoutKGrouped) {
             const int per_group = ceil_div(m, kBlockM) * kNumNUnits;

@@ -12,7 +12,8 @@ import pytest
 import ptx
 from dgx import compiler
 from dgx.errors import CompileError
-from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, LAYOUT_MASKED, SHARE_A, SHARE_B, GemmConfig
+from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, LAYOUT_CONTIGUOUS_PSUM, LAYOUT_MASKED, SHARE_A, SHARE_B, GemmConfig
+from dgx.kernels.ue8m0 import Ue8m0UnpackConfig
 
 # --- NVRTC compiles, checked in the SASS ----------------------------------------------------------
 
@@ -33,6 +34,8 @@ REPRESENTATIVE = [
     GemmConfig(n=4096, k=0, block_m=128, block_n=112, stages=5, layout=3, wgrad=True, defer=True),  # run-time K, deferred
     GemmConfig(n=2112, k=7168, block_m=64, block_n=128, stages=7, split_k=7),  # split-K, a cluster of 7
     GemmConfig(n=2112, k=4096, block_m=128, block_n=128, stages=4, wgrad=True, split_k=2),  # split-K weight gradient
+    GemmConfig(n=4096, k=7168, block_m=128, block_n=160, stages=4, layout=LAYOUT_CONTIGUOUS_PSUM),  # MoE, prefix sums
+    GemmConfig(n=7168, k=2048, block_m=64, block_n=96, stages=8, layout=LAYOUT_CONTIGUOUS_PSUM, defer=True),  # psum, 64 rows
 ]
 
 
@@ -99,3 +102,18 @@ def test_compile_options():
     assert opts[0] == "--gpu-architecture=sm_90a" and opts[-1] == "--ptxas-options=-v"
     with pytest.raises(ValueError, match="sm_90a"):
         compiler.compile_options("hopper")
+
+
+def test_ue8m0_unpack_kernel_compiles_without_local_memory(tmp_path):
+    src = Ue8m0UnpackConfig().render()
+    result = compiler.compile_cubin(src.source, src.name, compiler.compile_options("sm_90a", ("--ptxas-options=-v",)))
+    assert result.cubin[:4] == b"\x7fELF"
+    assert re.search(r"\b0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads", result.log), result.log
+    path = tmp_path / "k.cubin"
+    path.write_bytes(result.cubin)
+    sass = subprocess.run([_nvdisasm(), "--print-code", str(path)], capture_output=True, text=True, timeout=120)
+    assert sass.returncode == 0, sass.stderr
+    assert src.name in sass.stdout
+    assert not re.search(r"\b(LDL|STL)(\.|\s)", sass.stdout), "local-memory traffic in the SASS"
+    with pytest.raises(ValueError, match="threads"):
+        Ue8m0UnpackConfig(threads=100)

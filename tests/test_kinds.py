@@ -9,7 +9,14 @@ import pytest
 
 from dgx import warmup
 from dgx.bench import suites
-from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, LAYOUT_DENSE, LAYOUT_K_GROUPED, LAYOUT_MASKED, GemmConfig
+from dgx.kernels.fp8_gemm import (
+    LAYOUT_CONTIGUOUS,
+    LAYOUT_CONTIGUOUS_PSUM,
+    LAYOUT_DENSE,
+    LAYOUT_K_GROUPED,
+    LAYOUT_MASKED,
+    GemmConfig,
+)
 from dgx.kinds import KIND_NAMES, SHORT_NAMES, GemmKind, Layout
 
 SHAPES_FILE_KINDS = ("dense", "m_grouped_contiguous", "m_grouped_masked", "wgrad", "k_grouped")
@@ -37,7 +44,10 @@ def test_parse_refuses_other_names():
 
 
 def test_layouts_and_the_kernel_side():
-    assert [int(v) for v in Layout] == [LAYOUT_DENSE, LAYOUT_CONTIGUOUS, LAYOUT_MASKED, LAYOUT_K_GROUPED] == [0, 1, 2, 3]
+    assert [int(v) for v in Layout] == [LAYOUT_DENSE, LAYOUT_CONTIGUOUS, LAYOUT_MASKED, LAYOUT_K_GROUPED,
+                                        LAYOUT_CONTIGUOUS_PSUM] == [0, 1, 2, 3, 4]
+    # The prefix-sum layout computes the contiguous kind (DeepGEMM's use_psum_layout=True)
+    assert GemmKind.of(Layout.CONTIGUOUS_PSUM, False) is GemmKind.M_GROUPED_CONTIGUOUS
     expect = {
         GemmKind.DENSE: (Layout.DENSE, False, False),
         GemmKind.M_GROUPED_CONTIGUOUS: (Layout.CONTIGUOUS, False, True),

@@ -207,21 +207,30 @@ def _global_access_before_wait(sass: str, kernel: str) -> list[str]:
 
 def _kernels():
     from dgx.heuristics import choose_dense, choose_grouped, choose_wgrad
-    from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, LAYOUT_K_GROUPED, LAYOUT_MASKED, GemmConfig
+    from dgx.kernels.fp8_gemm import (
+        LAYOUT_CONTIGUOUS,
+        LAYOUT_CONTIGUOUS_PSUM,
+        LAYOUT_K_GROUPED,
+        LAYOUT_MASKED,
+        GemmConfig,
+    )
     from dgx.kernels.mqa_logits import MqaCleanConfig, PagedScheduleConfig, paged_config, prefill_config
     from dgx.kernels.smoke import SmokeConfig
+    from dgx.kernels.ue8m0 import Ue8m0UnpackConfig
 
     return [
         ("dense decode", choose_dense(64, 4096, 7168, 132).config),
         ("masked", choose_grouped(LAYOUT_MASKED, 64, 4096, 7168, 8, 132).config),  # masked_m read by the schedulers
         ("contiguous pair", choose_grouped(LAYOUT_CONTIGUOUS, 32768, 4096, 7168, 8, 132).config),  # m_indices, cluster
         ("split-K", GemmConfig(n=2112, k=7168, block_m=64, block_n=128, stages=7, split_k=7)),  # a cluster of 7
+        ("prefix sums", GemmConfig(n=4096, k=7168, block_m=128, block_n=128, stages=5, layout=LAYOUT_CONTIGUOUS_PSUM)),
         ("k-grouped", choose_wgrad(4096, 7168, 2048, 132, LAYOUT_K_GROUPED, 8).config),  # ks, maps in global memory
         ("prefill mqa", prefill_config(64, 128, False, False)),
         ("paged mqa", paged_config(64, 128, 1, False)),
         ("clean", MqaCleanConfig(True, False, False, 1)),
         ("schedule", PagedScheduleConfig()),
         ("smoke", SmokeConfig()),
+        ("ue8m0 unpack", Ue8m0UnpackConfig()),
     ]
 
 

@@ -16,7 +16,7 @@ from .wgmma_render import render_wgmma_e4m3
 SHARE_NONE, SHARE_A, SHARE_B = int(ShareDim.NONE), int(ShareDim.A), int(ShareDim.B)
 PAIR_NONE, PAIR_N, PAIR_M = SHARE_NONE, SHARE_A, SHARE_B  # earlier names: pairs along N share A, along M share B
 # How the scheduler walks the tiles (GemmConfig.layout; ptx/scheduler.cuh GemmLayout).
-LAYOUT_DENSE, LAYOUT_CONTIGUOUS, LAYOUT_MASKED, LAYOUT_K_GROUPED = (int(v) for v in Layout)
+LAYOUT_DENSE, LAYOUT_CONTIGUOUS, LAYOUT_MASKED, LAYOUT_K_GROUPED, LAYOUT_CONTIGUOUS_PSUM = (int(v) for v in Layout)
 LAYOUT_NAMES = {int(v): v.name.lower() for v in Layout}
 
 # The kernel's one parameter: a struct of these members, in this order (ptx/fp8_gemm.cuh fp8_gemm_nt_body

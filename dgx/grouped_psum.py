@@ -1,0 +1,153 @@
+"""The contiguous MoE GEMM with its groups given by prefix sums (DeepGEMM's ``use_psum_layout=True``): one int
+per group instead of one per row. Same kernel as dgx.grouped's m_indices layout, with the scheduler's prefix-sum
+layout (ptx/scheduler.cuh kLayoutContiguousPsum), which finds each tile's group from the sums on the GPU."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from . import launch
+from .checks import (
+    ceil_div,
+    expect_contiguous,
+    expect_dtype,
+    expect_ndim,
+    expect_nonnegative_strides,
+    expect_shape,
+    expect_tma_rows,
+    unpack_pair,
+    views_on_one_device,
+)
+from .device import get_num_sms
+from .grouped import _check_b
+from .heuristics import _best, candidates, pipeline_stages, with_deferred_promotion, with_stage_rounds
+from .kernels.fp8_gemm import SHARE_NONE, GemmConfig
+from .kinds import Layout
+from .launch import GemmPlan, Operands, scales_for_tma
+from .streams import resolve_stream
+
+__all__ = ["m_grouped_fp8_gemm_nt_contiguous_psum", "psum_config"]
+
+_plans: dict[tuple, GemmPlan] = {}
+
+
+def psum_config(m: int, n: int, k: int, groups: int, num_sms: int, alignment: int) -> GemmConfig:
+    """The prefix-sum layout's config for M rows in all (the heuristic's M), N, K and `groups`: the contiguous
+    layout's heuristic with tiles as high as the groups' alignment allows (128 rows for a multiple of 128, else 64:
+    the kernel starts each group at its predecessor's end rounded up to the tile height, so a tile lower than the
+    alignment would also run tiles of gap rows, as DeepGEMM's sm_90 kernel, whose tile height is the alignment,
+    does not) and without 2-CTA clusters (the prefix-sum layout runs single CTAs)."""
+    if alignment % 64:
+        raise ValueError(
+            f"alignment: the prefix-sum layout needs the groups aligned to a multiple of 64 rows (dgx's tiles are 64 "
+            f"or 128 rows high); got {alignment}"
+        )
+    block_m = 128 if alignment % 128 == 0 else 64
+
+    def options():
+        for bm, bn, pair in candidates(max(m, block_m + 1), n):  # (candidates drops 128-row tiles for M <= 64)
+            if bm != block_m or pair != SHARE_NONE:
+                continue
+            config = GemmConfig(n, k, bm, bn, pipeline_stages(bm, bn), layout=int(Layout.CONTIGUOUS))
+            units = config.units(m)
+            yield with_stage_rounds(with_deferred_promotion(config, units, num_sms)), units
+
+    config = _best(f"grouped (contiguous, prefix sums) M={m} N={n} K={k} groups={groups}", options(), k, num_sms).config
+    return replace(config, layout=int(Layout.CONTIGUOUS_PSUM))
+
+
+def _plan(m: int, n: int, k: int, groups: int, device: int, heuristic_m: int, alignment: int,
+          config: GemmConfig | None) -> GemmPlan:
+    num_sms = get_num_sms(device)
+    key = (m, n, k, groups, device, num_sms, heuristic_m, alignment, config)
+    found = _plans.get(key)
+    if found is None:
+        if config is None:
+            config = psum_config(heuristic_m, n, k, groups, num_sms, alignment)
+        elif config.layout != Layout.CONTIGUOUS_PSUM or config.n != n or config.k != k or config.wgrad:
+            raise ValueError(
+                f"config is for a {config.kind} GEMM (layout {config.layout}) with N={config.n}, K={config.k}; it "
+                f"does not fit a prefix-sum contiguous GEMM (layout {int(Layout.CONTIGUOUS_PSUM)}) with N={n}, K={k}"
+            )
+        elif alignment % config.block_m:
+            raise ValueError(f"config: block_m {config.block_m} does not divide the groups' alignment {alignment}")
+        # Tiles of different groups never share a block (each group starts at a multiple of the tile height),
+        # so the tiles of all groups together are at most those of M rows: a grid that covers any prefix sums.
+        found = launch.launch_plan(config, config.units(m), device, num_sms)
+        _plans[key] = found
+    return found
+
+
+def m_grouped_fp8_gemm_nt_contiguous_psum(a, b, d, psum_m, *, alignment: int = 128, expected_m: int | None = None,
+                                          stream=None, config: GemmConfig | None = None) -> None:
+    """d[r] = A[r] . B[g]^T for the rows r of every group g, the groups' row ranges given by prefix sums.
+
+    Args:
+        a: (A, SFA): A float8_e4m3fn [M, K]; SFA float32 [M, ceil(K/128)] (layouts as in fp8_gemm_nt).
+        b: (B, SFB): B float8_e4m3fn [G, N, K]; SFB float32 [G, ceil(N/128), ceil(K/128)], contiguous.
+        d: bfloat16 [M, N], written in place.
+        psum_m: int32 [G] on the GPU, read by the kernel (a captured graph follows new values): psum_m[g] is the
+            end (exclusive) of group g's rows. Group g's rows are [start_g, psum_m[g]) with start_0 = 0 and
+            start_g = psum_m[g - 1] rounded up to `alignment`. Values are clamped to [start_g, M]; a group
+            whose end does not pass its start is empty.
+        alignment: the rows the groups' starts are aligned to (DeepGEMM's get_mk_alignment_for_contiguous_layout()),
+            a multiple of 64.
+        expected_m: the typical rows of a group, if known: the config is chosen for G x expected_m rows instead
+            of M (DeepGEMM's expected_m_for_psum_layout). It guides the choice only.
+
+    Rows in the gaps between groups (and past the last group's end) are not inputs; the gap after a group may be
+    overwritten with unspecified values (the last tile of a group stores whole rows of 64), as DeepGEMM's sm_90
+    kernel does. Rows of no tile are left as they were.
+    """
+    A, SFA = unpack_pair(a, "a")
+    B, SFB = unpack_pair(b, "b")
+    av, sfav, bv, sfbv, dv, pv = views_on_one_device(
+        ((A, "A"), (SFA, "SFA"), (B, "B"), (SFB, "SFB"), (d, "d"), (psum_m, "grouped_layout"))
+    )
+    if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment <= 0:
+        raise ValueError(f"alignment: expected a positive int; got {alignment!r}")
+    if expected_m is not None and (isinstance(expected_m, bool) or not isinstance(expected_m, int) or expected_m <= 0):
+        raise ValueError(f"expected_m_for_psum_layout: expected None or a positive int; got {expected_m!r}")
+    expect_ndim(av, "A", 2)
+    expect_ndim(dv, "d", 2)
+    expect_ndim(sfav, "SFA", 2)
+    expect_ndim(pv, "grouped_layout", 1)
+    expect_dtype(av, "A", "float8_e4m3fn")
+    expect_dtype(sfav, "SFA", "float32")
+    expect_dtype(dv, "d", "bfloat16")
+    expect_dtype(pv, "grouped_layout", "int32")
+    m, k = av.shape
+    if k == 0:
+        raise ValueError("A: K must be positive; got K = 0")
+    groups, n = _check_b(bv, sfbv, k)
+    expect_shape(dv, "d", (m, n))
+    expect_shape(sfav, "SFA", (m, ceil_div(k, 128)))
+    if tuple(pv.shape) != (groups,):
+        raise ValueError(
+            f"grouped_layout: with use_psum_layout=True, expected one prefix sum per group, shape ({groups},); got "
+            f"{tuple(pv.shape)}"
+        )
+    expect_tma_rows(av, "A")
+    expect_tma_rows(dv, "d")
+    expect_nonnegative_strides(sfav, "SFA")
+    expect_contiguous(pv, "grouped_layout")
+    if alignment % 64:
+        raise ValueError(
+            f"alignment: the prefix-sum layout needs the groups aligned to a multiple of 64 rows (dgx's tiles are 64 "
+            f"or 128 rows high); got {alignment}"
+        )
+    if n == 0 or m == 0:
+        return
+    if m >= 2**31:
+        raise ValueError(f"A: M must be below 2**31; got {m}")
+    device = av.device
+    sfav, sfa_layout, keep, launch_stream = scales_for_tma(SFA, sfav, stream, device)
+    heuristic_m = m if expected_m is None else max(1, min(m, expected_m * groups))
+    plan = _plan(m, n, k, groups, device, heuristic_m, alignment, config)
+    if launch_stream is None:
+        launch_stream = resolve_stream(stream, device)
+    ops = Operands(a=av.ptr, a_rows=m, lda=av.strides[0], b=bv.ptr, b_rows=groups * n, ldb=bv.strides[1], d=dv.ptr,
+                   d_rows=m, ldd=dv.strides[0], sfa=sfav.ptr, sfa_layout=sfa_layout, sfb=sfbv.ptr, m=m,
+                   grouped_layout=pv.ptr, groups=groups)
+    plan.launcher.launch(launch_stream, launch.pack(plan.config, ops))
+    del keep  # made on the launch stream: the allocator reuses it only after the kernel

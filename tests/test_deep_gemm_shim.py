@@ -1,0 +1,140 @@
+"""The runner of DeepGEMM's test files against dgx (tests/device/run_deep_gemm_tests.py), on the CPU: the deep_gemm
+package it installs has what those files import, and a failing test is reported while the next ones still run."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+SHIM_PATH = Path(__file__).resolve().parent / "device" / "run_deep_gemm_tests.py"
+
+
+@pytest.fixture
+def shim():
+    spec = importlib.util.spec_from_file_location("run_deep_gemm_tests", SHIM_PATH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    before = set(sys.modules)
+    path = list(sys.path)
+    yield module
+    for name in set(sys.modules) - before:
+        if name.startswith(("deep_gemm", "_deep_gemm_test_", "dg_helpers")):
+            del sys.modules[name]
+    sys.path[:] = path
+
+
+def test_the_package_has_what_deepgemms_tests_import(shim):
+    import dgx.deep_gemm as api
+
+    pkg = shim.install()
+    import deep_gemm
+    from deep_gemm.jit_kernels.utils import get_m_alignment_for_contiguous_layout
+    from deep_gemm.testing import bench_kineto, calc_diff, count_bytes, get_arch_major, ignore_env  # noqa: F401
+    from deep_gemm.utils import (  # noqa: F401 - generators.py at 54e2261 imports these
+        align,
+        ceil_div,
+        get_mk_alignment_for_contiguous_layout,
+        per_block_cast_to_fp8,
+        per_channel_cast_to_fp8,
+        per_token_cast_to_fp4,
+        per_token_cast_to_fp8,
+        set_mk_alignment_for_contiguous_layout,
+        transpose_packed_fp4,
+    )
+
+    assert deep_gemm is pkg and deep_gemm.__path__
+    for name in api.__all__:
+        assert getattr(deep_gemm, name) is getattr(api, name), name
+    # test_core.py at 3fc6728: the 1.x names and helpers it takes from the package
+    for name in ("gemm_fp8_fp8_bf16_nt", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous",
+                 "m_grouped_gemm_fp8_fp8_bf16_nt_masked", "wgrad_gemm_fp8_fp8_fp32_nt",
+                 "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt", "bench_kineto", "calc_diff", "ceil_div",
+                 "get_col_major_tma_aligned_tensor", "cublaslt_gemm_nt"):
+        assert callable(getattr(deep_gemm, name)), name
+    assert get_m_alignment_for_contiguous_layout() == 128
+    assert set_mk_alignment_for_contiguous_layout is api.set_mk_alignment_for_contiguous_layout
+    with pytest.raises(NotImplementedError, match="sm_100"):
+        per_token_cast_to_fp4(None, True)
+    assert not hasattr(api, "cublaslt_gemm_nt") and not hasattr(api, "testing")  # the API holds only its names
+
+
+def test_calc_diff_and_count_bytes(shim):
+    import torch
+
+    x = torch.randn(64, 64)
+    assert shim.calc_diff(x, x) < 1e-12 and abs(shim.calc_diff(x, -x) - 2.0) < 1e-12
+    assert shim.calc_diff(torch.zeros(3), torch.zeros(3)) == 0.0
+    assert shim.count_bytes(x, (x.half(), None), [torch.empty(3, dtype=torch.int8)]) == 64 * 64 * 6 + 3
+    shim.assert_bitwise_equal(x, x.clone())
+    with pytest.raises(AssertionError, match="bitwise mismatch"):
+        shim.assert_bitwise_equal(x, x + 1)
+
+
+TEST_FILE = '''
+import random
+import torch
+
+import deep_gemm
+from deep_gemm import calc_diff, ceil_div
+from deep_gemm.testing import get_arch_major
+from deep_gemm.utils import per_token_cast_to_fp8
+
+from dg_helpers import LOG
+
+
+def test_one():
+    LOG.append(("one", random.random()))
+    x = torch.randn(4, 256)
+    q, s = per_token_cast_to_fp8(x, use_ue8m0=True)
+    assert calc_diff(q.float() * s.repeat_interleave(128, 1), x) < 1e-2 and ceil_div(5, 2) == 3
+
+
+def test_two():
+    LOG.append("two")
+    assert False, "this one fails"
+
+
+def test_three():
+    LOG.append("three")
+
+
+if __name__ == '__main__':
+    random.seed(0)
+    LOG.append("setup")
+    print(f'Library path: {deep_gemm.__path__}')
+    test_one()
+    test_two()
+    test_three()
+'''
+
+
+def test_a_failing_test_is_reported_and_the_next_runs(shim, tmp_path, capsys):
+    (tmp_path / "test_fake.py").write_text(textwrap.dedent(TEST_FILE))
+    (tmp_path / "dg_helpers.py").write_text("LOG = []\n")
+    results = shim.run_file(str(tmp_path / "test_fake.py"))
+    assert [(n, s) for n, s, _ in results] == [("test_one", "PASS"), ("test_two", "FAIL"), ("test_three", "PASS")]
+    log = sys.modules["dg_helpers"].LOG
+    assert log[0] == "setup" and log[1][0] == "one" and log[2:] == ["two", "three"]
+    import random
+
+    random.seed(0)
+    assert log[1][1] == random.random()  # the main block's seed ran before the first test
+    out = capsys.readouterr()
+    assert "this one fails" in out.err and "test_fake.py::test_two FAIL" in out.out and "Library path" in out.out
+
+    results = shim.run_file(str(tmp_path / "test_fake.py"), only={"test_three"})
+    assert [(n, s) for n, s, _ in results] == [("test_three", "PASS")]
+    assert shim.main([str(tmp_path / "test_fake.py"), "--only", "test_one"]) == 0
+    assert shim.main([str(tmp_path / "test_fake.py")]) == 1
+    assert "RESULT test_fake.py::test_two FAIL" in capsys.readouterr().out
+
+
+def test_an_import_error_is_a_failure(shim, tmp_path):
+    (tmp_path / "test_bad.py").write_text("import deep_gemm\nfrom deep_gemm import no_such_name\n")
+    assert [(n, s) for n, s, _ in shim.run_file(str(tmp_path / "test_bad.py"))] == [("<import>", "FAIL")]
