@@ -253,7 +253,7 @@ class ParamPack:
     Items are CUtensorMap objects (copied by value, 128 bytes), ('u64'|'i32'|'u32'|'f32', value) pairs.
     """
 
-    __slots__ = ("_storage", "_pointers", "address")
+    __slots__ = ("_storage", "_pointers", "address", "size")
 
     _CTYPES = {"u64": ctypes.c_uint64, "i32": ctypes.c_int32, "u32": ctypes.c_uint32, "f32": ctypes.c_float}
 
@@ -273,6 +273,7 @@ class ParamPack:
         self._storage = storage
         self._pointers = (ctypes.c_void_p * len(addresses))(*addresses)
         self.address = ctypes.addressof(self._pointers)
+        self.size = 0  # no single image
 
     @classmethod
     def of_members(cls, image: bytes, offsets: Sequence[int]) -> "ParamPack":
@@ -286,7 +287,17 @@ class ParamPack:
         pack._storage = [(raw, aligned)]
         pack._pointers = (ctypes.c_void_p * len(offsets))(*(aligned + off for off in offsets))
         pack.address = ctypes.addressof(pack._pointers)
+        pack.size = len(image)
         return pack
+
+    def image(self) -> bytes:
+        """The parameter struct's bytes (packs made by :meth:`of_members`)."""
+        return ctypes.string_at(self._storage[0][1], self.size) if self.size else b""
+
+    def words(self) -> memoryview:
+        """The parameter struct as writable 64-bit words (packs made by :meth:`of_members`): a launch after writing
+        new values into it passes them, as the driver copies the parameters when a launch (or a capture) is made."""
+        return memoryview((ctypes.c_char * self.size).from_address(self._storage[0][1])).cast("B").cast("Q")
 
 
 @dataclass(frozen=True)
@@ -368,6 +379,25 @@ class Launcher:
         (err,) = self._drv.cuLaunchKernelEx(config, self.kernel.function, params.address, 0)
         if err != 0:
             check(err, f"cuLaunchKernelEx({self.kernel.name})")
+
+
+def stream_capturing(stream: int) -> bool:
+    """Whether `stream` is being captured into a CUDA graph."""
+    drv = _driver()
+    status = check(drv.cuStreamIsCapturing(drv.CUstream(stream)), "cuStreamIsCapturing")
+    return int(status) != int(drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE)
+
+
+def alloc_async(nbytes: int, stream: int) -> int:
+    """Device memory from the device's default pool, ordered on `stream` (under capture: owned by the graph)."""
+    drv = _driver()
+    return int(check(drv.cuMemAllocAsync(nbytes, drv.CUstream(stream)), "cuMemAllocAsync"))
+
+
+def free_async(address: int, stream: int) -> None:
+    """Frees memory of :func:`alloc_async` after the work queued on `stream` so far."""
+    drv = _driver()
+    check(drv.cuMemFreeAsync(address, drv.CUstream(stream)), "cuMemFreeAsync")
 
 
 def copy_rows(dst: int, dst_pitch: int, src: int, src_pitch: int, width: int, height: int, stream: int) -> None:
