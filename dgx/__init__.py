@@ -5,7 +5,7 @@ cached on disk and launched through the CUDA driver API. Inputs are any DLPack-c
 """
 
 from .device import get_num_sms, set_num_sms
-from .errors import CompileError, CudaError, DgxError, JitStrictError
+from .errors import CompileError, CudaError, DgxError, JitStrictError, LayoutConversionWarning
 from .gemm import fp8_gemm_nt, gemm_fp8_fp8_bf16_nt
 from .grouped import (
     get_mk_alignment_for_contiguous_layout,
@@ -46,6 +46,7 @@ __all__ = [
     "CudaError",
     "DgxError",
     "JitStrictError",
+    "LayoutConversionWarning",
 ]
 
 
