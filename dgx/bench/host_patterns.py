@@ -31,6 +31,16 @@ WGRAD = dict(m=2112, n=7168, k=2048)
 K_GROUPED = dict(groups=4, m=2048, n=7168, k=512)  # k per group
 POOL = 3  # buffers a "fresh" grouped tensor cycles through (what a caching allocator hands out)
 
+GOALS_US = {
+    "dense/same": 8.0, "dense/fresh_out": 8.0, "dense/m_changes": 8.0, "dense/engine": 10.0,
+    "dense/sfa_row_major": 20.0, "contiguous/same": 8.0, "contiguous/engine": 10.0, "masked/same": 8.0,
+    "masked/engine": 10.0, "wgrad/same": 8.0, "wgrad/fresh_in": 10.0,
+}
+"""CPU µs per call dgx aims for on the device, per pattern (K-grouped has none)."""
+PEER_PATTERNS = ("dense/same", "dense/m_changes")
+"""The patterns the benchmark's peers are timed in too (each prepared once per problem: they take no fresh
+tensors; they allocate their outputs on every call anyway)."""
+
 
 @dataclasses.dataclass
 class Pattern:

@@ -37,13 +37,6 @@ from pathlib import Path
 HERE = Path(__file__).resolve()
 TESTS, ROOT = HERE.parents[1], HERE.parents[2]
 
-GOALS = {  # CPU µs per call on the device (the issue)
-    "dense/same": 8.0, "dense/fresh_out": 8.0, "dense/m_changes": 8.0, "dense/engine": 10.0,
-    "dense/sfa_row_major": 20.0, "contiguous/same": 8.0, "contiguous/engine": 10.0, "masked/same": 8.0,
-    "masked/engine": 10.0, "wgrad/same": 8.0, "wgrad/fresh_in": 10.0,
-}
-
-
 def _load(name: str, path: Path):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
@@ -147,7 +140,7 @@ def run(args) -> None:
         results[p.key] = {
             "label": p.label, "cpu_us": round(h.cpu_us - prep, 2), "plain_us": round(h.plain_us - prep_plain, 2),
             "prep_us": round(prep, 2), "held": h.held, "saturated": h.saturated, "encodes_per_call": encodes[0] / 200,
-            "goal_us": GOALS.get(p.key),
+            "goal_us": patterns_mod.GOALS_US.get(p.key),
         }
     if not args.no_stand_in:
         stand_in = _load("driver_stand_in_here", TESTS / "driver_stand_in.py").stand_in
