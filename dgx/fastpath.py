@@ -9,7 +9,7 @@ buffer), the new addresses are written into the parameters in place; no tensor m
 
 How a call finds its entry, cheaply:
 
-- a hint key: the first tensor's rows (``size(0)``: M changes between calls), the weight tensor's shape, the
+- a hint key: the first tensor's rows (``shape[0]``: M changes between calls), the weight tensor's shape, the
   call's non-tensor arguments, the thread. Not the weight's identity: layers of one shape share an entry (their
   weights' addresses are relocated like any other), so the entries stay as few as the distinct problems, and a
   weight or gradient made afresh every step still finds its entry;
@@ -144,7 +144,7 @@ class Entry:
     """What the full path built for one structure of call; :meth:`run` launches it with new addresses."""
 
     __slots__ = ("check", "ptrs", "addresses", "relocate", "launcher", "pack", "words", "device", "generation",
-                 "current_stream", "conversions")
+                 "current_stream", "conversions", "configs", "launch_kernel", "function", "params")
 
     def run(self, ptrs: tuple[int, ...], stream) -> bool:
         """Launches with the tensors' data pointers `ptrs` (in the entry's order) on `stream` (None: torch's
@@ -160,9 +160,21 @@ class Entry:
         s = self.current_stream(self.device) if stream is None else resolve_stream(stream, self.device)
         if self.conversions:
             self._run_converting(ptrs, s)
-        else:
-            self.launcher.launch(s, self.pack)
+            return True
+        # Launcher.launch, inlined: the launcher's (immutable) config for the stream, remembered here.
+        config = self.configs.get(s)
+        if config is None:
+            config = self._config(s)
+        (err,) = self.launch_kernel(config, self.function, self.params, 0)
+        if err != 0:
+            runtime.check(err, f"cuLaunchKernelEx({self.launcher.kernel.name})")
         return True
+
+    def _config(self, stream: int):
+        if len(self.configs) >= runtime.MAX_STREAM_CONFIGS:
+            self.configs.clear()
+        config = self.configs[stream] = self.launcher.config_for(stream)
+        return config
 
     def _run_converting(self, ptrs: tuple[int, ...], s: int) -> None:
         captured = []
@@ -260,6 +272,8 @@ def register(cache: dict, key: tuple, tensors: Sequence[object], sources: dict[s
     pack = runtime.ParamPack.of_members(_launched_image(plan.config, ops), INTERFACE.offsets)
     entry.pack, entry.words = pack, pack.words()
     entry.launcher = plan.launcher
+    entry.configs, entry.launch_kernel = {}, plan.launcher._drv.cuLaunchKernelEx
+    entry.function, entry.params = plan.launcher.kernel.function, pack.address
     entry.ptrs, entry.addresses = ptrs, addresses
     relocations = _relocations(plan.config, ops, sources, addresses, tuple(entry.words))
     entry.relocate = None if relocations is None else _relocator(relocations, [p & 15 for p in ptrs], len(addresses))

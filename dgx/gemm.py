@@ -68,7 +68,7 @@ def fp8_gemm_nt(a, b, d, c=None, *, stream=None, config: GemmConfig | None = Non
         try:
             A, SFA = a
             B, SFB = b
-            key = (A.size(0), B.shape, c is None, get_ident())
+            key = (A.shape[0], B.shape, c is None, get_ident())
         except (TypeError, ValueError, AttributeError, IndexError):  # not a pair of tensors: the full path says so
             fast = False
         else:

@@ -102,7 +102,7 @@ def m_grouped_fp8_gemm_nt_contiguous(a, b, d, m_indices, *, stream=None, config:
         try:
             A, SFA = a
             B, SFB = b
-            key = (A.size(0), B.shape, get_ident())
+            key = (A.shape[0], B.shape, get_ident())
         except (TypeError, ValueError, AttributeError, IndexError):  # not a pair of tensors: the full path says so
             fast = False
         else:
@@ -181,7 +181,7 @@ def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m: int, *, stream=N
         try:
             A, SFA = a
             B, SFB = b
-            key = (A.size(0), B.shape, expected_m, get_ident())
+            key = (A.shape[0], B.shape, expected_m, get_ident())
         except (TypeError, ValueError, AttributeError, IndexError):  # not a pair of tensors: the full path says so
             fast = False
         else:

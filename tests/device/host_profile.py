@@ -7,7 +7,7 @@ of the driver calls (argument building). Add the driver's own time to predict a 
 cuLaunchKernelEx about 3.7 µs through cuda-bindings, a tensor-map encode about 1.2 µs).
 
     cd tests/device && PYTHONPATH=../.. python host_profile.py [--calls N] [--rounds R] [--only KIND/NAME ...]
-                                                            [--cprofile KIND/NAME] [--json PATH]
+                                                            [--cprofile KIND/NAME] [--steps] [--json PATH]
 
 Prints µs per call for every pattern of dgx.bench.host_patterns (the call's own cost: the loop with the call
 minus the loop that only builds the pattern's tensors), the driver calls each pattern made per call, and
@@ -89,6 +89,54 @@ def primitives(calls: int = 2000, rounds: int = 10) -> list[tuple[str, float]]:
     return out
 
 
+def fast_path_steps(calls: int = 2000, rounds: int = 10) -> list[tuple[str, float]]:
+    """ns per step of dgx.fp8_gemm_nt's fast path (dense 64x2112x7168, CPU tensors, stand-in driver)."""
+    from _thread import get_ident
+
+    from dgx import gemm
+    from dgx.bench.host_patterns import _m_major
+
+    m, n, k = 64, 2112, 7168
+    A, SFA = torch.zeros(m, k, dtype=torch.float8_e4m3fn), _m_major(torch, m, k // 128, "cpu")
+    B, SFB = torch.zeros(n, k, dtype=torch.float8_e4m3fn), torch.ones(n // 128 + 1, k // 128)
+    d = torch.zeros(m, n, dtype=torch.bfloat16)
+    a, b = (A, SFA), (B, SFB)
+    dgx.fp8_gemm_nt(a, b, d)
+    key = (A.shape[0], B.shape, True, get_ident())
+    entry = gemm._entries[key]
+    ptrs = (A.data_ptr(), SFA.data_ptr(), B.data_ptr(), SFB.data_ptr(), d.data_ptr())
+    moved = (ptrs[0] + 4096, ptrs[1] + 4096, ptrs[2], ptrs[3], ptrs[4] + 4096)
+    out = []
+
+    def timeit(label, fn):
+        fn()
+        best = float("inf")
+        for _ in range(rounds):
+            t0 = time.perf_counter_ns()
+            for _ in range(calls):
+                fn()
+            best = min(best, (time.perf_counter_ns() - t0) / calls)
+        out.append((label, best))
+
+    def hint():
+        if config_none is None and type(a) is tuple and type(b) is tuple and (c is None or c is d):
+            A_, SFA_ = a
+            B_, SFB_ = b
+            return gemm._entries.get((A_.shape[0], B_.shape, c is None, get_ident()))
+
+    config_none, c = None, None
+    timeit("argument tests, unpacking, hint key, lookup", hint)
+    timeit("entry.check: the C++ guard over 5 tensors", lambda: entry.check(A, SFA, B, SFB, d))
+    timeit("5 x data_ptr() into a tuple", lambda: (A.data_ptr(), SFA.data_ptr(), B.data_ptr(), SFB.data_ptr(),
+                                                    d.data_ptr()))
+    timeit("relocate: residues and 8 words (new addresses)", lambda: entry.relocate(entry.words, *moved))
+    timeit("current stream", lambda: entry.current_stream(0))
+    config = entry.configs[0]
+    timeit("the launch (stand-in cuLaunchKernelEx)", lambda: entry.launch_kernel(config, entry.function, entry.params, 0))
+    timeit("whole call, same tensors", lambda: dgx.fp8_gemm_nt(a, b, d))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--calls", type=int, default=400, help="calls per round")
@@ -96,6 +144,7 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", default=None, help="KIND/NAME of the patterns to run")
     ap.add_argument("--cprofile", default=None, help="KIND/NAME: print cProfile's top functions for it")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--steps", action="store_true", help="also time the steps of the dense fast path one by one")
     args = ap.parse_args()
     os.environ.setdefault("DGX_NUM_SMS", "132")
     warnings.simplefilter("ignore")
@@ -133,6 +182,12 @@ def main() -> None:
         for label, ns in prims:
             print(f"  {label:<50} {ns:8.0f}")
         results["primitives_ns"] = {label: round(ns, 1) for label, ns in prims}
+        if args.steps:
+            print("\nsteps of the dense fast path (ns each):")
+            steps = fast_path_steps()
+            for label, ns in steps:
+                print(f"  {label:<50} {ns:8.0f}")
+            results["fast_path_steps_ns"] = {label: round(ns, 1) for label, ns in steps}
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
 
