@@ -20,10 +20,17 @@ _lock = threading.Lock()
 _initialized = False
 
 
-def _driver():
-    from cuda.bindings import driver
+_driver_module = None
 
-    return driver
+
+def _driver():
+    """cuda.bindings.driver, imported on first use (an import statement per call costs 0.4 µs)."""
+    global _driver_module
+    if _driver_module is None:
+        from cuda.bindings import driver
+
+        _driver_module = driver
+    return _driver_module
 
 
 def check(result, call: str):
