@@ -292,7 +292,7 @@ class ParamPack:
         aligned = (ctypes.addressof(raw) + 63) & ~63
         ctypes.memmove(aligned, image, len(image))
         pack._storage = [(raw, aligned)]
-        pack._pointers = (ctypes.c_void_p * len(offsets))(*(aligned + off for off in offsets))
+        pack._pointers = (ctypes.c_void_p * len(offsets))(*[aligned + off for off in offsets])
         pack.address = ctypes.addressof(pack._pointers)
         pack.size = len(image)
         return pack
