@@ -214,27 +214,38 @@ def encode_tensor_map(
     """A CUtensorMap over a row-major region of len(dims) dimensions (innermost first), with the byte strides of
     every dimension but the innermost; tiles of `box`. Out-of-bounds reads (negative coordinates too) fill zeros."""
     drv = _driver()
-    if any(stride % 16 for stride in strides_bytes):
-        raise ValueError(f"TMA needs strides that are multiples of 16 bytes; got {tuple(strides_bytes)}")
+    for stride in strides_bytes:
+        if stride % 16:
+            raise ValueError(f"TMA needs strides that are multiples of 16 bytes; got {tuple(strides_bytes)}")
     if address % 16:
         raise ValueError(f"TMA needs a 16-byte aligned base address; got 0x{address:x}")
     rank = len(dims)
+    enums = _encode_enums.get((dtype, swizzle))
+    if enums is None:
+        enums = _encode_enums[(dtype, swizzle)] = (
+            getattr(drv.CUtensorMapDataType, _DTYPES[dtype]),
+            getattr(drv.CUtensorMapSwizzle, _SWIZZLES[Swizzle(swizzle)]),
+        )
+    u64, u32 = drv.cuuint64_t, drv.cuuint32_t
     return check(
         drv.cuTensorMapEncodeTiled(
-            getattr(drv.CUtensorMapDataType, _DTYPES[dtype]),
+            enums[0],
             rank,
             address,
-            [drv.cuuint64_t(d) for d in dims],
-            [drv.cuuint64_t(s) for s in strides_bytes],
-            [drv.cuuint32_t(b) for b in box],
-            [drv.cuuint32_t(1)] * rank,
+            [u64(d) for d in dims],
+            [u64(s) for s in strides_bytes],
+            [u32(b) for b in box],
+            [u32(1)] * rank,
             drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-            getattr(drv.CUtensorMapSwizzle, _SWIZZLES[Swizzle(swizzle)]),
+            enums[1],
             drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
             drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
         ),
         "cuTensorMapEncodeTiled",
     )
+
+
+_encode_enums: dict[tuple[str, int], tuple[object, object]] = {}  # (dtype, swizzle) -> the driver's two enum values
 
 
 def encode_tensor_map_2d(
