@@ -26,7 +26,8 @@ the same key, or a tensor changed in place (``.data =``, ``t_()``, ``resize_()``
 checks (which then make that call's entry the key's).
 
 Relocation. When an entry is made, the kernel's parameters are packed three times: with the call's addresses, and
-twice with every tensor's address moved by a distinct amount (a multiple of 2 MB, so that every residue stays).
+twice with every tensor's address moved by a distinct amount (multiples of 2 MB and of 8 GB, so that every residue
+stays).
 Each 64-bit word of the parameter struct that differs between the packings must have moved by exactly one
 tensor's amount in both: it holds that tensor's address plus a constant (a raw pointer parameter, or the global
 address of a tensor map, which the driver's encode stores as a plain word on sm_90). Anything else (a driver that
@@ -56,7 +57,9 @@ CACHE_LIMIT = 4096
 _MASK = (1 << 64) - 1
 # Operands fields that hold device addresses, which a call's tensors (or converted scales) supply.
 ADDRESS_FIELDS = ("a", "b", "d", "sfa", "sfb", "grouped_layout")
-_PROBE_SHIFTS = (21, 25)  # tensor i moves by -(i + 1) << shift in the two probe packings
+# Tensor i moves by -(i + 1) << shift in the two probe packings: by 2 MB steps, and by 8 GB steps (up to 64 GB, so
+# the address bits that differ between allocations of one process are moved too).
+_PROBE_SHIFTS = (21, 33)
 
 
 # --- the tensor check ---------------------------------------------------------------------------------
@@ -224,10 +227,17 @@ def _image_words(pack: runtime.ParamPack) -> tuple[int, ...]:
     return struct.unpack(f"<{len(image) // 8}Q", image)
 
 
+_patchable = True  # False once the driver's tensor maps were found not to hold the address as a plain word
+
+
 def _relocations(config, ops: Operands, sources: dict[str, int], ptrs: tuple[int, ...],
                  image: tuple[int, ...]) -> tuple[tuple[int, int, int], ...] | None:
     """(word, pointer index, addend) for every word of the parameters that is an address plus a constant, found
-    by packing with moved addresses (see the module docstring); None if the parameters are not all so."""
+    by packing with moved addresses (see the module docstring); None if the parameters are not all so (and
+    from then on without packing again: a driver's map layout is the same for every map)."""
+    global _patchable
+    if not _patchable:
+        return None
     probes = []
     for shift in _PROBE_SHIFTS:
         moves = {index: (index + 1) << shift for index in set(sources.values())}
@@ -249,6 +259,7 @@ def _relocations(config, ops: Operands, sources: dict[str, int], ptrs: tuple[int
         d1, d2 = (w0 - w1) & _MASK, (w0 - w2) & _MASK
         owner = [index for index in moves1 if moves1[index] == d1 and moves2[index] == d2]
         if len(owner) != 1:
+            _patchable = False
             return None
         index = owner[0]
         relocations.append((word, index, ((w0 - ptrs[index] + (1 << 63)) & _MASK) - (1 << 63)))
@@ -259,7 +270,18 @@ def register(cache: dict, key: tuple, tensors: Sequence[object], sources: dict[s
              conversions: Sequence[tuple[int, scales_module.Conversion]] = ()) -> None:
     """Remembers the launch the full path just made for `tensors` (torch tensors, in the entry point's order),
     under `key`. `sources` names, for each address field of `ops`, the tensor it is the address of (an index
-    into `tensors`; len(tensors) + j for the j-th of `conversions`, the converted copy of tensor `source`)."""
+    into `tensors`; len(tensors) + j for the j-th of `conversions`, the converted copy of tensor `source`).
+
+    Called after the launch: a failure here only leaves the call without an entry (the next one takes the full
+    path again), it never fails a call that has launched."""
+    try:
+        _register(cache, key, tensors, sources, plan, ops, conversions)
+    except Exception:  # noqa: BLE001 - see the docstring
+        cache.pop(key, None)
+
+
+def _register(cache: dict, key: tuple, tensors: Sequence[object], sources: dict[str, int], plan, ops: Operands,
+              conversions: Sequence[tuple[int, scales_module.Conversion]]) -> None:
     ptrs = tuple(t.data_ptr() for t in tensors)
     addresses = ptrs + tuple(c.address for _, c in conversions)
     if any(getattr(ops, field) != addresses[index] for field, index in sources.items()):
