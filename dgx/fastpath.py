@@ -30,9 +30,14 @@ twice with every tensor's address moved by a distinct amount (multiples of 2 MB 
 stays).
 Each 64-bit word of the parameter struct that differs between the packings must have moved by exactly one
 tensor's amount in both: it holds that tensor's address plus a constant (a raw pointer parameter, or the global
-address of a tensor map, which the driver's encode stores as a plain word on sm_90). Anything else (a driver that
-stores addresses otherwise) leaves the entry without relocations: it then serves only calls with its own
-addresses, and other calls take the full path, as before this module existed.
+address of a tensor map, which the sm_90 driver's encode stores as a plain word: learnt from the driver itself
+here, not assumed). Anything else (a driver that stores addresses otherwise) leaves the entry without
+relocations: it then serves only calls with its own addresses, and other calls take the full path, as before
+this module existed.
+
+Scales the kernels cannot read as they are (a row-major SFA) are converted on every call, on the fast path too:
+the entry launches the scale-layout kernel into dgx.scales' memory for the stream (allocated on the capturing
+stream under CUDA-graph capture, and freed after the GEMM), then the GEMM with that address relocated in.
 
 Entries are per thread (a launch reads parameters another thread could be rewriting otherwise) and their number
 is bounded (:data:`CACHE_LIMIT` per entry point; the cache starts over when full). dgx.set_num_sms retires them
@@ -55,8 +60,6 @@ from .streams import resolve_stream
 
 CACHE_LIMIT = 4096
 _MASK = (1 << 64) - 1
-# Operands fields that hold device addresses, which a call's tensors (or converted scales) supply.
-ADDRESS_FIELDS = ("a", "b", "d", "sfa", "sfb", "grouped_layout")
 # Tensor i moves by -(i + 1) << shift in the two probe packings: by 2 MB steps, and by 8 GB steps (up to 64 GB, so
 # the address bits that differ between allocations of one process are moved too).
 _PROBE_SHIFTS = (21, 33)
