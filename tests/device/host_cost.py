@@ -104,10 +104,16 @@ def run(args) -> None:
     warnings.simplefilter("once")
     patterns = [p for p in patterns_mod.all_patterns(dgx, args.device) if not args.only or p.key in args.only]
     t0 = time.perf_counter()
+    failed = {}
     for p in patterns:  # compile and load every kernel first, outside the timed loops
-        for i in range(2 * len(patterns_mod.M_SIZES)):
-            p.step(i)
+        try:
+            for i in range(2 * len(patterns_mod.M_SIZES)):
+                p.step(i)
+        except Exception as e:  # noqa: BLE001 - reported, the other patterns still run
+            failed[p.key] = f"{type(e).__name__}: {e}"
+            print(f"{p.key}: failed: {failed[p.key]}")
     torch.cuda.synchronize()
+    patterns = [p for p in patterns if p.key not in failed]
     print(f"warm-up (kernels compiled or loaded): {time.perf_counter() - t0:.1f} s")
 
     encodes = [0]
@@ -142,12 +148,17 @@ def run(args) -> None:
             "prep_us": round(prep, 2), "held": h.held, "saturated": h.saturated, "encodes_per_call": encodes[0] / 200,
             "goal_us": patterns_mod.GOALS_US.get(p.key),
         }
+        print(f"  {p.key}: {results[p.key]['cpu_us']:.2f} µs/call", flush=True)
     if not args.no_stand_in:
         stand_in = _load("driver_stand_in_here", TESTS / "driver_stand_in.py").stand_in
         with stand_in(record=False):
             for p in patterns_mod.all_patterns(dgx, args.device):
                 if p.key in results:
-                    us = _python_us(p)
+                    try:
+                        us = _python_us(p)
+                    except Exception as e:  # noqa: BLE001
+                        print(f"{p.key}: stand-in run failed: {type(e).__name__}: {e}")
+                        continue
                     results[p.key]["python_us"] = round(us, 2)
                     results[p.key]["driver_us"] = round(results[p.key]["cpu_us"] - us, 2)
     print()
@@ -160,13 +171,15 @@ def run(args) -> None:
         print(f"{key:<24} {r['cpu_us']:8.2f} {r['plain_us']:7.2f} {r['prep_us']:6.2f} {r.get('python_us', float('nan')):7.2f} "
               f"{r.get('driver_us', float('nan')):7.2f} {r['encodes_per_call']:8.2f} "
               f"{'-' if goal is None else f'{goal:.0f}':>6}{mark}  {r['label']}")
+    for key, why in failed.items():
+        print(f"{key:<24} failed: {why}")
     print("\nµs/call: held-GPU CPU time per call minus the pattern's own tensor building (prep); python: the same call "
           "with the driver calls stood in for; driver: the difference.")
     if args.json:
         env = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "dgx_path": str(Path(dgx.__file__).parent),
                "calls": args.calls, "repeat": args.repeat, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
                "cpus": os.cpu_count()}
-        Path(args.json).write_text(json.dumps({"env": env, "results": results}, indent=1))
+        Path(args.json).write_text(json.dumps({"env": env, "results": results, "failed": failed}, indent=1))
 
 
 if __name__ == "__main__":
