@@ -101,7 +101,8 @@ def fast_path_steps(calls: int = 2000, rounds: int = 10) -> list[tuple[str, floa
     B, SFB = torch.zeros(n, k, dtype=torch.float8_e4m3fn), torch.ones(n // 128 + 1, k // 128)
     d = torch.zeros(m, n, dtype=torch.bfloat16)
     a, b = (A, SFA), (B, SFB)
-    dgx.fp8_gemm_nt(a, b, d)
+    dgx.fp8_gemm_nt(a, b, d)  # the full path makes the entry (or replaces another pattern's under this key)
+    dgx.fp8_gemm_nt(a, b, d)  # the fast path's first launch on stream 0
     key = (A.shape[0], B.shape, True, get_ident())
     entry = gemm._entries[key]
     ptrs = (A.data_ptr(), SFA.data_ptr(), B.data_ptr(), SFB.data_ptr(), d.data_ptr())
