@@ -5,8 +5,8 @@ cached on disk and launched through the CUDA driver API. Inputs are any DLPack-c
 """
 
 from .device import get_num_sms, set_num_sms
-from .errors import CompileError, CudaError, DgxError, JitStrictError
-from .gemm import fp8_gemm_nt, gemm_fp8_fp8_bf16_nt
+from .errors import CompileError, CudaError, DgxError, JitStrictError, LayoutConversionWarning
+from .gemm import fp8_gemm_nt, gemm_fp8_fp8_bf16_nt, wgrad_gemm_fp8_fp8_fp32_nt
 from .grouped import (
     get_mk_alignment_for_contiguous_layout,
     m_grouped_fp8_gemm_nt_contiguous,
@@ -18,7 +18,7 @@ from .jit import jit_stats, reset_jit_stats
 from .pdl import get_pdl, set_pdl
 from .version import __version__
 from .mqa import fp8_mqa_logits, fp8_paged_mqa_logits, get_paged_mqa_logits_metadata
-from .wgrad import k_grouped_fp8_gemm_nt_contiguous, k_grouped_wgrad_gemm_fp8_fp8_fp32_nt, wgrad_gemm_fp8_fp8_fp32_nt
+from .wgrad import k_grouped_fp8_gemm_nt_contiguous, k_grouped_wgrad_gemm_fp8_fp8_fp32_nt
 from .layout import get_mn_major_tma_aligned_tensor, get_tma_aligned_size, transform_sf_into_required_layout
 
 
@@ -49,6 +49,7 @@ __all__ = [
     "CudaError",
     "DgxError",
     "JitStrictError",
+    "LayoutConversionWarning",
 ]
 
 

@@ -66,3 +66,8 @@ class JitStrictError(DgxError):
     The message ends with what the cache holds instead when that was built by another NVRTC (a cache
     warmed by another install: every key differs).
     """
+
+
+class LayoutConversionWarning(UserWarning):
+    """Scales came in a layout the kernels cannot read as it is, so every call converts them on the GPU first (one
+    extra kernel); converting them once ahead (get_mn_major_tma_aligned_tensor) saves it. Shown once per process."""

@@ -12,16 +12,17 @@ import sys
 from dataclasses import dataclass
 
 from . import jit, runtime
+from . import scales as scales_module
 from .device import get_num_sms
 from .heuristics import CONTIGUOUS_ALIGNMENT, choose_dense, choose_grouped, choose_wgrad
 from .kernels.fp8_gemm import GemmConfig
 from .kernels.fp8_gemm_args import Operands, pack_operands
 from .kinds import GemmKind
-from .layout import get_mn_major_tma_aligned_tensor, sfa_tma_layout
+from .layout import sfa_tma_layout
 from .streams import resolve_stream
-from .tensors import TensorView, as_view
+from .tensors import TensorView
 
-__all__ = ["GemmPlan", "Operands", "launch_plan", "pack", "plan", "scales_for_tma"]
+__all__ = ["GemmPlan", "Operands", "launch_plan", "pack", "plan", "release", "scales_for_tma"]
 
 
 @dataclass(frozen=True)
@@ -117,20 +118,15 @@ def pack(config: GemmConfig, ops: Operands) -> runtime.ParamPack:
 
 
 def scales_for_tma(scales, view: TensorView, stream, device: int, name: str = "SFA", transposed: bool = False):
-    """(view, its TMA layout, a converted copy to keep alive or None, the launch stream if resolved) of
-    per-row scales (SFA, or the weight gradient's SFB). `transposed`: `view` is the transpose of `scales`
-    (the K-grouped GEMM's scales in DeepGEMM's layout), which a conversion reads through its transpose."""
+    """(view, its TMA layout, the conversion made or None, the launch stream if resolved) of per-row scales (SFA,
+    or the weight gradient's SFB). Scales the kernels cannot read as they are (a row-major SFA, say) are copied
+    into the TMA-aligned M-major layout on the GPU by dgx's scale-layout kernel, on the launch stream, into memory
+    dgx owns (dgx.scales); the caller calls ``release()`` on the conversion once the GEMM is queued. Only torch
+    tensors are converted. `transposed`: `view` is the transpose of `scales` (the K-grouped GEMM's scales in
+    DeepGEMM's layout), which the conversion reads through."""
     layout = sfa_tma_layout(view)
     if layout is not None:
         return view, layout, None, None
-    keep, launch_stream = _converted_scales(scales, stream, device, name, transposed)
-    view = as_view(keep, name)
-    return view, sfa_tma_layout(view), keep, launch_stream
-
-
-def _converted_scales(scales, stream, device: int, name: str = "SFA", transposed: bool = False):
-    """The scales (their transpose if `transposed`) copied into the TMA-aligned M-major layout on the GPU, on
-    the launch stream; and that stream."""
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(scales, torch.Tensor):
         wanted = (
@@ -143,22 +139,13 @@ def _converted_scales(scales, stream, device: int, name: str = "SFA", transposed
             f"{name}: expected {wanted}, base address 16-byte aligned; see get_mn_major_tma_aligned_tensor); "
             f"other layouts are converted only for torch tensors, and this is a {type(scales).__name__}"
         )
-    if transposed:
-        scales = scales.transpose(0, 1)  # a view
     launch_stream = resolve_stream(stream, device)
+    converted, conversion = scales_module.convert(view, launch_stream, name, name)
+    return converted, sfa_tma_layout(converted), conversion, launch_stream
 
-    def convert():
-        out = get_mn_major_tma_aligned_tensor(scales)
-        if out is scales:  # already MN-major but its base address is not 16-byte aligned
-            out = get_mn_major_tma_aligned_tensor(scales.contiguous())
-        return out
 
-    if launch_stream == torch.cuda.current_stream(scales.device).cuda_stream:
-        return convert(), launch_stream  # torch's own stream: its allocator orders the reuse of the copy
-    # Another stream: copy there, and tell the allocator the copy is in use on it.
-    external = torch.cuda.ExternalStream(launch_stream, device=scales.device)
-    with torch.cuda.stream(external):
-        out = convert()
-    out.record_stream(external)
-    return out, launch_stream
-
+def release(*conversions) -> None:
+    """Releases the conversions of :func:`scales_for_tma` (None allowed) once the GEMM reading them is queued."""
+    for conversion in conversions:
+        if conversion is not None:
+            conversion.release()

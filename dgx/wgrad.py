@@ -10,7 +10,6 @@ from . import launch, runtime
 from .checks import (
     ceil_div,
     expect_dtype,
-    expect_fp32_out_for_c,
     expect_fp8_operands,
     expect_n_multiple_of_8,
     expect_ndim,
@@ -47,8 +46,12 @@ def _c_view(c, dv: TensorView) -> TensorView | None:
     return cv
 
 
-def dense_fp32(SFA, SFB, c, views, *, stream=None, config: GemmConfig | None = None) -> None:
-    """fp8_gemm_nt with a float32 d (see there): D = C + A . B^T, SFA [M, KB] and SFB [N, KB] per row."""
+def dense_fp32(SFA, SFB, c, views, *, stream=None, config: GemmConfig | None = None):
+    """fp8_gemm_nt with a float32 d (see there): D = C + A . B^T, SFA [M, KB] and SFB [N, KB] per row.
+
+    Returns what the per-call fast path needs to repeat the launch (dgx.fastpath.register's sources, plan,
+    operands and conversions, the tensors taken as (A, SFA, B, SFB, d)), or None where it must not (nothing
+    launched, or C copied into D first)."""
     av, sfav, bv, sfbv, dv = views
     m, n, k = expect_fp8_operands(av, sfav, bv, sfbv, dv)
     _expect_fp32_out(dv, "d", (m, n))
@@ -65,22 +68,38 @@ def dense_fp32(SFA, SFB, c, views, *, stream=None, config: GemmConfig | None = N
     expect_nonnegative_strides(sfav, "SFA")
     expect_nonnegative_strides(sfbv, "SFB")
     if m == 0 or n == 0:
-        return
+        return None
     if m >= 2**31:
         raise ValueError(f"A: M must be below 2**31; got {m}")
     device = av.device
-    sfav, sfa_layout, keep_a, s1 = scales_for_tma(SFA, sfav, stream, device)
-    sfbv, sfb_layout, keep_b, s2 = scales_for_tma(SFB, sfbv, stream, device, "SFB")
-    plan = launch.plan(GemmKind.WGRAD, m, n, k, device, config)
-    launch_stream = s1 or s2 or resolve_stream(stream, device)
-    if cv is not None and (cv.ptr, cv.strides) != (dv.ptr, dv.strides):
-        runtime.copy_rows(dv.ptr, dv.strides[0] * 4, cv.ptr, cv.strides[0] * 4, n * 4, m, launch_stream)  # D = C
-    # The kernel adds to D (which now holds C) by TMA reductions, or stores into it when there is no C.
-    ops = Operands(a=av.ptr, a_rows=m, lda=av.strides[0], b=bv.ptr, b_rows=n, ldb=bv.strides[0], d=dv.ptr, d_rows=m,
-                   ldd=dv.strides[0], sfa=sfav.ptr, sfa_layout=sfa_layout, sfb=sfbv.ptr, m=m, sfb_layout=sfb_layout,
-                   accumulate=cv is not None)
-    plan.launcher.launch(launch_stream, launch.pack(plan.config, ops))
-    del keep_a, keep_b  # made on the launch stream: the allocator reuses them only after the kernel
+    sfav, sfa_layout, conv_a, s1 = scales_for_tma(SFA, sfav, stream, device)
+    try:
+        sfbv, sfb_layout, conv_b, s2 = scales_for_tma(SFB, sfbv, stream, device, "SFB")
+    except BaseException:
+        launch.release(conv_a)
+        raise
+    try:
+        plan = launch.plan(GemmKind.WGRAD, m, n, k, device, config)
+        launch_stream = s1 or s2 or resolve_stream(stream, device)
+        copied = cv is not None and (cv.ptr, cv.strides) != (dv.ptr, dv.strides)
+        if copied:
+            runtime.copy_rows(dv.ptr, dv.strides[0] * 4, cv.ptr, cv.strides[0] * 4, n * 4, m, launch_stream)  # D = C
+        # The kernel adds to D (which now holds C) by TMA reductions, or stores into it when there is no C.
+        ops = Operands(a=av.ptr, a_rows=m, lda=av.strides[0], b=bv.ptr, b_rows=n, ldb=bv.strides[0], d=dv.ptr,
+                       d_rows=m, ldd=dv.strides[0], sfa=sfav.ptr, sfa_layout=sfa_layout, sfb=sfbv.ptr, m=m,
+                       sfb_layout=sfb_layout, accumulate=cv is not None)
+        plan.launcher.launch(launch_stream, launch.pack(plan.config, ops))
+    finally:
+        launch.release(conv_a, conv_b)  # converted scales in capture-owned memory: freed after the kernel
+    if copied:
+        return None
+    sources = {"a": 0, "sfa": 1, "b": 2, "sfb": 3, "d": 4}
+    conversions = []
+    for field, index, conversion in (("sfa", 1, conv_a), ("sfb", 3, conv_b)):
+        if conversion is not None:
+            sources[field] = 5 + len(conversions)
+            conversions.append((index, conversion))
+    return sources, plan, ops, conversions
 
 
 def _ks_on_device(ks: tuple[int, ...], device: int):
@@ -178,11 +197,24 @@ def k_grouped_fp8_gemm_nt_contiguous(a, b, d, ks: Sequence[int], ks_tensor=None,
         raise ValueError(f"d: groups x M must be below 2**31; got {groups} x {m}")
     if ks_view is None:
         ks_view = as_view(_ks_on_device(ks, device), "ks_tensor")
-    sfav, sfa_layout, keep_a, s1 = scales_for_tma(SFA, sfav, stream, device, "SFA", sfa_transposed)
-    sfbv, sfb_layout, keep_b, s2 = scales_for_tma(SFB, sfbv, stream, device, "SFB", sfb_transposed)
+    sfav, sfa_layout, conv_a, s1 = scales_for_tma(SFA, sfav, stream, device, "SFA", sfa_transposed)
+    try:
+        sfbv, sfb_layout, conv_b, s2 = scales_for_tma(SFB, sfbv, stream, device, "SFB", sfb_transposed)
+    except BaseException:
+        launch.release(conv_a)
+        raise
+    try:
+        _k_grouped_launch(av, bv, dv, ks, ks_view, sfav, sfa_layout, sfbv, sfb_layout, m, n, k_total, groups, device,
+                          config, stream, s1 or s2)
+    finally:
+        launch.release(conv_a, conv_b)  # converted scales in capture-owned memory: freed after the kernel
+
+
+def _k_grouped_launch(av, bv, dv, ks, ks_view, sfav, sfa_layout, sfbv, sfb_layout, m, n, k_total, groups, device,
+                      config, stream, launch_stream) -> None:
     typical_k = max(128, k_total // max(1, sum(1 for kg in ks if kg)))
     plan = launch.plan(GemmKind.K_GROUPED, m, n, typical_k, device, config, groups=groups)
-    launch_stream = s1 or s2 or resolve_stream(stream, device)
+    launch_stream = launch_stream or resolve_stream(stream, device)
     # One map of A_g and one of B_g per group (their row strides differ), in device memory for the kernel.
     cfg = plan.config
     maps, offset = [], 0
@@ -204,16 +236,6 @@ def k_grouped_fp8_gemm_nt_contiguous(a, b, d, ks: Sequence[int], ks_tensor=None,
         plan.launcher.launch(launch_stream, launch.pack(plan.config, ops))
     finally:
         group_maps.release()  # stream-ordered: after the kernel
-    del keep_a, keep_b
-
-
-def wgrad_gemm_fp8_fp8_fp32_nt(lhs, rhs, out) -> None:
-    """Legacy name: out += lhs . rhs^T (fp8_gemm_nt(lhs, rhs, out, c=out) with a float32 out)."""
-    A, SFA = unpack_pair(lhs, "a")
-    B, SFB = unpack_pair(rhs, "b")
-    views = views_on_one_device(((A, "A"), (SFA, "SFA"), (B, "B"), (SFB, "SFB"), (out, "d")))
-    expect_fp32_out_for_c(views[4])
-    dense_fp32(SFA, SFB, out, views)
 
 
 def k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(lhs, rhs, out, batch_sizes) -> None:

@@ -141,9 +141,9 @@ def _base_headers() -> dict:
 def use_headers(headers: dict) -> None:
     """Make dgx compile with `headers` from now on, dropping the launch plans made with others."""
     import ptx
-    from dgx import gemm, launch
+    from dgx import gemm, grouped, launch
 
     _base_headers()
     ptx.headers = lambda: headers
-    for cache in (launch._plans, launch._params, gemm._fast):
+    for cache in (launch._plans, launch._params, gemm._entries, grouped._contiguous, grouped._masked):
         cache.clear()

@@ -216,6 +216,60 @@ def test_markdown(tmp_path):
             assert len(cells) == 1, block
 
 
+def _pattern_results() -> BenchResults:
+    res = make_results(1)
+    rr = res.repeats[0]
+    rr.host = [
+        HostCost("dgx", "ok", cpu_us=6.0, plain_us=14.0, calls=500, held=True, pattern="dense/same",
+                 label="same tensors every call", goal_us=8.0),
+        HostCost("dgx", "ok", cpu_us=7.5, plain_us=15.0, calls=500, held=True, pattern="dense/engine",
+                 label="M changes, fresh slices", prep_us=4.2, goal_us=10.0),
+        HostCost("dgx", "failed", "RuntimeError: boom", calls=500, pattern="masked/same", label="masked, same"),
+        HostCost("cublaslt", "ok", cpu_us=30.0, plain_us=30.0, calls=500, held=True, pattern="dense/same",
+                 label="same tensors every call"),
+        HostCost("cublaslt", "ok", cpu_us=31.0, plain_us=31.0, calls=500, held=True, pattern="dense/m_changes",
+                 label="M changes every call"),
+    ]
+    return res
+
+
+def test_host_patterns_in_every_report(tmp_path):
+    res = _pattern_results()
+    s = summarize(res)
+    assert [(h["pattern"], h["name"]) for h in s.host] == [
+        ("dense/same", "dgx"), ("dense/engine", "dgx"), ("masked/same", "dgx"), ("dense/same", "cublaslt"),
+        ("dense/m_changes", "cublaslt")]
+    engine = s.host[1]
+    assert (engine["cpu_us"], engine["prep_us"], engine["goal_us"], engine["label"]) == (7.5, 4.2, 10.0,
+                                                                                      "M changes, fresh slices")
+    text = render_table(res)
+    row = next(line for line in text.splitlines() if line.startswith("dense/engine"))
+    assert "dgx" in row and "7.5" in row and "10" in row and "(4.2 µs) taken off" in row
+    assert any(line.startswith("masked/same") and "failed" in line and "boom" in line for line in text.splitlines())
+    cublas = next(line for line in text.splitlines() if line.startswith("dense/m_changes"))
+    assert "31.0" in cublas
+    assert "· dense/engine: M changes, fresh slices" in text
+    md = render_markdown(res)
+    assert "| dense/engine | dgx | 7.5 | 15.0 | 10 |" in md and "- dense/engine: M changes, fresh slices" in md
+    path = tmp_path / "b.json"
+    write_json(res, str(path))
+    assert render_table(load_json(str(path))) == text
+
+
+def test_host_records_from_before_patterns_read_as_the_same_tensors(tmp_path):
+    res = make_results(1)
+    path = tmp_path / "old.json"
+    write_json(res, str(path))
+    data = json.loads(path.read_text())
+    for h in data["repeats"][0]["host"]:
+        for key in ("pattern", "label", "prep_us", "goal_us"):
+            h.pop(key)
+    path.write_text(json.dumps(data))
+    back = load_json(str(path))
+    assert {h.pattern for h in back.repeats[0].host} == {"dense/same"}
+    assert "dense/same" in render_table(back)
+
+
 def test_single_repeat_has_no_spread_column():
     text = render_table(make_results(1))
     assert "spread" not in text.split("Dense GEMM")[1].splitlines()[1]

@@ -1,5 +1,5 @@
 """Every input check of the GEMM entry points, fed TensorViews with fake device pointers (no GPU is
-touched), and the per-call fast path for torch tensors."""
+touched)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,6 @@ import re
 import pytest
 
 from dgx import gemm, jit, launch
-from dgx.kinds import GemmKind
-from dgx.heuristics import choose_dense
-from dgx.tensors import TensorView
 from fake_views import BASE, fake_view
 
 # --- fp8_gemm_nt input checks (no GPU) ------------------------------------------------------------
@@ -124,62 +121,7 @@ def test_m_zero_returns_without_touching_the_gpu(monkeypatch):
     assert gemm.fp8_gemm_nt(a, b, d) is None
 
 
-# --- per-call fast path for torch tensors ---------------------------------------------------------
-
-
-def test_torch_fast_path_reuses_only_identical_calls(monkeypatch):
-    """A repeated call with the same tensors (pointer, shape, strides, dtype, device) skips checks and
-    planning; any difference goes through the full path again."""
-    torch = pytest.importorskip("torch")
-    from dgx import checks, device, tensors
-
-    monkeypatch.setattr(checks, "require_cuda", lambda *a, **k: None)
-    monkeypatch.setattr(tensors, "require_cuda", lambda *a, **k: None)
-    launches, plans = [], []
-
-    class FakeLauncher:
-        def launch(self, stream, pack):
-            launches.append(pack)
-
-    class FakePlan:
-        def __init__(self, config):
-            self.config, self.launcher = config, FakeLauncher()
-
-    def fake_plan(kind, m, n, k, device, config=None, **kwargs):
-        assert kind == GemmKind.DENSE
-        plans.append((m, n, k))
-        return FakePlan(choose_dense(m, n, k, 132).config)
-
-    monkeypatch.setattr(launch, "plan", fake_plan)
-    monkeypatch.setattr(gemm, "resolve_stream", lambda s, d: 0)
-    monkeypatch.setattr(launch, "pack_operands", lambda config, ops: object())
-    monkeypatch.setattr(gemm, "_fast", {})
-    monkeypatch.setattr(launch, "_params", {})
-
-    m, n, k = 64, 256, 512
-    A = torch.empty(m, k, dtype=torch.float8_e4m3fn)
-    sfa = torch.empty(k // 128, m).t()
-    B = torch.empty(n, k, dtype=torch.float8_e4m3fn)
-    sfb = torch.empty(n // 128, k // 128)
-    d = torch.empty(m, n, dtype=torch.bfloat16)
-    gemm.fp8_gemm_nt((A, sfa), (B, sfb), d)
-    gemm.fp8_gemm_nt((A, sfa), (B, sfb), d)
-    assert len(plans) == 1 and len(launches) == 2 and launches[0] is launches[1]
-    # Another output buffer: full path, new parameters.
-    d2 = torch.empty(m, n, dtype=torch.bfloat16)
-    gemm.fp8_gemm_nt((A, sfa), (B, sfb), d2)
-    assert len(plans) == 2 and launches[2] is not launches[0]
-    # Same storage, another dtype: the checks run again and reject it.
-    with pytest.raises(TypeError, match="d: expected .*bfloat16.*got torch.float16"):
-        gemm.fp8_gemm_nt((A, sfa), (B, sfb), d.view(torch.float16))
-    # Same pointer, another shape (a narrower view of A's rows): checked again, and rejected.
-    with pytest.raises(ValueError, match="B: expected K"):
-        gemm.fp8_gemm_nt((A[:, :256], sfa[:, :2]), (B, sfb), d)
-    # A new SM count drops the cached launches.
-    monkeypatch.setattr(device, "generation", device.generation + 1)
-    gemm.fp8_gemm_nt((A, sfa), (B, sfb), d)
-    assert len(plans) == 3
-
+# The per-call fast path for torch tensors has its own tests: tests/test_fastpath.py.
 
 
 G, GN = 4, 256

@@ -81,6 +81,26 @@ def test_dense_kernel_compiles_without_spills(config, tmp_path):
     assert bool(re.search(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x1\b", sass.stdout)) == config.defer
 
 
+def test_scale_layout_kernel_compiles(tmp_path):
+    """The kernel that converts scales (row-major SFA) into the TMA-aligned M-major layout: no spills, coalesced
+    global loads and stores of 32-bit floats through shared memory."""
+    from dgx.kernels.scale_layout import CONFIG
+
+    src = CONFIG.render()
+    result = compiler.compile_cubin(src.source, src.name, compiler.compile_options("sm_90a", ("--ptxas-options=-v",)))
+    assert result.cubin[:4] == b"\x7fELF"
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", result.log)
+    assert spills and all(s == ("0", "0") for s in spills), result.log
+    path = tmp_path / "k.cubin"
+    path.write_bytes(result.cubin)
+    sass = subprocess.run([_nvdisasm(), "--print-code", str(path)], capture_output=True, text=True, timeout=120)
+    assert sass.returncode == 0, sass.stderr
+    assert src.name in sass.stdout
+    assert re.search(r"\bLDG\.E\b", sass.stdout) and re.search(r"\bSTG\.E\b", sass.stdout)
+    assert re.search(r"\bSTS\b", sass.stdout) and re.search(r"\bLDS\b", sass.stdout) and "BAR.SYNC" in sass.stdout
+    assert not re.search(r"\b(LDL|STL)(\.|\s)", sass.stdout), "local-memory traffic in the SASS"
+
+
 def test_compile_error_carries_log_and_source(monkeypatch, tmp_path):
     monkeypatch.setenv("DGX_JIT_DUMP_DIR", str(tmp_path / "dump"))
     source = 'extern "C" __global__ void dgx_broken() { int x = undefined_name; }\n'

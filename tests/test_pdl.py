@@ -135,7 +135,7 @@ def test_cached_gemm_plan_follows_a_toggle(monkeypatch):
     monkeypatch.setattr(gemm, "resolve_stream", lambda stream, device: 0x30)
     for cache in ("_plans", "_params"):
         monkeypatch.setattr(launch, cache, {})
-    monkeypatch.setattr(gemm, "_fast", {})
+    monkeypatch.setattr(gemm, "_entries", {})
 
     m, n, k = 64, 2112, 7168
     a = (torch.empty(m, k, dtype=torch.float8_e4m3fn), torch.empty(k // 128, m).t())
@@ -147,7 +147,7 @@ def test_cached_gemm_plan_follows_a_toggle(monkeypatch):
         gemm.fp8_gemm_nt(a, b, d)
         seen.append("pdl" in _attributes(drv.calls[-1][1]))
     assert seen == [False, True, True, False, True]
-    assert len(launch._plans) == 1 and len(gemm._fast) == 1  # one plan, reused: the launcher reads the switch
+    assert len(launch._plans) == 1  # one plan, reused: the launcher (and the fast path) read the switch
 
 
 # --- the kernels: griddepcontrol in the PTX, and before every global access in the SASS --------------------------
@@ -215,6 +215,7 @@ def _kernels():
         GemmConfig,
     )
     from dgx.kernels.mqa_logits import MqaCleanConfig, PagedScheduleConfig, paged_config, prefill_config
+    from dgx.kernels.scale_layout import ScaleTransposeConfig
     from dgx.kernels.smoke import SmokeConfig
     from dgx.kernels.ue8m0 import Ue8m0UnpackConfig
 
@@ -231,6 +232,7 @@ def _kernels():
         ("schedule", PagedScheduleConfig()),
         ("smoke", SmokeConfig()),
         ("ue8m0 unpack", Ue8m0UnpackConfig()),
+        ("scale layout", ScaleTransposeConfig()),
     ]
 
 

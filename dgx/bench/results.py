@@ -108,7 +108,8 @@ class CaseResult:
 
 @dataclasses.dataclass
 class HostCost:
-    """CPU µs per call over many calls (cached kernel, same tensors), for one implementation."""
+    """CPU µs per call over many calls of a cached kernel, for one implementation in one call pattern
+    (dgx.bench.host_patterns: the same tensors every call, fresh outputs, changing M, ...)."""
 
     name: str
     status: str = NOT_RUN
@@ -120,6 +121,10 @@ class HostCost:
     shape: str = ""
     held: bool = False  # cpu_us measured with the GPU held busy
     saturated: bool = False  # the launch queue may have filled: cpu_us includes waiting on the GPU
+    pattern: str = "dense/same"  # KIND/NAME of dgx.bench.host_patterns (records before patterns: the same tensors)
+    label: str = ""  # what the pattern does
+    prep_us: float | None = None  # the pattern's own tensor building per call, already taken off the figures
+    goal_us: float | None = None  # what dgx aims for in this pattern
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -530,15 +535,16 @@ def summarize(results: BenchResults) -> Summary:
         )
 
     host: list[dict[str, Any]] = []
-    host_names: list[str] = []
+    host_keys: list[tuple[str, str]] = []  # (pattern, implementation), in order of first appearance
     for r in results.repeats:
         for h in r.host:
-            if h.name not in host_names:
-                host_names.append(h.name)
-    for name in host_names:
-        items = [h for r in results.repeats for h in r.host if h.name == name]
+            if (h.pattern, h.name) not in host_keys:
+                host_keys.append((h.pattern, h.name))
+    for pattern, name in host_keys:
+        items = [h for r in results.repeats for h in r.host if (h.pattern, h.name) == (pattern, name)]
         oks = [h for h in items if h.status == OK and h.cpu_us is not None]
-        entry: dict[str, Any] = {"name": name, "shape": items[0].shape, "calls": items[0].calls}
+        entry: dict[str, Any] = {"name": name, "pattern": pattern, "label": items[0].label, "shape": items[0].shape,
+                                 "calls": items[0].calls, "goal_us": items[0].goal_us}
         if oks:
             sp = Spread.of(h.cpu_us for h in oks)
             entry.update(
@@ -549,6 +555,7 @@ def summarize(results: BenchResults) -> Summary:
                 wall_us=Spread.of(h.wall_us for h in oks).median,
                 held=all(h.held for h in oks),
                 saturated=any(h.saturated for h in oks),
+                prep_us=Spread.of(h.prep_us for h in oks).median,
             )
         else:
             entry.update(status=items[0].status, reason=items[0].reason)

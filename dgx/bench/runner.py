@@ -210,33 +210,94 @@ def probe_timer(ctx) -> None:
 
 
 def measure_host(impls, ctx, seed: int, calls: int = HOST_CALLS) -> list[HostCost]:
-    """CPU µs per call on the decode shape of ANCHORS.md (64×2112×7168), each implementation."""
-    from .peers import Outcome, Unavailable
-    from .problems import build_problem
+    """CPU µs per call in the patterns engines produce (dgx.bench.host_patterns): dgx in every pattern, each peer
+    with the same tensors and with M changing on the decode shape of ANCHORS.md (64×2112×7168)."""
+    from . import host_patterns
+
+    out: list[HostCost] = []
+    if any(impl.name == DGX for impl in impls):
+        out += _dgx_host_costs(host_patterns, calls)
+    for impl in impls:
+        if impl.name != DGX and impl.runs_on("dense"):
+            out += _peer_host_costs(impl, ctx, seed, host_patterns, calls)
+    return out
+
+
+def _host_figures(hc: HostCost, step, prep, calls: int) -> None:
+    """Fills `hc` with host_cost of `step(i)` over successive i, less that of `prep(i)` (the pattern's own tensor
+    building) where there is one."""
+    import itertools
+
     from .timing import host_cost
 
+    counter = itertools.count()
+    ht = host_cost(lambda: step(next(counter)), calls)
+    hc.cpu_us, hc.plain_us, hc.wall_us = ht.cpu_us, ht.plain_us, ht.wall_us
+    hc.held, hc.saturated = ht.held, ht.saturated
+    if prep is not None:
+        counter_p = itertools.count()
+        hp = host_cost(lambda: prep(next(counter_p)), calls)
+        hc.cpu_us, hc.plain_us, hc.wall_us = ht.cpu_us - hp.cpu_us, ht.plain_us - hp.plain_us, ht.wall_us - hp.wall_us
+        hc.prep_us = hp.cpu_us
+    hc.status = OK
+
+
+def _dgx_host_costs(host_patterns, calls: int) -> list[HostCost]:
+    import warnings
+
     m, n, k = HOST_ANCHOR["shape"]
-    shape = make_shape("dense", m, n, k)
-    problem = build_problem(shape, seed)
-    out: list[HostCost] = []
     try:
-        for impl in (i for i in impls if i.runs_on(shape.suite)):
-            hc = HostCost(impl.name, calls=calls, shape=shape.label)
-            try:
-                prep, _, _ = impl.select(problem, ctx)
-                ht = host_cost(prep.run, calls)
-                hc.cpu_us, hc.plain_us, hc.wall_us = ht.cpu_us, ht.plain_us, ht.wall_us
-                hc.held, hc.saturated = ht.held, ht.saturated
-                hc.status = OK
-            except Outcome as o:
-                hc.status, hc.reason = o.status, o.reason
-            except Unavailable as e:
-                hc.status, hc.reason = "unavailable", str(e)
-            except Exception as e:  # noqa: BLE001
-                hc.status, hc.reason = "failed", f"{type(e).__name__}: {e}"
-            out.append(hc)
-    finally:
-        problem.free()
+        import dgx
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the row-major pattern's advice to convert ahead
+            patterns = host_patterns.all_patterns(dgx, "cuda")
+    except Exception as e:  # noqa: BLE001 - reported as the host section's only row
+        return [HostCost(DGX, "unavailable", f"{type(e).__name__}: {e}", calls=calls, shape=f"{m}×{n}×{k}")]
+    out = []
+    for p in patterns:
+        hc = HostCost(DGX, calls=calls, shape=f"{m}×{n}×{k}" if p.kind == "dense" else p.kind, pattern=p.key,
+                      label=p.label, goal_us=host_patterns.GOALS_US.get(p.key))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                _host_figures(hc, p.step, p.prep, calls)
+        except Exception as e:  # noqa: BLE001
+            hc.status, hc.reason = "failed", f"{type(e).__name__}: {e}"
+        out.append(hc)
+    return out
+
+
+def _peer_host_costs(impl, ctx, seed: int, host_patterns, calls: int) -> list[HostCost]:
+    from .peers import Outcome, Unavailable
+    from .problems import build_problem
+
+    m, n, k = HOST_ANCHOR["shape"]
+    labels = {"dense/same": f"same tensors every call ({m}x{n}x{k})",
+              "dense/m_changes": f"M changes every call ({len(host_patterns.M_SIZES)} sizes, tensors reused)"}
+    out = []
+    for pattern in host_patterns.PEER_PATTERNS:
+        sizes = (m,) if pattern == "dense/same" else host_patterns.M_SIZES
+        hc = HostCost(impl.name, calls=calls, shape=f"{m}×{n}×{k}", pattern=pattern, label=labels[pattern])
+        problems = []
+        try:
+            runs = []
+            for size in sizes:
+                problems.append(build_problem(make_shape("dense", size, n, k), seed))
+                prep, _, _ = impl.select(problems[-1], ctx)
+                runs.append(prep.run)
+            count = len(runs)
+            _host_figures(hc, lambda i: runs[i % count](), None, calls)
+        except Outcome as o:
+            hc.status, hc.reason = o.status, o.reason
+        except Unavailable as e:
+            hc.status, hc.reason = "unavailable", str(e)
+        except Exception as e:  # noqa: BLE001
+            hc.status, hc.reason = "failed", f"{type(e).__name__}: {e}"
+        finally:
+            for problem in problems:
+                problem.free()
+        out.append(hc)
     return out
 
 
@@ -409,7 +470,7 @@ def run_suite(
             rr.host = measure_host(impls, ctx, seed, host_calls)
             for h in rr.host:
                 say(
-                    f"  {h.name}: "
+                    f"  {h.pattern:<22} {h.name}: "
                     + (
                         f"{h.cpu_us:.1f} µs CPU/call (plain loop {h.plain_us:.1f})"
                         if h.status == OK

@@ -74,6 +74,10 @@ class KernelInterface:
     params: tuple[Param, ...]
     offsets: tuple[int, ...] = field(init=False, repr=False, compare=False)
     size: int = field(init=False, repr=False, compare=False)
+    # pack's plan: every scalar member through one struct (zeros between them), then the tensor maps' bytes
+    _scalars: struct.Struct = field(init=False, repr=False, compare=False)
+    _scalar_names: tuple[tuple[str, bool], ...] = field(init=False, repr=False, compare=False)  # (name, is float)
+    _maps: tuple[tuple[str, int], ...] = field(init=False, repr=False, compare=False)  # (name, offset)
 
     def __post_init__(self) -> None:
         names = [p.name for p in self.params]
@@ -87,6 +91,18 @@ class KernelInterface:
         align = max((p.align for p in self.params), default=1)
         object.__setattr__(self, "offsets", tuple(offsets))
         object.__setattr__(self, "size", round_up(offset, align))
+        fmt, pos, scalars, maps = "<", 0, [], []
+        for p, off in zip(self.params, offsets):
+            if p.ctype == TENSOR_MAP:
+                maps.append((p.name, off))
+                continue
+            code = "Q" if p.ctype.endswith("*") else _SCALARS[p.ctype]
+            fmt += (f"{off - pos}x" if off > pos else "") + code
+            pos = off + p.size
+            scalars.append((p.name, code == "f"))
+        object.__setattr__(self, "_scalars", struct.Struct(fmt))
+        object.__setattr__(self, "_scalar_names", tuple(scalars))
+        object.__setattr__(self, "_maps", tuple(maps))
 
     def render_struct(self) -> str:
         """The struct's C++ definition. Members of a standard-layout struct sit in order, each at the next multiple
@@ -143,16 +159,15 @@ class KernelInterface:
         """The launch arguments: every member's value by name (tensor maps as CUtensorMap objects, pointers
         as integer addresses), packed once into the struct's image. Raises ValueError naming a missing or
         unknown member."""
-        missing = [p.name for p in self.params if p.name not in values]
-        unknown = sorted(set(values) - {p.name for p in self.params})
-        if missing or unknown:
+        if len(values) != len(self.params) or any(p.name not in values for p in self.params):
+            missing = [p.name for p in self.params if p.name not in values]
+            unknown = sorted(set(values) - {p.name for p in self.params})
             raise ValueError(f"{self.struct_name}: missing values for {missing}, unknown names {unknown}")
-        buf = bytearray(self.size)
-        for p, off in zip(self.params, self.offsets):
-            v = values[p.name]
-            if p.ctype == TENSOR_MAP:
-                ctypes.memmove((ctypes.c_char * 128).from_buffer(buf, off), v.getPtr(), 128)
-            else:
-                fmt = "Q" if p.ctype.endswith("*") else _SCALARS[p.ctype]
-                struct.pack_into("<" + fmt, buf, off, int(v) if fmt != "f" else float(v))
-        return runtime.ParamPack.of_members(bytes(buf), self.offsets)
+        buf = ctypes.create_string_buffer(self.size)
+        base = ctypes.addressof(buf)
+        # One struct for every scalar (it writes zeros over the maps' places), then each map's 128 bytes.
+        self._scalars.pack_into(buf, 0, *[float(values[name]) if is_float else int(values[name])
+                                          for name, is_float in self._scalar_names])
+        for name, off in self._maps:
+            ctypes.memmove(base + off, values[name].getPtr(), 128)
+        return runtime.ParamPack.of_members(buf.raw, self.offsets)

@@ -44,7 +44,7 @@ bench = bench_cold_l2
 
 def use(mode: str) -> None:
     os.environ["DGX_SASS_INTERLEAVE"] = mode
-    for cache in (launch._plans, launch._params, gemm._fast):
+    for cache in (launch._plans, launch._params, gemm._entries):
         cache.clear()
 
 
