@@ -247,9 +247,12 @@ def _relocations(config, ops: Operands, sources: dict[str, int], ptrs: tuple[int
         return None
     probes = []
     for shift in _PROBE_SHIFTS:
-        moves = {index: (index + 1) << shift for index in set(sources.values())}
-        if any(ptrs[index] - move < (1 << 20) for index, move in moves.items()):
-            return None  # addresses too low to move down (never on a GPU)
+        # Each address moves down by its own amount, or up where it lies too low to move down (memory from the
+        # driver's stream-ordered pool, where converted scales live, can sit a few GB into the address space).
+        moves = {}
+        for index in set(sources.values()):
+            move = (index + 1) << shift
+            moves[index] = move if ptrs[index] - move >= (1 << 20) else -move
         moved = ops._replace(**{field: getattr(ops, field) - moves[index] for field, index in sources.items()})
         try:
             words = _image_words(pack_operands(config, moved))
@@ -264,7 +267,7 @@ def _relocations(config, ops: Operands, sources: dict[str, int], ptrs: tuple[int
         if w0 == w1 == w2:
             continue
         d1, d2 = (w0 - w1) & _MASK, (w0 - w2) & _MASK
-        owner = [index for index in moves1 if moves1[index] == d1 and moves2[index] == d2]
+        owner = [index for index in moves1 if moves1[index] & _MASK == d1 and moves2[index] & _MASK == d2]
         if len(owner) != 1:
             _patchable = False
             return None

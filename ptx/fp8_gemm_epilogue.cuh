@@ -170,9 +170,9 @@ DGX_DEVICE void reduce_split_tile(const Tile& tile, int n_start, const float (&r
         st_shared_v2_f32(at + 8 * kStride * 4, result[0][i * 4 + 2], result[0][i * 4 + 3]);
     }
     named_barrier_sync(kBarrierId, T::kMathThreads);
-    // Thread p publishes to CTA p: the arrivals (each behind its own fence) run in parallel (1-2 us less than
+    // Thread p publishes to CTA p: the arrivals (each with its own release) run in parallel (1-2 us less than
     // one thread's serial loop over the peers at split 8; PERFLOG 2026-11-24 split-K).
-    if (threadIdx.x < T::kSplit) mbarrier_arrive_cluster_publish(&bars[0], threadIdx.x);
+    if (threadIdx.x < T::kSplit) mbarrier_arrive_cluster_release(&bars[0], threadIdx.x);
     mbarrier_wait_cluster(&bars[0], index & 1);
 
     constexpr int kRowVecs = T::kBlockN / 4;
@@ -214,7 +214,7 @@ DGX_DEVICE void reduce_split_tile(const Tile& tile, int n_start, const float (&r
         }
     }
     named_barrier_sync(kBarrierId, T::kMathThreads);
-    if (threadIdx.x < T::kSplit) mbarrier_arrive_cluster(&bars[1], threadIdx.x);
+    if (threadIdx.x < T::kSplit) mbarrier_arrive_cluster_release(&bars[1], threadIdx.x);
 }
 
 }  // namespace dgx

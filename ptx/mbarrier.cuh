@@ -30,15 +30,15 @@ DGX_DEVICE void mbarrier_arrive_cluster(uint64_t* bar, uint32_t rank) {
         : "memory");
 }
 
-// Split-K: publishes this CTA's partial tile to CTA `rank` of the cluster. The cluster-scope release fence
-// orders every write that happened before it (the CTA's math threads synchronise first) ahead of the
-// arrival, so a peer whose acquire wait sees the phase complete reads the finished partial.
-DGX_DEVICE void mbarrier_arrive_cluster_publish(uint64_t* bar, uint32_t rank) {
+// Split-K: arrive on the barrier at the same offset in CTA `rank` with cluster-scope release, so that every
+// write that happened before it in this CTA (the math threads synchronise first; release is cumulative) is
+// visible to a peer whose cluster-scope acquire wait sees the phase complete: the partial tile being published,
+// or, handing a partial back, the ordering of our reads of it before the owner overwrites it.
+DGX_DEVICE void mbarrier_arrive_cluster_release(uint64_t* bar, uint32_t rank) {
     asm volatile(
         "{\n.reg .b32 remote;\n"
-        "fence.acq_rel.cluster;\n"
         "mapa.shared::cluster.u32 remote, %0, %1;\n"
-        "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_addr(bar)),
+        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_addr(bar)),
         "r"(rank)
         : "memory");
 }

@@ -335,6 +335,26 @@ def test_row_major_sfa_is_converted_by_our_kernel_on_the_launch_stream(si, monke
     assert size >= 4 * M * KB and si.driver.frees == []
 
 
+def test_converted_scales_at_a_low_pool_address_take_the_fast_path(si, monkeypatch):
+    """The driver's stream-ordered pool handed out 0x302000000 on the device (12 GB into the address space), below
+    the amounts the relocation probes move addresses by: the probes move such an address up instead, so repeat
+    calls with a row-major SFA still take the fast path (no tensor map encoded) with the same parameters."""
+    monkeypatch.setattr(scales, "_warned", True)
+    si.driver._next_alloc = 0x3_0200_0000
+    a, b, d = dense()
+    sfa = torch.ones(M, KB)
+    gemm.fp8_gemm_nt((a[0], sfa), b, d, stream=5)
+    first = si.driver.launches[-1]
+    encodes = si.driver.encodes
+    for _ in range(3):
+        gemm.fp8_gemm_nt((a[0], sfa), b, d, stream=5)
+    assert si.driver.encodes == encodes, "a repeat call encoded tensor maps: it took the full path"
+    assert len(gemm._entries) == 1
+    assert si.driver.launches[-1].params == first.params
+    (workspace, _), = si.driver.allocs
+    assert workspace == 0x3_0200_0000 and params(first)["sfa"] == workspace
+
+
 def test_converted_scales_under_capture_are_the_graphs_own():
     with stand_in(capturing=True) as s:
         a, b, d = dense()

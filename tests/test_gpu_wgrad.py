@@ -253,7 +253,7 @@ def test_k_grouped_deepgemm_scale_layout(m, n, ks, monkeypatch):
     float64 reference, groups without K left as they were, bitwise the same call with dgx's layout, and no
     copy of the scales unless their rows are not 16-byte multiples."""
     import dgx
-    from dgx import launch
+    from dgx import scales
 
     a, b, refs = _k_grouped_inputs(m, n, ks, seed=21)
     a_dg, b_dg = (a[0], _deepgemm_scales(a[1])), (b[0], _deepgemm_scales(b[1]))
@@ -263,13 +263,13 @@ def test_k_grouped_deepgemm_scale_layout(m, n, ks, monkeypatch):
     dgx.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(a, b, d, ks)  # dgx's layout (compiles outside the count)
 
     copies = []
-    real = launch._converted_scales
+    real = scales.convert  # (view, stream, slot, name): the scale-layout kernel's copy on the GPU
 
     def counted(*args, **kwargs):
         copies.append(args[3] if len(args) > 3 else kwargs.get("name"))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(launch, "_converted_scales", counted)
+    monkeypatch.setattr(scales, "convert", counted)
     d_dg = c.clone()
     dgx.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(a_dg, b_dg, d_dg, ks)
     torch.cuda.synchronize()

@@ -134,3 +134,31 @@ dgx.k_grouped_fp8_gemm_nt_contiguous((a_flat, sfa), (b_flat, sfb), d, ks)
 torch.cuda.synchronize()
 assert torch.equal(d[1], torch.zeros_like(d[1]))
 print("ok k_grouped")
+
+# The prefix-sum contiguous layout (one end row per group; groups start at the previous end rounded up to 128),
+# packed UE8M0 scales unpacked on the GPU, and a row-major SFA converted by the scale-layout kernel.
+import dgx.deep_gemm as dg  # noqa: E402
+
+rows = [100, 0, 130, 1]
+starts = [0]
+for r in rows[:-1]:
+    starts.append(-(-(starts[-1] + r) // 128) * 128)
+psum = torch.tensor([s + r for s, r in zip(starts, rows)], dtype=torch.int32, device="cuda")
+m_sum = starts[-1] + rows[-1]
+a_p = dg.per_token_cast_to_fp8(torch.randn(m_sum, 256, device="cuda", dtype=torch.bfloat16), False)
+a_p = (a_p[0], dg.get_mn_major_tma_aligned_tensor(a_p[1]))
+parts = [dgx.per_block_cast_to_fp8(torch.randn(192, 256, device="cuda", dtype=torch.bfloat16)) for _ in rows]
+b_p = (torch.stack([q for q, _ in parts]), torch.stack([s for _, s in parts]))
+d_p = torch.full((m_sum, 192), float("nan"), device="cuda", dtype=torch.bfloat16)
+dg.m_grouped_fp8_gemm_nt_contiguous(a_p, b_p, d_p, psum, use_psum_layout=True)
+torch.cuda.synchronize()
+print("ok prefix sums")
+a, b, a_fp8, b_fp8, d = make_dense(130, 256, 512)
+a_u = dg.per_token_cast_to_fp8(a, True)
+dg.fp8_gemm_nt((a_u[0], dg.get_mn_major_tma_aligned_packed_ue8m0_tensor(a_u[1])), b_fp8, d)
+torch.cuda.synchronize()
+print("ok packed UE8M0 scales")
+dgx.fp8_gemm_nt((a_fp8[0], a_fp8[1].contiguous()), b_fp8, d)  # row-major SFA: converted on the GPU
+torch.cuda.synchronize()
+check_dense(d, a, b, a_fp8, b_fp8)
+print("ok row-major SFA")
