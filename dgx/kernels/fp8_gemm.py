@@ -288,7 +288,7 @@ def validate_blocks(block_m: int, block_n: int, pair: int = SHARE_NONE, defer: b
         return f"block_m must be 64, 128 or 256; got {block_m}"
     if block_n % 8 or not 8 <= block_n <= 256:
         return f"block_n must be a multiple of 8 in 8..256; got {block_n}"
-    if 128 % block_n and block_n - gcd(block_n, 128) > 128:
+    if not wgrad and 128 % block_n and block_n - gcd(block_n, 128) > 128:  # (the weight gradient scales per column)
         return f"block_n {block_n} lets a tile span three 128-column B-scale blocks"
     # Registers: a math thread holds N/2 FP32 accumulators for the running wgmma plus N/2 promoted results
     # per m64 slice of its warpgroup's rows (one slice, or two for BLOCK_M 256). One math warpgroup may use
