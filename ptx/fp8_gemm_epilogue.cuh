@@ -63,15 +63,20 @@ DGX_DEVICE void store_rows(const float (&result)[T::kMmaPerWG][T::kAccum], const
 }
 
 // Weight gradient: FP32 results into the slice with 64-bit stores (stmatrix is 16-bit only).
+// The plain one-slice tile computes its store addresses here, per tile: left to the compiler, they were formed
+// once before the tile loop and held in BLOCK_N / 4 registers through every k-block (128x152 then spilled with
+// the column scales held in registers too).
 template <typename T>
 DGX_DEVICE void write_slice_fp32(const float (&result)[T::kMmaPerWG][T::kAccum], const MathThread& t,
                                  uint32_t region_addr) {
+    uint32_t row_in_wg = t.row_in_wg, col_in_8 = t.col_in_8;
+    if constexpr (!T::kDefer && T::kMmaPerWG == 1) asm volatile("" : "+r"(row_in_wg), "+r"(col_in_8));
 #pragma unroll
     for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
 #pragma unroll
         for (int i = 0; i < T::kBlockN / 8; ++i) {
-            const uint32_t col_bytes = (i * 8 + t.col_in_8) * 4;
-            const uint32_t row = mm * 64 + t.row_in_wg;
+            const uint32_t col_bytes = (i * 8 + col_in_8) * 4;
+            const uint32_t row = mm * 64 + row_in_wg;
             st_shared_v2_f32(d_offset<T>(region_addr, row, col_bytes), result[mm][i * 4 + 0], result[mm][i * 4 + 1]);
             st_shared_v2_f32(d_offset<T>(region_addr, row + 8, col_bytes), result[mm][i * 4 + 2],
                              result[mm][i * 4 + 3]);

@@ -158,6 +158,32 @@ struct Fp8GemmKLoop {
         }
     }
 
+    // The plain one-slice weight-gradient k-block takes its column scales into registers while its MMAs run
+    // (kColsEarly) and hands the stage back as soon as the MMAs are done: read during the promotion, the loads'
+    // latency followed the MMA wait and the stage stayed taken until the promotion ended (PERFLOG 2026-11-24,
+    // the weight-gradient gap read from the SASS). The deferred k-block keeps reading them in its promotion,
+    // where the other set's MMAs hide the loads (it has no registers for them).
+    static constexpr bool kColsEarly = T::kWgrad && T::kMmaPerWG == 1;
+    static constexpr int kNumCols = kColsEarly ? T::kBlockN / 8 : 1;
+
+    DGX_DEVICE void load_columns(F32x2 (&cols)[kNumCols], uint32_t s) const {
+        const uint32_t sfb_stage = sfb_base + s * T::kSmemSfbSlot;
+#pragma unroll
+        for (int i = 0; i < kNumCols; ++i) cols[i] = ld_shared_f32x2(sfb_stage + i * 32);
+    }
+
+    // promote_columns with the column scales already in registers.
+    DGX_DEVICE void promote_columns(float (&res)[T::kAccum], const float (&acc)[T::kAccum], const float (&scale)[4],
+                                    const F32x2 (&cols)[kNumCols]) const {
+#pragma unroll
+        for (int i = 0; i < kNumCols; ++i) {
+            res[i * 4 + 0] = fmaf(acc[i * 4 + 0], scale[0] * cols[i].x, res[i * 4 + 0]);
+            res[i * 4 + 1] = fmaf(acc[i * 4 + 1], scale[0] * cols[i].y, res[i * 4 + 1]);
+            res[i * 4 + 2] = fmaf(acc[i * 4 + 2], scale[1] * cols[i].x, res[i * 4 + 2]);
+            res[i * 4 + 3] = fmaf(acc[i * 4 + 3], scale[1] * cols[i].y, res[i * 4 + 3]);
+        }
+    }
+
     // One m64 slice's four k32 MMAs of a k-block into `acc`, committed as one group.
     DGX_DEVICE void mma_slice(float (&acc)[T::kAccum], uint64_t desc_a, uint64_t desc_b) {
 #pragma unroll
@@ -241,6 +267,7 @@ struct Fp8GemmKLoop {
             }
         }
         float scale[T::kMmaPerWG][4];
+        F32x2 cols[kNumCols];
 #pragma unroll
         for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
             mma_slice(accum, advance_desc(desc_a, mm * 64 * T::kBlockK), desc_b);
@@ -249,6 +276,7 @@ struct Fp8GemmKLoop {
                 // now: read with the A scales, they stay live across the descriptor setup and the round loop
                 // of 128x160 spills.
                 if constexpr (T::kLean) load_sa(sa, s);
+                if constexpr (kColsEarly) load_columns(cols, s);
                 SfbPair b = sb;
                 if constexpr (T::kSfbInStage) b = stage_sfb(kb, s);
 #pragma unroll
@@ -265,7 +293,11 @@ struct Fp8GemmKLoop {
 #pragma unroll
             for (int i = 0; i < T::kAccum; ++i) fence_operand(accum[i]);
 
-            if constexpr (T::kWgrad) {
+            if constexpr (kColsEarly) {
+                // The MMAs are done and the column scales are in registers: the stage is read.
+                release(s);
+                promote_columns(result[mm], accum, scale[mm], cols);
+            } else if constexpr (T::kWgrad) {
                 // The column scales come from the stage, so it is handed back only after the last slice.
                 promote_columns(result[mm], accum, scale[mm], s);
                 if (mm == T::kMmaPerWG - 1) release(s);

@@ -10,13 +10,15 @@
 namespace dgx {
 
 // One operand's tile of a k-block: one box; or, for the operand a pair shares, this CTA's half multicast to
-// both CTAs; or, where a pair does not share this unit, both halves loaded here. The stage receives the same
-// bytes either way.
-template <typename T, typename Scheduler>
+// both CTAs (kWhole: rank 0's whole tile, T::kWholeB); or, where a pair does not share this unit, both halves
+// loaded here. The stage receives the same bytes either way.
+template <typename T, bool kWhole = false, typename Scheduler>
 DGX_DEVICE void load_operand(const Scheduler& scheduler, const TensorMap* map, uint64_t* full, uint8_t* dst, int k0,
                              int row, int half_rows, bool paired, bool share) {
-    if (!paired) {
+    if (!paired || (kWhole && !share)) {
         tma_load_2d(map, full, dst, k0, row);
+    } else if (kWhole) {
+        if (scheduler.rank == 0) tma_load_2d_multicast(map, full, dst, k0, row, 0x3);
     } else if (share) {
         const int half = scheduler.rank * half_rows;
         tma_load_2d_multicast(map, full, dst + half * T::kBlockK, k0, row + half, 0x3);
@@ -125,7 +127,7 @@ DGX_DEVICE void fp8_gemm_producer(const Fp8GemmSmem& smem, const TensorMap& tmap
                 const int k0 = (k_first + kb) * T::kBlockK;
                 load_operand<T>(scheduler, map_a, &smem.full[s], smem.a + s * T::kSmemA, k0, tile.a_row,
                                 T::kHalfRowsA, T::kPair == kPairN, tile.share);
-                load_operand<T>(scheduler, map_b, &smem.full[s], smem.b + s * T::kSmemB, k0, tile.b_row,
+                load_operand<T, T::kWholeB>(scheduler, map_b, &smem.full[s], smem.b + s * T::kSmemB, k0, tile.b_row,
                                 T::kHalfRowsB, T::kPair == kPairM, tile.share);
                 // A scales are per row, so each CTA of a pair loads its own (never multicast).
                 if constexpr (!T::kSfaTimesSfb)

@@ -42,9 +42,12 @@ struct Fp8GemmTraits {
     static constexpr uint32_t kProducerRegs = 40;
     static constexpr int kPeers = kPair == kPairNone ? 1 : 2;  // CTAs that read each stage (multicast)
     static constexpr int kCluster = kPair == kPairNone ? kSplit : 2;
-    // Rows of the shared operand that each CTA of a pair loads and multicasts to both.
+    // Rows of the shared operand that each CTA of a pair loads and multicasts to both. A weight-gradient B tile
+    // whose halves would not keep the 1024-byte alignment of the 128B swizzle (BLOCK_N 152: halves of 76 rows)
+    // is loaded whole by rank 0 and multicast to both (kWholeB); rank 1 loads no B.
+    static constexpr bool kWholeB = kPair == kPairM && (kBlockN / 2) * 128 % 1024 != 0;
     static constexpr int kHalfRowsA = kPair == kPairN ? kBlockM / 2 : kBlockM;
-    static constexpr int kHalfRowsB = kPair == kPairM ? kBlockN / 2 : kBlockN;
+    static constexpr int kHalfRowsB = kPair == kPairM && !kWholeB ? kBlockN / 2 : kBlockN;
 
     // ---- B-scale blocks (128 columns each; the weight gradient has a scale per column instead).
     static constexpr int kNumSfbRows = (kN + 127) / 128;
@@ -132,7 +135,8 @@ struct Fp8GemmTraits {
                   "the B-scale slots are TMA destinations: 128-byte aligned");
     static_assert(kSmemBytes <= 232448, "Hopper gives a block at most 227 KB of shared memory");
     static_assert(kN % 8 == 0, "TMA needs 16-byte aligned rows of the BF16 output");
-    static_assert(!kWgrad || kPair == kPairNone, "the weight gradient runs without multicast");
+    static_assert(!kWgrad || kPair != kPairN, "the weight gradient shares B (along M) only");
+    static_assert(!kWholeB || kWgrad, "whole-tile multicast of B is for the weight gradient's BLOCK_N only");
     static_assert(kSplit >= 1 && kSplit <= 8, "split-K runs on a cluster of at most 8 CTAs (the portable size)");
     static_assert(kSplit == 1 || (kPair == kPairNone && kBlockM <= 128 && kK > 0 && kNumKBlocks % kSplit == 0),
                   "split-K: no multicast pair, one m64 slice per warpgroup, a compile-time K split in whole k-blocks");

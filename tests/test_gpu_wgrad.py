@@ -337,3 +337,28 @@ def test_k_grouped_deepgemm_layout_errors():
         dgx.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt((a[0], bad), b, d, ks)
     with pytest.raises(ValueError, match=r"SFB: expected shape \(256, 3\) .* or \(3, 256\) .*; got \(256, 2\)"):
         dgx.k_grouped_fp8_gemm_nt_contiguous(a, (b[0], b[1][:, :2]), d, ks)
+
+
+@pytest.mark.parametrize("block_n, stages, defer", [(152, 4, False), (128, 4, False), (104, 5, True)])
+def test_shared_b_matches_unshared(block_n, stages, defer):
+    """The dense weight gradient with B shared by 2-CTA clusters (pair 2: halves multicast, or for BLOCK_N 152 and
+    104 the whole tile from rank 0) gives bitwise the unshared kernel's output: 3 m-blocks (the last pair's
+    second tile lies past M) and a partial last n-block."""
+    import dataclasses
+
+    import dgx
+    from dgx.kernels.fp8_gemm import SHARE_B, GemmConfig
+
+    m, n, k = 300, 600, 1664
+    plain = GemmConfig(n, k, 128, block_n, stages, wgrad=True, defer=defer)
+    a, b = _rows(m, k, 21), _rows(n, k, 22)
+    c = torch.randn(m, n, device="cuda")
+    outs = []
+    for config in (plain, dataclasses.replace(plain, pair=SHARE_B)):
+        d = c.clone()
+        dgx.fp8_gemm_nt(a, b, d, c=d, config=config)
+        outs.append(d)
+    torch.cuda.synchronize()
+    ref = c.double() + dequantize(*a, 1).double() @ dequantize(*b, 1).double().T
+    assert _rel(outs[1], ref) <= MAX_REL
+    assert torch.equal(outs[0], outs[1])

@@ -28,6 +28,7 @@ REPRESENTATIVE = [
     GemmConfig(n=4096, k=7168, block_m=128, block_n=128, stages=5, layout=LAYOUT_CONTIGUOUS),  # MoE contiguous
     GemmConfig(n=7168, k=2048, block_m=64, block_n=160, stages=7, layout=LAYOUT_MASKED),  # MoE masked
     GemmConfig(n=2112, k=4096, block_m=128, block_n=128, stages=4, wgrad=True),  # weight gradient, FP32 out
+    GemmConfig(n=2112, k=4096, block_m=128, block_n=152, stages=4, pair=SHARE_B, wgrad=True),  # B multicast whole, column scales in registers
     GemmConfig(n=4096, k=0, block_m=128, block_n=128, stages=4, layout=3, wgrad=True),  # K-grouped weight gradient
     GemmConfig(n=7168, k=7000, block_m=64, block_n=56, stages=11, defer=True),  # deferred, run-time split, K tail
     GemmConfig(n=4096, k=7168, block_m=128, block_n=128, stages=5, layout=LAYOUT_MASKED, defer=True),  # 192 accumulators

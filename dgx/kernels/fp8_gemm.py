@@ -86,8 +86,8 @@ class GemmConfig:
             problems = problems or f"layout must be one of {sorted(LAYOUT_NAMES)}; got {self.layout}"
         elif self.layout not in (LAYOUT_DENSE, LAYOUT_CONTIGUOUS) and self.pair != SHARE_NONE:
             problems = problems or "multicast pairs are for the dense and contiguous layouts only"
-        elif self.wgrad and self.pair != SHARE_NONE:
-            problems = problems or "the weight gradient runs without multicast pairs"
+        elif self.wgrad and self.pair == SHARE_A:
+            problems = problems or "the weight gradient shares only B (pair 2) through multicast"
         elif (self.layout == LAYOUT_K_GROUPED) != self.wgrad and self.layout != LAYOUT_DENSE:
             problems = problems or "the K-grouped layout is a weight gradient, the M-grouped ones are not"
         if problems:
@@ -107,7 +107,9 @@ class GemmConfig:
 
     @property
     def box_rows_b(self) -> int:
-        return self.block_n // 2 if self.pair == SHARE_B else self.block_n
+        """Rows of B one CTA loads per stage: half the tile when B is shared, unless the halves would break the
+        1024-byte swizzle alignment (weight gradient, block_n 152: rank 0 loads the whole tile for both)."""
+        return self.block_n // 2 if self.pair == SHARE_B and self.block_n % 16 == 0 else self.block_n
 
     def units(self, m: int) -> int:
         """Scheduler work units for M rows: tiles (one per cluster under split-K), or tile pairs when paired."""
@@ -282,13 +284,13 @@ def validate_blocks(block_m: int, block_n: int, pair: int = SHARE_NONE, defer: b
     weight gradient if `wgrad`), else what is wrong."""
     if pair not in (SHARE_NONE, SHARE_A, SHARE_B):
         return f"pair must be 0 (none), 1 (share A along N) or 2 (share B along M); got {pair}"
-    if pair == SHARE_B and block_n % 16:
+    if pair == SHARE_B and block_n % 16 and not wgrad:  # (the weight gradient multicasts such a tile whole)
         return f"sharing B needs block_n a multiple of 16 (1024-byte halves); got {block_n}"
     if block_m not in (64, 128, 256):
         return f"block_m must be 64, 128 or 256; got {block_m}"
     if block_n % 8 or not 8 <= block_n <= 256:
         return f"block_n must be a multiple of 8 in 8..256; got {block_n}"
-    if 128 % block_n and block_n - gcd(block_n, 128) > 128:
+    if not wgrad and 128 % block_n and block_n - gcd(block_n, 128) > 128:  # (the weight gradient scales per column)
         return f"block_n {block_n} lets a tile span three 128-column B-scale blocks"
     # Registers: a math thread holds N/2 FP32 accumulators for the running wgmma plus N/2 promoted results
     # per m64 slice of its warpgroup's rows (one slice, or two for BLOCK_M 256). One math warpgroup may use
