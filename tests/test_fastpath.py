@@ -409,3 +409,30 @@ def test_entries_keep_no_tensor_alive(si):
     del a, b, d
     gc.collect()
     assert gemm._entries and all(r() is None for r in refs)
+
+
+@pytest.mark.parametrize("key", ["dense/fresh_out", "dense/engine", "contiguous/engine", "masked/engine",
+                                 "wgrad/fresh_in"])
+def test_fresh_tensor_patterns_take_the_fast_path_on_every_call_after_the_first(si, monkeypatch, key):
+    """The engine patterns (fresh outputs, fresh slices at moving offsets, changing M, fresh masked_m / m_indices,
+    fresh weight-gradient inputs): once every hint key has had its first (full-path) call, no call plans, checks
+    through the full path or encodes a tensor map again; each still launches once, with its own addresses."""
+    from dgx import launch
+
+    pattern = next(p for p in all_patterns(dgx, "cpu", kinds=(key.split("/")[0],)) if p.key == key)
+    for i in range(2 * 13):  # every M of the changing-M patterns, twice
+        pattern.step(i)
+    planned = []
+    real_plan = launch.plan
+    monkeypatch.setattr(launch, "plan", lambda *a, **k: planned.append(a) or real_plan(*a, **k))
+    encodes, launches = si.driver.encodes, len(si.driver.launches)
+    for i in range(26, 26 + 120):
+        args = pattern.args(i)
+        pattern.call(args)
+        x = params(si.driver.launches[-1])
+        (a, _), (b, _), d = args[:3]
+        assert (x["tmap_a"]["address"], x["tmap_b"]["address"], x["tmap_d"]["address"]) == (
+            a.data_ptr(), b.data_ptr(), d.data_ptr()), (key, i)
+    assert planned == [], f"{key}: {len(planned)} of 120 calls took the full path"
+    assert si.driver.encodes == encodes, f"{key}: tensor maps encoded in steady state"
+    assert len(si.driver.launches) - launches == 120

@@ -5,6 +5,9 @@ allocator, the activations as a fresh slice of a token buffer, and a row count t
 the next. Each :class:`Pattern` here is one such way of calling: ``step(i)`` makes call ``i`` (building its
 tensors first, where the pattern makes fresh ones) and ``prep(i)`` builds the same tensors without the call,
 so that ``cost(step) - cost(prep)`` is the call's own cost.
+dgx.bench.timing.pattern_cost measures it so, for ``dgx bench`` and tests/device/host_cost.py alike (the latter
+also times each call alone, its arguments built outside the timed span: the subtraction charges the call with
+part of building and freeing fresh tensors next to it).
 
 The tensors live on ``device`` (``"cuda"``, or ``"cpu"`` for a profile of the Python path with the driver
 calls stood in for: tests/device/host_profile.py). Their values are zeros: host cost does not depend on them.

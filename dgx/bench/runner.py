@@ -224,21 +224,13 @@ def measure_host(impls, ctx, seed: int, calls: int = HOST_CALLS) -> list[HostCos
 
 
 def _host_figures(hc: HostCost, step, prep, calls: int) -> None:
-    """Fills `hc` with host_cost of `step(i)` over successive i, less that of `prep(i)` (the pattern's own tensor
-    building) where there is one."""
-    import itertools
+    """Fills `hc` with dgx.bench.timing.pattern_cost of `step(i)` less `prep(i)` (the pattern's own tensor
+    building) where there is one: the method of tests/device/host_cost.py too."""
+    from .timing import pattern_cost
 
-    from .timing import host_cost
-
-    counter = itertools.count()
-    ht = host_cost(lambda: step(next(counter)), calls)
-    hc.cpu_us, hc.plain_us, hc.wall_us = ht.cpu_us, ht.plain_us, ht.wall_us
-    hc.held, hc.saturated = ht.held, ht.saturated
-    if prep is not None:
-        counter_p = itertools.count()
-        hp = host_cost(lambda: prep(next(counter_p)), calls)
-        hc.cpu_us, hc.plain_us, hc.wall_us = ht.cpu_us - hp.cpu_us, ht.plain_us - hp.plain_us, ht.wall_us - hp.wall_us
-        hc.prep_us = hp.cpu_us
+    pt = pattern_cost(step, prep, calls)
+    hc.cpu_us, hc.plain_us, hc.wall_us = pt.cpu_us, pt.plain_us, pt.wall_us
+    hc.held, hc.saturated, hc.prep_us = pt.held, pt.saturated, pt.prep_us
     hc.status = OK
 
 

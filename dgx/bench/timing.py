@@ -90,6 +90,46 @@ class HostTiming:
     saturated: bool  # some chunk took as long as the hold: the launch queue may have filled
 
 
+HOST_REPEAT = 3
+"""Runs of :func:`host_cost` per figure in :func:`pattern_cost`, the least kept."""
+
+
+@dataclasses.dataclass
+class PatternTiming:
+    """:func:`pattern_cost`'s figures, µs per call, the pattern's own tensor building (``prep_us``) taken off."""
+
+    cpu_us: float
+    plain_us: float
+    wall_us: float
+    prep_us: float | None  # the least-cpu run of the prep loop; None where the pattern builds nothing
+    held: bool
+    saturated: bool
+
+
+def pattern_cost(step: Callable[[int], object], prep: Callable[[int], object] | None, calls: int = HOST_CALLS,
+                 repeat: int = HOST_REPEAT, start: int = 1000) -> PatternTiming:
+    """The host cost of one call pattern (dgx.bench.host_patterns): :func:`host_cost` of ``step(i)`` over
+    successive i from ``start``, less that of ``prep(i)`` (the tensors the pattern builds before the call) where
+    there is one; each the least (by cpu_us) of ``repeat`` runs, as other processes only add to a run.
+
+    The one method of ``dgx bench``'s host section and of tests/device/host_cost.py: the same hold, warm-up,
+    repeats and subtraction, so their figures differ only by what the process holds and runs besides (the
+    benchmark has its peers' libraries loaded and has run the kernel suites before)."""
+    import itertools
+
+    def best(fn: Callable[[int], object]) -> HostTiming:
+        counter = itertools.count(start)
+        return min((host_cost(lambda: fn(next(counter)), calls) for _ in range(max(1, repeat))),
+                   key=lambda h: h.cpu_us)
+
+    h = best(step)
+    if prep is None:
+        return PatternTiming(h.cpu_us, h.plain_us, h.wall_us, None, h.held, h.saturated)
+    hp = best(prep)
+    return PatternTiming(h.cpu_us - hp.cpu_us, h.plain_us - hp.plain_us, h.wall_us - hp.wall_us, hp.cpu_us, h.held,
+                         h.saturated)
+
+
 def host_cost(
     fn: Callable[[], object],
     calls: int = HOST_CALLS,

@@ -7,13 +7,19 @@ For every pattern of dgx.bench.host_patterns (dense 64x2112x7168: same tensors, 
 engine's fresh slices with changing M, a row-major SFA; the contiguous and masked grouped calls; the weight
 gradient; K-grouped for reference) it prints:
 
-- ``µs/call``: CPU µs of the dgx call itself, with a cached kernel: dgx.bench.timing.host_cost of the pattern's
-  loop (the GPU held busy so the host never waits on it; the least of ``--repeat`` runs), minus the same loop that
-  only builds the pattern's fresh tensors (``prep``);
+- ``µs/call``: CPU µs of the dgx call itself, with a cached kernel: dgx.bench.timing.pattern_cost, the method of
+  ``dgx bench``'s host section (the same defaults too): host_cost of the pattern's loop (the GPU held busy so the
+  host never waits on it; the least of ``--repeat`` runs), minus the same loop that only builds the pattern's
+  fresh tensors (``prep``). The two can still differ by what their process holds: the benchmark has its peers'
+  libraries loaded and has run its kernel suites first;
 - ``plain``: the same from a plain back-to-back loop (where the kernel is longer than the host path, this
   measures the GPU);
 - ``python``: the same call with the driver calls stood in for (tests/driver_stand_in.py: no launch, no encode),
   timed here: dgx's Python; ``driver`` is the rest (cuLaunchKernelEx and the like);
+- ``in situ``: the call alone, timed one by one (perf_counter_ns around each call, the pattern's tensors built
+  outside the timed spans, the GPU held busy per chunk as above; the timer's own cost taken off): no subtraction,
+  so it is free of the prep loop's noise; where it is well below ``µs/call``, the subtraction is what differs
+  (building and freeing fresh tensors costs more in the loop with the calls than alone);
 - ``encodes``: tensor maps encoded per call in steady state (0 when addresses are relocated in place);
 - the goal of the issue for the pattern, where it set one.
 
@@ -26,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import itertools
 import json
 import os
 import sys
@@ -60,9 +65,43 @@ def _python_us(pattern, calls: int = 400, rounds: int = 15) -> float:
     return min(steps) - min(preps)
 
 
+def in_situ_us(pattern, calls: int, chunk: int = 100, hold: bool = True, rounds: int = 3) -> float:
+    """µs per call of ``pattern.call`` alone, each call timed by itself, its arguments built just before, outside
+    the timed span (see the module docstring); the least of `rounds` runs. With `hold`, each chunk of calls is
+    issued behind torch.cuda._sleep (the GPU never makes the host wait)."""
+    import torch
+
+    ns = time.perf_counter_ns
+    sleep = getattr(torch.cuda, "_sleep", None) if hold else None
+    best = float("inf")
+    i = 1000
+    for _ in range(rounds):
+        total = overhead = 0
+        done = 0
+        while done < calls:
+            n = min(chunk, calls - done)
+            if sleep is not None:
+                sleep(int(0.02 * 1.98e9))
+            for _ in range(n):
+                args = pattern.args(i)
+                i += 1
+                t = ns()
+                pattern.call(args)
+                total += ns() - t
+                t = ns()
+                overhead += ns() - t
+            del args
+            if sleep is not None:
+                torch.cuda.synchronize()
+            done += n
+        best = min(best, (total - overhead) / calls / 1e3)
+    return best
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--calls", type=int, default=2000, help="calls per measurement (default 2000)")
+    ap.add_argument("--calls", type=int, default=1000,
+                    help="calls per measurement (default 1000, as dgx bench's host section)")
     ap.add_argument("--repeat", type=int, default=3, help="measurements per pattern, the least kept (default 3)")
     ap.add_argument("--only", nargs="*", default=None, help="KIND/NAME of the patterns to run")
     ap.add_argument("--json", default=None, help="also write the results here")
@@ -95,7 +134,8 @@ def run(args) -> None:
     import dgx
     from dgx import runtime
 
-    from dgx.bench import timing  # host_cost: the GPU held busy while the calls are issued
+    # pattern_cost of this tree (the GPU held busy while the calls are issued), whichever dgx is measured.
+    timing = _load("host_timing_here", ROOT / "dgx" / "bench" / "timing.py")
 
     # The patterns of this tree, whichever dgx is measured (a baseline tree may have none).
     patterns_mod = _load("host_patterns_here", ROOT / "dgx" / "bench" / "host_patterns.py")
@@ -123,20 +163,12 @@ def run(args) -> None:
         encodes[0] += 1
         return real_encode(*a, **k)
 
-    def best_host_cost(fn):
-        """dgx.bench.timing.host_cost, the least of `repeat` runs (a run only gains from other processes' noise)."""
-        runs = [timing.host_cost(fn, args.calls) for _ in range(args.repeat)]
-        return min(runs, key=lambda h: h.cpu_us)
-
     results = {}
     for p in patterns:
-        counter = itertools.count(1000)
-        h = best_host_cost(lambda: p.step(next(counter)))
-        prep = prep_plain = 0.0
-        if p.prep is not None:
-            pc = itertools.count(1000)
-            hp = best_host_cost(lambda: p.prep(next(pc)))
-            prep, prep_plain = hp.cpu_us, hp.plain_us
+        # dgx.bench.timing.pattern_cost: the method of `dgx bench`'s host section (same hold, repeats, prep).
+        pt = timing.pattern_cost(p.step, p.prep, args.calls, args.repeat)
+        prep = pt.prep_us or 0.0
+        situ = in_situ_us(p, args.calls)
         runtime.encode_tensor_map = counting_encode
         encodes[0] = 0
         for i in range(200):
@@ -144,8 +176,8 @@ def run(args) -> None:
         runtime.encode_tensor_map = real_encode
         torch.cuda.synchronize()
         results[p.key] = {
-            "label": p.label, "cpu_us": round(h.cpu_us - prep, 2), "plain_us": round(h.plain_us - prep_plain, 2),
-            "prep_us": round(prep, 2), "held": h.held, "saturated": h.saturated, "encodes_per_call": encodes[0] / 200,
+            "label": p.label, "cpu_us": round(pt.cpu_us, 2), "plain_us": round(pt.plain_us, 2),
+            "prep_us": round(prep, 2), "in_situ_us": round(situ, 2), "held": pt.held, "saturated": pt.saturated, "encodes_per_call": encodes[0] / 200,
             "goal_us": patterns_mod.GOALS_US.get(p.key),
         }
         print(f"  {p.key}: {results[p.key]['cpu_us']:.2f} µs/call", flush=True)
@@ -160,21 +192,24 @@ def run(args) -> None:
                         print(f"{p.key}: stand-in run failed: {type(e).__name__}: {e}")
                         continue
                     results[p.key]["python_us"] = round(us, 2)
+                    results[p.key]["python_in_situ_us"] = round(in_situ_us(p, 400, hold=False, rounds=15), 2)
                     results[p.key]["driver_us"] = round(results[p.key]["cpu_us"] - us, 2)
     print()
-    header = f"{'pattern':<24} {'µs/call':>8} {'plain':>7} {'prep':>6} {'python':>7} {'driver':>7} {'encodes':>8} {'goal':>6}  what"
+    header = f"{'pattern':<24} {'µs/call':>8} {'plain':>7} {'prep':>6} {'python':>7} {'driver':>7} {'situ':>6} {'py-situ':>7} {'encodes':>8} {'goal':>6}  what"
     print(header)
     print("-" * len(header))
     for key, r in results.items():
         goal = r["goal_us"]
         mark = "" if goal is None else (" ok" if r["cpu_us"] <= goal else " OVER")
         print(f"{key:<24} {r['cpu_us']:8.2f} {r['plain_us']:7.2f} {r['prep_us']:6.2f} {r.get('python_us', float('nan')):7.2f} "
-              f"{r.get('driver_us', float('nan')):7.2f} {r['encodes_per_call']:8.2f} "
+              f"{r.get('driver_us', float('nan')):7.2f} {r['in_situ_us']:6.2f} {r.get('python_in_situ_us', float('nan')):7.2f} "
+              f"{r['encodes_per_call']:8.2f} "
               f"{'-' if goal is None else f'{goal:.0f}':>6}{mark}  {r['label']}")
     for key, why in failed.items():
         print(f"{key:<24} failed: {why}")
     print("\nµs/call: held-GPU CPU time per call minus the pattern's own tensor building (prep); python: the same call "
-          "with the driver calls stood in for; driver: the difference.")
+          "with the driver calls stood in for; driver: the difference; situ / py-situ: the call alone, timed call by call "
+          "(held GPU / driver stood in), no prep subtraction.")
     if args.json:
         env = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "dgx_path": str(Path(dgx.__file__).parent),
                "calls": args.calls, "repeat": args.repeat, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
