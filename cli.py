@@ -18,10 +18,11 @@ import click
 
 import dgx
 from dgx import env, interrupts, problems, user_errors, warmup as warmup_mod
-from dgx.kinds import KIND_NAMES, MQA_KIND_NAMES, SHORT_NAMES, GemmKind
+from dgx.kinds import KIND_NAMES, M_GROUPED_CONTIGUOUS_PSUM, MQA_KIND_NAMES, SHORT_NAMES, VARIANT_KIND_NAMES, GemmKind
 
-# `dgx inspect --kind`: the short names (as the benchmark's suites) or the shapes-file kinds.
-INSPECT_KINDS = SHORT_NAMES + tuple(k for k in KIND_NAMES if k not in SHORT_NAMES) + MQA_KIND_NAMES
+# `dgx inspect --kind`: the short names (as the benchmark's suites) or the shapes-file kinds (the layout variants
+# such as m_grouped_contiguous_psum included).
+INSPECT_KINDS = SHORT_NAMES + tuple(k for k in KIND_NAMES if k not in SHORT_NAMES) + VARIANT_KIND_NAMES + MQA_KIND_NAMES
 BENCH_SUITES = SHORT_NAMES + ("mqa", "paged_mqa", "all")  # dgx.bench.SUITES, then "all" (a test checks)
 BENCH_TIMERS = ("events", "kernel")  # dgx.bench.TIMERS (a test checks); dgx.bench is imported when bench runs
 MAX_ERROR_LINES = 40
@@ -444,7 +445,7 @@ def _print_report(r: dict) -> None:
 @click.option("--gemm", nargs=3, type=click.IntRange(min=1), metavar="M N K", help="The kernel the heuristics pick.")
 @click.option("--kind", type=click.Choice(INSPECT_KINDS), default="dense", show_default=True)
 @click.option("--groups", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Groups of a grouped kind (with --gemm, M is M_sum for contiguous, rows per group for masked).")
+              help="Groups of a grouped kind (with --gemm, M is M_sum for contiguous and its prefix-sum variant, rows per group for masked).")
 @click.option("--num-sms", type=click.IntRange(min=1), default=None, help="SMs to plan for [default: $DGX_NUM_SMS or 132].")
 @click.option("--heads", type=int, default=64, show_default=True, help="MQA-logits kinds: query heads (32 or 64).")
 @click.option("--head-dim", type=int, default=128, show_default=True, help="MQA-logits kinds: head dim (32, 64, 128).")
@@ -515,7 +516,7 @@ _GEMM_LABELS = {"m": "--gemm M", "n": "--gemm N", "k": "--gemm K", "groups": "--
 def _check_gemm(gemm, kind: str, groups: int) -> None:
     """The rules dgx warmup applies to a shapes-file entry, applied to --gemm M N K (dgx/problems.py)."""
     m, n, k = gemm
-    problem_kind = GemmKind.parse(kind).value  # M is M_sum for contiguous
+    problem_kind = kind if kind in VARIANT_KIND_NAMES else GemmKind.parse(kind).value  # M is M_sum for contiguous
     problems.check_problem(
         problem_kind,
         n=n,
@@ -556,8 +557,10 @@ def _gemm_cubin(gemm, kind: str, groups: int, num_sms: int, arch: str) -> tuple[
     from dgx.errors import DgxError
     from dgx.heuristics import choose_dense, choose_grouped, choose_wgrad
 
-    gemm_kind = GemmKind.parse(kind)
     m, n, k = gemm
+    if kind == M_GROUPED_CONTIGUOUS_PSUM:
+        return _psum_cubin(m, n, k, groups, num_sms, arch)
+    gemm_kind = GemmKind.parse(kind)
     try:
         if gemm_kind == GemmKind.DENSE:
             choice = choose_dense(m, n, k, num_sms)
@@ -578,6 +581,29 @@ def _gemm_cubin(gemm, kind: str, groups: int, num_sms: int, arch: str) -> tuple[
         f"{src.dynamic_smem} bytes of dynamic shared memory; "
         f"{choice.num_tiles} units in {choice.waves} wave(s); "
         f"key {jit.kernel_key(src, arch)[:16]}"
+    )
+    return cubin, header
+
+
+def _psum_cubin(m: int, n: int, k: int, groups: int, num_sms: int, arch: str) -> tuple[bytes, str]:
+    """The prefix-sum contiguous kernel dgx.grouped_psum picks for M rows in all (alignment 128), and a header."""
+    from dgx import jit
+    from dgx.errors import DgxError
+    from dgx.grouped_psum import psum_config
+    from dgx.heuristics import CONTIGUOUS_ALIGNMENT
+
+    try:
+        c = psum_config(m, n, k, groups, num_sms, CONTIGUOUS_ALIGNMENT)
+        src = c.render()
+        cubin = jit.get_cubin(src, arch)
+    except (ValueError, DgxError) as exc:
+        raise click.ClickException(str(exc)) from None
+    units = c.units(m)
+    header = (
+        f"contiguous_psum ({groups} groups, alignment {CONTIGUOUS_ALIGNMENT}) M={m} N={n} K={k} on {num_sms} SMs "
+        f"({arch}): block {c.block_m}x{c.block_n}, {c.stages} stages, pair {c.pair}, "
+        f"{'deferred promotion, ' if c.defer else ''}{src.dynamic_smem} bytes of dynamic shared memory; "
+        f"{units} units in {-(-units // num_sms)} wave(s); key {jit.kernel_key(src, arch)[:16]}"
     )
     return cubin, header
 
@@ -672,11 +698,18 @@ def warmup(preset, shapes_file, max_m, num_sms, arch, jobs, as_json) -> None:
         kc.require_writable(f"build the {_plural(missing, 'missing kernel')} into it")
     if corrupt:
         click.echo(f"dgx warmup: {_plural(corrupt, 'corrupt cache entry', 'corrupt cache entries')} removed; rebuilding", err=True)
+    helpers = [pk for pk in the_plan.kernels if pk.helper]
     click.echo(
         f"dgx warmup: {_plural(len(the_plan.kernels), 'distinct kernel')} ({the_plan.seconds:.1f} s to enumerate), "
         f"{missing} to compile" + (f" with {_plural(min(jobs, missing), 'process', 'processes')}" if missing else ""),
         err=True,
     )
+    if helpers:
+        click.echo(
+            f"dgx warmup: of them, {_plural(len(helpers), 'helper kernel')} any GEMM call can launch, whatever its "
+            f"shape: {'; '.join(pk.used_by[0].split(': ', 1)[-1] for pk in helpers)}",
+            err=True,
+        )
     result = warmup_mod.run(the_plan, jobs=jobs, progress=line.compile, on_interrupt=_on_interrupt)
     for name, error in result.failures:
         click.echo(f"dgx warmup: FAILED {name}:\n{_first_lines(error)}", err=True)

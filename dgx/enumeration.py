@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 
 from . import jit
 from .jit import KernelSource
+from .kinds import M_GROUPED_CONTIGUOUS_PSUM
 
 # Every M up to here is asked of the heuristics; beyond it, only the M at which some block count
 # changes (see m_samples).
@@ -58,16 +59,28 @@ def m_samples(max_m: int, block_ms: Sequence[int] | None = None) -> list[int]:
     return m_samples_between(max_m, 1, max_m + 1, block_ms)
 
 
+def psum_top(groups: int | None, limit: int) -> int:
+    """The largest heuristic M of ``m_grouped_contiguous_psum``: the rows of all groups, each padded to the
+    alignment (groups x limit rounded up), capped at CONTIGUOUS_WARM_LIMIT as for the contiguous kind."""
+    from .heuristics import CONTIGUOUS_ALIGNMENT as align
+
+    return max(min((groups or 1) * (-(-limit // align) * align), CONTIGUOUS_WARM_LIMIT), 1)
+
+
 def m_values(kind: str, groups: int | None, limit: int, lo: int, hi: int) -> list[int]:
     """The M asked of the heuristics for one shape, within [lo, hi): for ``m_grouped_contiguous`` every
     M_sum that is a multiple of the alignment up to groups x limit (capped at CONTIGUOUS_WARM_LIMIT: the
-    choice settles on large tiles long before), else :func:`m_samples_between` of ``limit``."""
+    choice settles on large tiles long before); for ``m_grouped_contiguous_psum``, whose M (the rows of A, or
+    groups x DeepGEMM's expected_m_for_psum_layout) is any integer, :func:`m_samples_between` of
+    :func:`psum_top` (the same range); else :func:`m_samples_between` of ``limit``."""
     if kind == "m_grouped_contiguous":
         from .heuristics import CONTIGUOUS_ALIGNMENT as align
 
         top = max(min((groups or 1) * limit, CONTIGUOUS_WARM_LIMIT), align)
         start = -(-max(lo, align) // align) * align
         return list(range(start, min(hi, top + 1), align))
+    if kind == M_GROUPED_CONTIGUOUS_PSUM:
+        return m_samples_between(psum_top(groups, limit), lo, hi)
     return m_samples_between(limit, lo, hi)
 
 
@@ -75,6 +88,8 @@ def m_range(kind: str, groups: int | None, limit: int) -> int:
     """One past the largest M :func:`m_values` can return for this shape."""
     if kind == "m_grouped_contiguous":
         return CONTIGUOUS_WARM_LIMIT + 1
+    if kind == M_GROUPED_CONTIGUOUS_PSUM:
+        return psum_top(groups, limit) + 1
     return limit + 1
 
 
@@ -100,6 +115,11 @@ def config_for(kind: str, n: int, k: int, groups: int | None, m: int, num_sms: i
         return choose_grouped(LAYOUT_CONTIGUOUS, m, n, k, g, num_sms).config
     if kind == "m_grouped_masked":
         return choose_grouped(LAYOUT_MASKED, m, n, k, g, num_sms).config
+    if kind == M_GROUPED_CONTIGUOUS_PSUM:  # as dgx.grouped_psum chooses, for the default alignment (128 rows)
+        from .grouped_psum import psum_config
+        from .heuristics import CONTIGUOUS_ALIGNMENT
+
+        return psum_config(m, n, k, g, num_sms, CONTIGUOUS_ALIGNMENT)
     if kind == "wgrad":
         return choose_wgrad(m, n, k, num_sms, LAYOUT_DENSE, 1).config
     if kind == "k_grouped":

@@ -102,6 +102,26 @@ KIND_NAMES: tuple[str, ...] = tuple(k.value for k in GemmKind)
 #: The short names (benchmark suites, ``dgx inspect --kind``), in order.
 SHORT_NAMES: tuple[str, ...] = tuple(_SHORT[k] for k in GemmKind)
 
+#: The shapes-file kind of the prefix-sum contiguous layout (DeepGEMM's ``use_psum_layout=True``,
+#: dgx/grouped_psum.py): the ``m_grouped_contiguous`` GEMM with the groups' rows given by one prefix sum per
+#: group. Its kernels differ from the contiguous kind's (layout and tile choice), so ``dgx warmup`` and
+#: ``dgx inspect`` take it as a kind of its own; it is not a :class:`GemmKind` (it computes the contiguous kind,
+#: and the benchmark has no suite for it).
+M_GROUPED_CONTIGUOUS_PSUM = "m_grouped_contiguous_psum"
+
+#: Shapes-file kinds that run a :class:`GemmKind` through another layout: name -> (the kind, the layout).
+LAYOUT_VARIANTS: dict[str, tuple[GemmKind, Layout]] = {
+    M_GROUPED_CONTIGUOUS_PSUM: (GemmKind.M_GROUPED_CONTIGUOUS, Layout.CONTIGUOUS_PSUM),
+}
+#: Their names, in order (shapes files of ``dgx warmup``, ``dgx inspect --kind``; not ``dgx bench``).
+VARIANT_KIND_NAMES: tuple[str, ...] = tuple(LAYOUT_VARIANTS)
+
+
+def base_kind(name: str) -> str:
+    """The GemmKind value a shapes-file kind computes: itself, or the kind a layout variant runs."""
+    variant = LAYOUT_VARIANTS.get(name)
+    return variant[0].value if variant else name
+
 
 class MqaKind(str, Enum):
     """The MQA-logits kernels of the DeepSeek-V3.2 indexer; the value is the shapes-file ``kind`` of ``dgx warmup``

@@ -10,10 +10,13 @@ from __future__ import annotations
 from typing import Callable
 
 from . import limits
-from .kinds import KIND_NAMES, GemmKind
+from .kinds import KIND_NAMES, VARIANT_KIND_NAMES, GemmKind, base_kind
 
-KINDS = KIND_NAMES  # the shapes-file kinds: dgx.kinds.GemmKind values
-GROUPED_KINDS = frozenset(k.value for k in GemmKind if k.grouped)
+#: The shapes-file kinds: dgx.kinds.GemmKind values, then the layout variants (m_grouped_contiguous_psum).
+KINDS = KIND_NAMES + VARIANT_KIND_NAMES
+GROUPED_KINDS = frozenset(k.value for k in GemmKind if k.grouped) | frozenset(
+    v for v in VARIANT_KIND_NAMES if GemmKind(base_kind(v)).grouped
+)
 
 
 class ProblemError(ValueError):
@@ -62,13 +65,15 @@ def check_problem(
 ) -> None:
     """Raise ProblemError unless some dgx kernel can run this problem.
 
-    ``m`` is the largest M (``m_field`` names it in messages); for ``m_grouped_contiguous`` it counts the
-    rows of one group, or of all groups together with ``m_is_sum`` (``dgx inspect`` takes M_sum).
+    ``m`` is the largest M (``m_field`` names it in messages); for ``m_grouped_contiguous`` (and its prefix-sum
+    variant ``m_grouped_contiguous_psum``, which follows the same rules) it counts the rows of one group, or of
+    all groups together with ``m_is_sum`` (``dgx inspect`` takes M_sum).
     ``groups`` is required for the grouped kinds and refused for the others. ``label`` turns a field
     name into how the caller's user knows it (``field 'n'`` in a shapes file, ``--gemm N`` on the CLI).
     """
     if kind not in KINDS:
         raise ProblemError(label("kind"), f"expected one of {', '.join(KINDS)}, got {kind!r}")
+    named, kind = kind, base_kind(kind)  # a layout variant follows the rules of the kind it computes
     n = _positive(n, "n", label)
     k = _positive(k, "k", label)
     if n % limits.N_ALIGN:
@@ -90,7 +95,7 @@ def check_problem(
     grouped = kind in GROUPED_KINDS
     if grouped:
         if groups is None:
-            raise ProblemError(label("groups"), f"expected a positive integer for kind {kind}, got nothing (missing)")
+            raise ProblemError(label("groups"), f"expected a positive integer for kind {named}, got nothing (missing)")
         groups = _positive(groups, "groups", label)
         if kind in (GemmKind.M_GROUPED_CONTIGUOUS, GemmKind.M_GROUPED_MASKED):
             _at_most(groups * n, "groups", label, "groups x N (B of all groups is one [groups x N, K] tensor map)",
@@ -101,7 +106,7 @@ def check_problem(
     elif groups is not None:
         raise ProblemError(
             label("groups"),
-            f"expected no groups for kind {kind!r} (only {', '.join(sorted(GROUPED_KINDS))} take them), got {groups}",
+            f"expected no groups for kind {named!r} (only {', '.join(sorted(GROUPED_KINDS))} take them), got {groups}",
         )
     if m is None:
         return

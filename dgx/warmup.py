@@ -7,6 +7,12 @@ parallel (spawned) processes. Each worker goes through :func:`dgx.jit.get_cubin`
 cache under the key's lock, so several warmups (or ranks) sharing one cache compile each kernel once.
 No GPU is needed: the SM count and the architecture are arguments.
 
+A plan with any GEMM entry also holds the shape-independent helper kernels a GEMM call can launch before the
+GEMM itself (:func:`helper_kernels`: the SFA layout conversion, dgx/scales.py, and the UE8M0 unpack of
+dgx.deep_gemm's packed scales), labelled with why they are there (``PlannedKernel.helper``, ``used_by``).
+The prefix-sum contiguous layout (DeepGEMM's ``use_psum_layout=True``) has a kind of its own,
+``m_grouped_contiguous_psum``: its kernels are not the contiguous kind's.
+
 """
 
 from __future__ import annotations
@@ -225,6 +231,14 @@ def grouped_configs(layout: int, n: int, k: int, groups: int, max_m: int, num_sm
     return enumeration.configs_for(kind, n, k, groups, ms, num_sms)
 
 
+def psum_configs(n: int, k: int, groups: int, max_m: int, num_sms: int) -> list:
+    """The distinct GemmConfigs dgx.grouped_psum.psum_config picks (alignment 128) for every heuristic M up to the
+    rows of `groups` groups of max_m rows (each padded to the alignment; at most CONTIGUOUS_WARM_LIMIT in all)."""
+    kind = "m_grouped_contiguous_psum"
+    ms = enumeration.m_values(kind, groups, max_m, 1, enumeration.m_range(kind, groups, max_m))
+    return enumeration.configs_for(kind, n, k, groups, ms, num_sms)
+
+
 def wgrad_configs(n: int, k: int, groups: int, max_m: int, num_sms: int, k_grouped: bool) -> list:
     """The distinct GemmConfigs choose_wgrad picks for M in 1..max_m (dense, or K-grouped with `groups`
     outputs and `k` the K of a group)."""
@@ -242,7 +256,8 @@ def _sources(spec: ShapeSpec, max_m: int, num_sms: int) -> list[KernelSource]:
 class PlannedKernel:
     key: str
     source: KernelSource
-    used_by: tuple[str, ...]  # labels of the entries that need it
+    used_by: tuple[str, ...]  # labels of the entries that need it (for a helper: why the plan holds it)
+    helper: bool = False  # a shape-independent helper every GEMM entry brings (see helper_kernels)
 
 
 @dataclass
@@ -276,6 +291,22 @@ def _mqa_kernels(spec: MqaSpec, arch: str) -> list[tuple[str, KernelSource]]:
     return [(jit.kernel_key(src, arch), src) for src in sources]
 
 
+#: Why a plan holds each helper kernel (its ``used_by``).
+SFA_LAYOUT_HELPER = "helper for every GEMM entry: SFA layout conversion (an SFA not in the TMA-aligned M-major layout)"
+UE8M0_HELPER = "helper for every GEMM entry: UE8M0 unpack (dgx.deep_gemm with packed int32 scales)"
+
+
+def helper_kernels(arch: str) -> list[tuple[str, str, KernelSource]]:
+    """(why, key, source) of each shape-independent helper kernel a GEMM call can launch: the scale-layout kernel
+    (dgx/scales.py converts an SFA given in another layout, for every GEMM kind) and the UE8M0 unpack kernel
+    (dgx.deep_gemm's packed int32 scales). One kernel each, whatever the shapes, so every plan with a GEMM entry
+    holds both: a strict-mode server never has to compile them."""
+    from .kernels import scale_layout, ue8m0
+
+    helpers = ((SFA_LAYOUT_HELPER, scale_layout.CONFIG.render()), (UE8M0_HELPER, ue8m0.Ue8m0UnpackConfig().render()))
+    return [(why, jit.kernel_key(src, arch), src) for why, src in helpers]
+
+
 def _check_positive(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{name}: expected a positive integer, got {value!r}")
@@ -290,7 +321,8 @@ def plan(
     jobs: int = 1,
     progress: Callable[[PlanProgress], None] | None = None,
 ) -> Plan:
-    """Every distinct kernel (by cache key) the heuristics can choose for the entries.
+    """Every distinct kernel (by cache key) the heuristics can choose for the entries, and, where some entry is a
+    GEMM, the helper kernels of :func:`helper_kernels` (last, ``helper=True``).
 
     ``max_m`` applies to entries that set neither ``max_m`` nor ``m``. Each entry's range of M is asked in
     windows (dgx/enumeration.py); with ``jobs`` > 1 and enough of them, in that many spawned processes.
@@ -305,10 +337,12 @@ def plan(
     owners: list[ShapeSpec] = []
     counts: list[int] = []
     fixed: list[tuple[MqaSpec, list[tuple[str, KernelSource]]]] = []  # entries whose kernels need no search
+    any_gemm = False
     for spec in entries:
         if isinstance(spec, MqaSpec):
             fixed.append((spec, _mqa_kernels(spec, arch)))
             continue
+        any_gemm = True
         limit = spec.m_limit(max_m)
         check_problem(spec.kind, n=spec.n, k=spec.k, groups=spec.groups, m=limit, m_field="max_m")
         for lo, hi, count in enumeration.windows(spec.kind, spec.groups, limit):
@@ -349,7 +383,12 @@ def plan(
                 by_key[key] = (src, [])
             if spec.label not in by_key[key][1]:
                 by_key[key][1].append(spec.label)
-    kernels = [PlannedKernel(key, src, tuple(used)) for key, (src, used) in by_key.items()]
+    helper_keys: set[str] = set()
+    if any_gemm:  # its calls can launch the helpers
+        for why, key, src in helper_kernels(arch):
+            helper_keys.add(key)
+            by_key.setdefault(key, (src, []))[1].append(why)
+    kernels = [PlannedKernel(key, src, tuple(used), key in helper_keys) for key, (src, used) in by_key.items()]
     return Plan(arch, num_sms, kernels, time.perf_counter() - t0)
 
 

@@ -146,7 +146,8 @@ def test_shapes_file_is_the_warmup_format():
     """One parser: the bench's errors are dgx.warmup's, and its cases come from warmup's entries."""
     from dgx import warmup
 
-    assert S.ShapesFileError is warmup.ShapesFileError and S.KINDS == warmup.KINDS
+    assert S.ShapesFileError is warmup.ShapesFileError
+    assert S.KINDS == tuple(k for k in warmup.KINDS if k != "m_grouped_contiguous_psum")  # a warmup-only variant
     data = [{"kind": "m_grouped_contiguous", "groups": 4, "m": 8192, "n": 4096, "k": 7168, "note": "x"}]
     shapes, warnings = S.parse_shapes(data)
     assert shapes == [S.builtin_suite("contiguous")[0]] and warnings == []  # 'note' is a format field
@@ -156,6 +157,10 @@ def test_shapes_file_is_the_warmup_format():
     with pytest.raises(warmup.ShapesFileError) as theirs:
         warmup.parse_shapes(bad)
     assert "entry 0: field 'k'" in str(ours.value) and str(ours.value) == str(theirs.value)
+    psum = [{"kind": "m_grouped_contiguous_psum", "groups": 4, "m": 8192, "n": 4096, "k": 7168}]
+    with pytest.raises(warmup.ShapesFileError, match="entry 0: field 'kind': 'm_grouped_contiguous_psum' cannot be "
+                       "benchmarked.*contiguous suite"):
+        S.parse_shapes(psum)
 
 
 def test_masked_m_far_above_max_m_is_a_warning():

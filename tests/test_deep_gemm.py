@@ -489,7 +489,7 @@ def test_psum_configs_follow_the_contiguous_heuristic():
     for m, n, k, groups in ((32768, 4096, 7168, 8), (768, 4096, 7168, 32), (144, 7168, 2048, 6), (40, 4096, 512, 2)):
         psum = grouped_psum.psum_config(m, n, k, groups, 132, 128)
         assert psum.layout == Layout.CONTIGUOUS_PSUM and psum.pair == 0 and psum.block_m == 128
-        assert psum.kernel_name.startswith("dgx_fp8_gemm_nt_contiguous_psum_") and psum.warmup_kind == "m_grouped_contiguous"
+        assert psum.kernel_name.startswith("dgx_fp8_gemm_nt_contiguous_psum_") and psum.warmup_kind == "m_grouped_contiguous_psum"
         assert grouped_psum.psum_config(m, n, k, groups, 132, 256).block_m == 128
         assert grouped_psum.psum_config(m, n, k, groups, 132, 64).block_m == 64
         assert grouped_psum.psum_config(m, n, k, groups, 132, 192).block_m == 64

@@ -17,14 +17,18 @@ from dgx.kernels.fp8_gemm import (
     LAYOUT_MASKED,
     GemmConfig,
 )
-from dgx.kinds import KIND_NAMES, SHORT_NAMES, GemmKind, Layout
+from dgx.kinds import KIND_NAMES, LAYOUT_VARIANTS, SHORT_NAMES, VARIANT_KIND_NAMES, GemmKind, Layout, base_kind
 
 SHAPES_FILE_KINDS = ("dense", "m_grouped_contiguous", "m_grouped_masked", "wgrad", "k_grouped")
 SHORT = ("dense", "contiguous", "masked", "wgrad", "k_grouped")
 
 
 def test_the_names_users_write_are_the_kinds():
-    assert KIND_NAMES == SHAPES_FILE_KINDS == warmup.KINDS == suites.KINDS
+    assert KIND_NAMES == SHAPES_FILE_KINDS == suites.KINDS
+    # warmup (and inspect) also take the prefix-sum layout, a variant of the contiguous kind with kernels of its own
+    assert warmup.KINDS == SHAPES_FILE_KINDS + ("m_grouped_contiguous_psum",) == KIND_NAMES + VARIANT_KIND_NAMES
+    assert LAYOUT_VARIANTS == {"m_grouped_contiguous_psum": (GemmKind.M_GROUPED_CONTIGUOUS, Layout.CONTIGUOUS_PSUM)}
+    assert base_kind("m_grouped_contiguous_psum") == "m_grouped_contiguous" and base_kind("dense") == "dense"
     assert SHORT_NAMES == SHORT == suites.GEMM_SUITES
     assert suites.SUITES == SHORT + ("mqa", "paged_mqa")  # the GEMM suites, then the MQA-logits suites
     for value, short in zip(SHAPES_FILE_KINDS, SHORT):
@@ -58,7 +62,7 @@ def test_layouts_and_the_kernel_side():
     for kind, (layout, wgrad, grouped) in expect.items():
         assert (kind.layout, kind.wgrad, kind.grouped) == (layout, wgrad, grouped)
         assert GemmKind.of(layout, wgrad) is kind
-    assert warmup.GROUPED_KINDS == {"m_grouped_contiguous", "m_grouped_masked", "k_grouped"}
+    assert warmup.GROUPED_KINDS == {"m_grouped_contiguous", "m_grouped_masked", "k_grouped", "m_grouped_contiguous_psum"}
     with pytest.raises(ValueError, match="no GEMM kind has layout 2 with wgrad=True"):
         GemmKind.of(2, True)
 
@@ -71,6 +75,10 @@ def test_configs_know_their_kind_and_render_the_same_for_an_enum_or_an_int():
     assert plain.kind is GemmKind.M_GROUPED_MASKED and plain.warmup_kind == "m_grouped_masked"
     wgrad = GemmConfig(n=4096, k=0, block_m=128, block_n=128, stages=4, layout=Layout.K_GROUPED, wgrad=True)
     assert wgrad.kind is GemmKind.K_GROUPED
+    # The prefix-sum layout computes the contiguous kind, but only its own warmup kind builds it.
+    psum = GemmConfig(n=4096, k=7168, block_m=128, block_n=128, stages=5, layout=Layout.CONTIGUOUS_PSUM)
+    assert psum.kind is GemmKind.M_GROUPED_CONTIGUOUS and psum.warmup_kind == "m_grouped_contiguous_psum"
+    assert '{"kind": "m_grouped_contiguous_psum", "n": 4096, "k": 7168}' in psum.render().warmup_hint
 
 
 def test_shapes_files_round_trip_through_the_enum():
@@ -94,6 +102,27 @@ def test_inspect_takes_the_short_and_the_shapes_file_name(name, tmp_cache, monke
     result = CliRunner().invoke(cli.main, ["inspect", "--gemm", "64", "256", "256", "--kind", name, "--groups", "2"])
     assert result.exit_code == 0, result.output
     assert result.output.startswith("masked (2 groups) M=64 N=256 K=256")
+
+
+def test_inspect_takes_the_prefix_sum_kind(tmp_cache, monkeypatch):
+    """`dgx inspect --kind m_grouped_contiguous_psum` builds the kernel dgx.grouped_psum picks (alignment 128)."""
+    from click.testing import CliRunner
+
+    import cli
+    from dgx import jit
+    from dgx.grouped_psum import psum_config
+
+    monkeypatch.setattr(jit, "_caches", {})
+    assert "m_grouped_contiguous_psum" in cli.INSPECT_KINDS
+    args = ["inspect", "--gemm", "1000", "256", "256", "--kind", "m_grouped_contiguous_psum", "--groups", "4"]
+    result = CliRunner().invoke(cli.main, args)
+    assert result.exit_code == 0, result.output
+    expected = psum_config(1000, 256, 256, 4, 132, 128)
+    assert expected.layout == Layout.CONTIGUOUS_PSUM
+    assert result.output.startswith("contiguous_psum (4 groups, alignment 128) M=1000 N=256 K=256 on 132 SMs")
+    assert f"key {jit.kernel_key(expected.render(), 'sm_90a')[:16]}" in result.output
+    result = CliRunner().invoke(cli.main, args[:-2])  # a grouped kind: --groups defaults to 1, as for the others
+    assert result.exit_code == 0, result.output
 
 
 def test_a_config_must_compute_the_kind_it_is_given_for():

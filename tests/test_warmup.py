@@ -19,12 +19,15 @@ from dgx import jit, warmup
 from dgx.errors import JitStrictError
 from dgx.heuristics import choose_dense
 from dgx.kernels.fp8_gemm import GemmConfig
-from dgx.kinds import GemmKind, Layout
+from dgx.kernels import scale_layout, ue8m0
+from dgx.kinds import KIND_NAMES, GemmKind, Layout
 
 ROOT = Path(__file__).resolve().parents[1]
 
 # Two kernels (block_m 64 and 128) for M in 1..1024, each compiling in well under a second.
 TINY = {"kind": "dense", "n": 256, "k": 256, "max_m": 1024}
+# Every plan with a GEMM entry also holds the two shape-independent helpers (SFA layout conversion, UE8M0 unpack).
+HELPERS = 2
 
 
 # --- shapes files ---------------------------------------------------------------------------------
@@ -113,7 +116,8 @@ def test_presets_are_valid_and_cover_every_kind():
     assert "deepseek-v3" in names and len(names) >= 2
     for name in names:
         specs = warmup.load_preset(name)
-        assert {s.kind for s in specs if not isinstance(s, warmup.MqaSpec)} == set(warmup.KINDS), name
+        # Every GEMM kind; not the prefix-sum variant: the presets do not claim DeepGEMM 2.x's use_psum_layout.
+        assert {s.kind for s in specs if not isinstance(s, warmup.MqaSpec)} == set(KIND_NAMES), name
         ids = [(s.kind, s.heads, s.head_dim) if isinstance(s, warmup.MqaSpec) else (s.kind, s.n, s.k, s.groups, s.max_m)
                for s in specs]
         assert len(ids) == len(set(ids)), f"{name} lists an entry twice"
@@ -182,8 +186,9 @@ def test_plan_dedupes_kernels_across_entries_of_every_kind():
     one = warmup.parse_shapes([TINY])
     p1 = warmup.plan(one, arch="sm_90a")
     expected = {c for c in warmup.dense_configs(256, 256, 1024, warmup.DEFAULT_NUM_SMS)}
-    assert len(p1.kernels) == len(expected) == 2
-    assert {pk.source.name for pk in p1.kernels} == {c.kernel_name for c in expected}
+    gemms = [pk for pk in p1.kernels if not pk.helper]
+    assert len(gemms) == len(expected) == 2 and len(p1.kernels) == 2 + HELPERS
+    assert {pk.source.name for pk in gemms} == {c.kernel_name for c in expected}
 
     many = warmup.parse_shapes(
         [
@@ -204,7 +209,8 @@ def test_plan_dedupes_kernels_across_entries_of_every_kind():
         *warmup.wgrad_configs(256, 256, 2, 256, warmup.DEFAULT_NUM_SMS, True),
         *warmup.wgrad_configs(256, 256, 1, 256, warmup.DEFAULT_NUM_SMS, False),
     ]
-    assert {pk.source.name for pk in p2.kernels} == {c.kernel_name for c in [*expected, *grouped]}
+    assert {pk.source.name for pk in p2.kernels if not pk.helper} == {c.kernel_name for c in [*expected, *grouped]}
+    assert sum(pk.helper for pk in p2.kernels) == HELPERS  # once, however many entries
     assert len({pk.key for pk in p2.kernels}) == len(p2.kernels)
     small = next(pk for pk in p2.kernels if "bm64" in pk.source.name and pk.source.name.startswith("dgx_fp8_gemm_nt_n"))
     assert "dense n=256 k=256 max_m=64" in small.used_by
@@ -226,6 +232,76 @@ def test_plan_argument_errors():
         warmup.plan(one, arch="sm_80")
 
 
+# --- helper kernels and the prefix-sum layout ----------------------------------------------------
+
+_SMALL = {
+    "dense": {"n": 256, "k": 256, "max_m": 64},
+    "wgrad": {"n": 256, "k": 256, "max_m": 64},
+    "m_grouped_contiguous": {"n": 256, "k": 256, "groups": 2, "max_m": 128},
+    "m_grouped_contiguous_psum": {"n": 256, "k": 256, "groups": 2, "max_m": 128},
+    "m_grouped_masked": {"n": 256, "k": 256, "groups": 2, "max_m": 64},
+    "k_grouped": {"n": 256, "k": 256, "groups": 2, "max_m": 64},
+}
+
+
+def _helper_keys(arch: str = "sm_90a") -> dict[str, str]:
+    return {
+        jit.kernel_key(scale_layout.CONFIG.render(), arch): warmup.SFA_LAYOUT_HELPER,
+        jit.kernel_key(ue8m0.Ue8m0UnpackConfig().render(), arch): warmup.UE8M0_HELPER,
+    }
+
+
+@pytest.mark.parametrize("kind", warmup.KINDS)
+def test_every_gemm_plan_holds_the_helper_kernels(kind):
+    """The scale-layout and UE8M0 unpack kernels are shape-independent and any GEMM call can launch them: a plan
+    for any GEMM entry must hold both (labelled), or a strict-mode server would fail on its first such call."""
+    assert set(_SMALL) == set(warmup.KINDS)  # a new kind gets an entry here
+    plan = warmup.plan(warmup.parse_shapes([{"kind": kind, **_SMALL[kind]}]))
+    helpers = {pk.key: pk for pk in plan.kernels if pk.helper}
+    assert set(helpers) == set(_helper_keys()), kind
+    for key, why in _helper_keys().items():
+        assert helpers[key].used_by == (why,)
+        assert "every GEMM entry" in why
+    assert plan.kernels[-HELPERS:] == list(helpers.values())  # after the entries' own kernels
+    assert any(not pk.helper for pk in plan.kernels)
+
+
+def test_helpers_only_with_a_gemm_entry_and_their_hint_names_the_warmup(tmp_cache, monkeypatch, fresh_jit):
+    mqa_only = warmup.plan(warmup.parse_shapes([{"kind": "mqa_logits", "heads": 64, "head_dim": 128}]))
+    assert mqa_only.kernels and not any(pk.helper for pk in mqa_only.kernels)
+    monkeypatch.setenv("DGX_JIT_STRICT", "1")
+    for src in (scale_layout.CONFIG.render(), ue8m0.Ue8m0UnpackConfig().render()):
+        with pytest.raises(JitStrictError, match=re.escape("build it with: dgx warmup --preset NAME, or --shapes FILE "
+                                                           "with any GEMM entry")):
+            jit.get_cubin(src, "sm_90a")
+
+
+def test_psum_kind_enumerates_what_grouped_psum_picks():
+    """m_grouped_contiguous_psum: the configs psum_config (dgx.grouped_psum, alignment 128) picks for every heuristic
+    M up to groups x max_m (each group padded to 128 rows), found by the sampled M, not the contiguous kind's."""
+    from dgx import enumeration
+
+    n, k, groups, max_m, sms = 4096, 7168, 4, 1000, 132
+    top = enumeration.psum_top(groups, max_m)
+    assert top == 4 * 1024 and enumeration.m_range("m_grouped_contiguous_psum", groups, max_m) == top + 1
+    sampled = warmup.psum_configs(n, k, groups, max_m, sms)
+    exhaustive = enumeration.configs_for("m_grouped_contiguous_psum", n, k, groups, range(1, top + 1), sms)
+    assert set(sampled) == set(exhaustive) and len(sampled) == len(set(sampled)) >= 2
+    assert all(c.layout == Layout.CONTIGUOUS_PSUM and c.block_m == 128 and c.pair == 0 for c in sampled)
+    entry = {"kind": "m_grouped_contiguous_psum", "n": n, "k": k, "groups": groups, "max_m": max_m}
+    plan = warmup.plan(warmup.parse_shapes([entry]))
+    assert {pk.source.name for pk in plan.kernels if not pk.helper} == {c.kernel_name for c in sampled}
+    contiguous = warmup.plan(warmup.parse_shapes([entry | {"kind": "m_grouped_contiguous"}]))
+    assert not {pk.key for pk in plan.kernels if not pk.helper} & {pk.key for pk in contiguous.kernels}
+    # A strict-mode miss of such a kernel names the entry that builds it, and that entry parses.
+    hint = sampled[0].render().warmup_hint
+    assert hint.startswith("--shapes FILE with ") and '"kind": "m_grouped_contiguous_psum"' in hint
+    assert warmup.parse_shapes([json.loads(hint.removeprefix("--shapes FILE with ")) | {"groups": groups}])
+    # The same rules as the contiguous kind.
+    with pytest.raises(warmup.ShapesFileError, match="entry 0: field 'groups'"):
+        warmup.parse_shapes([{"kind": "m_grouped_contiguous_psum", "n": n, "k": k}])
+
+
 # --- compiling, strict mode -----------------------------------------------------------------------
 
 
@@ -233,17 +309,20 @@ def test_warmup_twice_then_strict_mode(tmp_cache, monkeypatch, fresh_jit, tmp_pa
     specs = warmup.parse_shapes([TINY])
     seen = []
     first = warmup.warmup(specs, jobs=2, progress=seen.append)
-    assert first.to_json() | {"seconds": 0} == {"kernels": 2, "compiled": 2, "cached": 0, "failed": 0, "seconds": 0}
-    assert [p.done for p in seen] == [1, 2] and all(p.total == 2 for p in seen)
-    assert len(jit.kernel_cache().entries()) == 2
+    total = 2 + HELPERS
+    assert first.to_json() | {"seconds": 0} == {"kernels": total, "compiled": total, "cached": 0, "failed": 0, "seconds": 0}
+    assert [p.done for p in seen] == list(range(1, total + 1)) and all(p.total == total for p in seen)
+    assert len(jit.kernel_cache().entries()) == total
 
     second = warmup.warmup(specs, jobs=2)
-    assert (second.kernels, second.compiled, second.cached, second.failed) == (2, 0, 2, 0)
+    assert (second.kernels, second.compiled, second.cached, second.failed) == (total, 0, total, 0)
 
-    # Strict mode on the warmed cache: every M of the entry loads, nothing compiles.
+    # Strict mode on the warmed cache: every M of the entry loads, and the helpers, nothing compiles.
     monkeypatch.setenv("DGX_JIT_STRICT", "1")
     for m in (1, 64, 65, 1000, 1024):
         assert jit.get_cubin(choose_dense(m, 256, 256, warmup.DEFAULT_NUM_SMS).config.render(), "sm_90a")
+    assert jit.get_cubin(scale_layout.CONFIG.render(), "sm_90a")
+    assert jit.get_cubin(ue8m0.Ue8m0UnpackConfig().render(), "sm_90a")
     assert jit.jit_stats()["compiles"] == 0
 
     # The cache copied elsewhere still hits (keys hold no paths).
@@ -251,6 +330,23 @@ def test_warmup_twice_then_strict_mode(tmp_cache, monkeypatch, fresh_jit, tmp_pa
     shutil.copytree(tmp_cache, moved, ignore=shutil.ignore_patterns("locks", "tmp"))
     monkeypatch.setenv("DGX_CACHE_DIR", str(moved))
     assert jit.get_cubin(choose_dense(1000, 256, 256, warmup.DEFAULT_NUM_SMS).config.render(), "sm_90a")
+    assert jit.jit_stats()["compiles"] == 0
+
+
+def test_strict_mode_finds_the_scale_layout_kernel_after_warmup(tmp_cache, monkeypatch, fresh_jit):
+    """A GEMM warmup into a fresh cache builds the scale-layout kernel (an SFA in another layout) and the UE8M0
+    unpack kernel: a DGX_JIT_STRICT=1 process then finds them in the cache and compiles nothing."""
+    src = scale_layout.CONFIG.render()
+    key = jit.kernel_key(src, "sm_90a")
+    assert not jit.kernel_cache().contains(key)
+    result = warmup.warmup(warmup.parse_shapes([{"kind": "dense", "n": 256, "k": 256, "max_m": 64}]), jobs=1)
+    assert (result.kernels, result.failed) == (1 + HELPERS, 0)
+    monkeypatch.setattr(jit, "_caches", {})  # a new process: nothing in memory
+    jit.reset_jit_stats()
+    monkeypatch.setenv("DGX_JIT_STRICT", "1")
+    kc = jit.kernel_cache()
+    assert kc.contains(key) and kc.contains(jit.kernel_key(ue8m0.Ue8m0UnpackConfig().render(), "sm_90a"))
+    assert jit.get_cubin(src, "sm_90a") == kc.load(key)
     assert jit.jit_stats()["compiles"] == 0
 
 
@@ -286,7 +382,7 @@ def test_warmup_compiles_under_strict_mode(tmp_cache, monkeypatch, fresh_jit):
     """Warmup is how a strict server's cache gets built: DGX_JIT_STRICT=1 in its environment is no obstacle."""
     monkeypatch.setenv("DGX_JIT_STRICT", "1")
     result = warmup.warmup(warmup.parse_shapes([{"kind": "dense", "n": 256, "k": 256, "max_m": 64}]), jobs=1)
-    assert (result.compiled, result.failed) == (1, 0)
+    assert (result.compiled, result.failed) == (1 + HELPERS, 0)
 
 
 def _concurrent_worker(root, shapes, barrier, results):
@@ -322,13 +418,14 @@ def test_concurrent_warmups_compile_each_kernel_once(tmp_path):
     errors = [o[1] for o in out if o[0] == "error"]
     assert not errors, errors[0]
     summaries = [o[1] for o in out]
-    assert all(s["kernels"] == 2 and s["failed"] == 0 for s in summaries), summaries
-    assert sum(s["compiled"] for s in summaries) == 2, summaries  # each kernel compiled by exactly one
-    assert all(s["compiled"] + s["cached"] == 2 for s in summaries), summaries
+    total = 2 + HELPERS
+    assert all(s["kernels"] == total and s["failed"] == 0 for s in summaries), summaries
+    assert sum(s["compiled"] for s in summaries) == total, summaries  # each kernel compiled by exactly one
+    assert all(s["compiled"] + s["cached"] == total for s in summaries), summaries
     from cache import KernelCache
 
     entries = KernelCache(root).entries()
-    assert len(entries) == 2
+    assert len(entries) == total
 
 
 # --- portability ----------------------------------------------------------------------------------

@@ -32,7 +32,8 @@ The entries are parsed and validated by :func:`dgx.warmup.parse_shapes` (one imp
 format; its errors name the entry and the field), then checked for what only the benchmark needs: an
 ``m`` (or ``max_m``), ``m <= max_m`` for dense kinds, and ``k`` a multiple of 128 for ``k_grouped``.
 Unknown fields are ignored with a warning rather than refused. The MQA suites have fixed problems: an entry
-of kind ``mqa_logits`` or ``paged_mqa_logits`` is refused with a message saying so.
+of kind ``mqa_logits`` or ``paged_mqa_logits`` is refused with a message saying so, as is one of the warmup-only
+kind ``m_grouped_contiguous_psum``.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ import zlib
 from typing import Any, Iterable
 
 from .. import warmup as _warmup
-from ..kinds import SHORT_NAMES, GemmKind
+from ..kinds import LAYOUT_VARIANTS, SHORT_NAMES, GemmKind
 from ..warmup import ShapesFileError, ShapeSpec
 from .mqa_suites import MQA_SUITES, MqaShape, builtin_mqa_suite
 
@@ -63,8 +64,9 @@ FIXED_SUITES = MQA_SUITES
 MQA_FILE_KINDS = {"mqa_logits": "mqa", "paged_mqa_logits": "paged_mqa"}
 """Shapes-file kinds one might write for the fixed suites (refused with a message naming the suite)."""
 
-KINDS = _warmup.KINDS
-"""Shape-file kinds (the warmup format's names)."""
+KINDS = tuple(k for k in _warmup.KINDS if k not in LAYOUT_VARIANTS)
+"""Shape-file kinds the benchmark takes: the warmup format's names but its layout variants (those only warm and
+inspect kernels: ``m_grouped_contiguous_psum``)."""
 
 KIND_TO_SUITE = {kind.value: kind.short_name for kind in GemmKind}
 SUITE_TO_KIND = {kind.short_name: kind.value for kind in GemmKind}
@@ -371,11 +373,18 @@ def parse_shapes(data: Any, seed: int = DEFAULT_SEED) -> tuple[list[Shape], list
 
 
 def _refuse_fixed_kinds(data: Any) -> None:
-    """Raise :class:`ShapesFileError` at the first entry whose kind names an MQA suite (fixed problems)."""
+    """Raise :class:`ShapesFileError` at the first entry whose kind names an MQA suite (fixed problems) or a
+    warmup-only layout variant (m_grouped_contiguous_psum: no suite times it)."""
     if not isinstance(data, list):
         return
     for idx, entry in enumerate(data):
         kind = entry.get("kind") if isinstance(entry, dict) else None
+        if isinstance(kind, str) and kind in LAYOUT_VARIANTS:
+            base = LAYOUT_VARIANTS[kind][0]
+            raise ShapesFileError(
+                f"entry {idx}: field 'kind': {kind!r} cannot be benchmarked: it is a dgx warmup and dgx inspect kind; "
+                f"the benchmark times the {base.short_name} suite (kind {base.value!r})"
+            )
         if isinstance(kind, str) and kind in MQA_FILE_KINDS:
             suite = MQA_FILE_KINDS[kind]
             raise ShapesFileError(

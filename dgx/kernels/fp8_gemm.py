@@ -8,7 +8,7 @@ from math import gcd
 
 from .. import jit
 from ..intmath import ceil_div, round_up
-from ..kinds import GemmKind, Layout, ShareDim
+from ..kinds import M_GROUPED_CONTIGUOUS_PSUM, GemmKind, Layout, ShareDim
 from .interface import TENSOR_MAP, KernelInterface, Param
 from .wgmma_render import render_wgmma_e4m3
 
@@ -174,7 +174,10 @@ class GemmConfig:
 
     @property
     def warmup_kind(self) -> str:
-        """The `dgx warmup` shapes-file kind that builds this kernel."""
+        """The `dgx warmup` shapes-file kind that builds this kernel (the prefix-sum layout's is a kind of its own:
+        ``m_grouped_contiguous_psum``)."""
+        if self.layout == Layout.CONTIGUOUS_PSUM:
+            return M_GROUPED_CONTIGUOUS_PSUM
         return self.kind.value
 
     def describe(self) -> tuple[tuple[str, str], ...]:

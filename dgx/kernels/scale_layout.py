@@ -28,6 +28,8 @@ INTERFACE = KernelInterface(
 #: Byte offsets of the two addresses in the parameter struct (a launch with new tensors rewrites just these).
 SRC_OFFSET, DST_OFFSET = INTERFACE.offsets[0], INTERFACE.offsets[1]
 MAX_GROUPS = 65535  # grid z
+#: The `dgx warmup` arguments that build it (a strict-mode miss names them): every plan with a GEMM entry holds it.
+HELPER_WARMUP_HINT = "--preset NAME, or --shapes FILE with any GEMM entry (every GEMM warmup builds this helper kernel)"
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ def _render(config: ScaleTransposeConfig) -> jit.KernelSource:
         name=config.kernel_name,
         source='#include "scale_layout.cuh"\n' + INTERFACE.render_entry(config.kernel_name, config.threads, body),
         summary=(("family", "scale_transpose"), ("tile", str(config.tile)), ("threads", str(config.threads))),
+        warmup_hint=HELPER_WARMUP_HINT,
     )
 
 
