@@ -56,6 +56,31 @@ def _expect_stacked(v: TensorView, name: str, rows: int) -> None:
         )
 
 
+def check_contiguous_operands(av: TensorView, sfav: TensorView, bv: TensorView, sfbv: TensorView, dv: TensorView,
+                              lv: TensorView, layout_name: str) -> tuple[int, int, int, int]:
+    """(M, K, groups, N) of a contiguous grouped GEMM's operands, after the checks both of its group layouts share
+    (`lv`: the int32 group layout, m_indices or the prefix sums, named `layout_name`); its shape is the caller's."""
+    expect_ndim(av, "A", 2)
+    expect_ndim(dv, "d", 2)
+    expect_ndim(sfav, "SFA", 2)
+    expect_ndim(lv, layout_name, 1)
+    expect_dtype(av, "A", "float8_e4m3fn")
+    expect_dtype(sfav, "SFA", "float32")
+    expect_dtype(dv, "d", "bfloat16")
+    expect_dtype(lv, layout_name, "int32")
+    m, k = av.shape
+    if k == 0:
+        raise ValueError("A: K must be positive; got K = 0")
+    groups, n = _check_b(bv, sfbv, k)
+    expect_shape(dv, "d", (m, n))
+    expect_shape(sfav, "SFA", (m, ceil_div(k, 128)))
+    expect_tma_rows(av, "A")
+    expect_tma_rows(dv, "d")
+    expect_nonnegative_strides(sfav, "SFA")
+    expect_contiguous(lv, layout_name)
+    return m, k, groups, n
+
+
 def _check_b(bv: TensorView, sfbv: TensorView, k: int) -> tuple[int, int]:
     expect_ndim(bv, "B", 3)
     expect_ndim(sfbv, "SFB", 3)
@@ -116,30 +141,13 @@ def m_grouped_fp8_gemm_nt_contiguous(a, b, d, m_indices, *, stream=None, config:
     av, sfav, bv, sfbv, dv, iv = views_on_one_device(
         ((A, "A"), (SFA, "SFA"), (B, "B"), (SFB, "SFB"), (d, "d"), (m_indices, "m_indices"))
     )
-    expect_ndim(av, "A", 2)
-    expect_ndim(dv, "d", 2)
-    expect_ndim(sfav, "SFA", 2)
-    expect_ndim(iv, "m_indices", 1)
-    expect_dtype(av, "A", "float8_e4m3fn")
-    expect_dtype(sfav, "SFA", "float32")
-    expect_dtype(dv, "d", "bfloat16")
-    expect_dtype(iv, "m_indices", "int32")
-    m, k = av.shape
-    if k == 0:
-        raise ValueError("A: K must be positive; got K = 0")
-    groups, n = _check_b(bv, sfbv, k)
-    expect_shape(dv, "d", (m, n))
-    expect_shape(sfav, "SFA", (m, ceil_div(k, 128)))
+    m, k, groups, n = check_contiguous_operands(av, sfav, bv, sfbv, dv, iv, "m_indices")
     expect_shape(iv, "m_indices", (m,))
     if m % CONTIGUOUS_ALIGNMENT:
         raise ValueError(
             f"A: M_sum must be a multiple of the contiguous-layout alignment {CONTIGUOUS_ALIGNMENT} (every "
             f"group's segment padded to it); got M_sum = {m}"
         )
-    expect_tma_rows(av, "A")
-    expect_tma_rows(dv, "d")
-    expect_nonnegative_strides(sfav, "SFA")
-    expect_contiguous(iv, "m_indices")
     if n == 0 or m == 0:
         return
     if m >= 2**31:

@@ -7,19 +7,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from . import launch
-from .checks import (
-    ceil_div,
-    expect_contiguous,
-    expect_dtype,
-    expect_ndim,
-    expect_nonnegative_strides,
-    expect_shape,
-    expect_tma_rows,
-    unpack_pair,
-    views_on_one_device,
-)
+from .checks import unpack_pair, views_on_one_device
 from .device import get_num_sms
-from .grouped import _check_b
+from .grouped import check_contiguous_operands
 from .heuristics import _best, candidates, pipeline_stages, with_deferred_promotion, with_stage_rounds
 from .kernels.fp8_gemm import SHARE_NONE, GemmConfig
 from .kinds import Layout
@@ -108,29 +98,12 @@ def m_grouped_fp8_gemm_nt_contiguous_psum(a, b, d, psum_m, *, alignment: int = 1
         raise ValueError(f"alignment: expected a positive int; got {alignment!r}")
     if expected_m is not None and (isinstance(expected_m, bool) or not isinstance(expected_m, int) or expected_m <= 0):
         raise ValueError(f"expected_m_for_psum_layout: expected None or a positive int; got {expected_m!r}")
-    expect_ndim(av, "A", 2)
-    expect_ndim(dv, "d", 2)
-    expect_ndim(sfav, "SFA", 2)
-    expect_ndim(pv, "grouped_layout", 1)
-    expect_dtype(av, "A", "float8_e4m3fn")
-    expect_dtype(sfav, "SFA", "float32")
-    expect_dtype(dv, "d", "bfloat16")
-    expect_dtype(pv, "grouped_layout", "int32")
-    m, k = av.shape
-    if k == 0:
-        raise ValueError("A: K must be positive; got K = 0")
-    groups, n = _check_b(bv, sfbv, k)
-    expect_shape(dv, "d", (m, n))
-    expect_shape(sfav, "SFA", (m, ceil_div(k, 128)))
+    m, k, groups, n = check_contiguous_operands(av, sfav, bv, sfbv, dv, pv, "grouped_layout")
     if tuple(pv.shape) != (groups,):
         raise ValueError(
             f"grouped_layout: with use_psum_layout=True, expected one prefix sum per group, shape ({groups},); got "
             f"{tuple(pv.shape)}"
         )
-    expect_tma_rows(av, "A")
-    expect_tma_rows(dv, "d")
-    expect_nonnegative_strides(sfav, "SFA")
-    expect_contiguous(pv, "grouped_layout")
     if alignment % 64:
         raise ValueError(
             f"alignment: the prefix-sum layout needs the groups aligned to a multiple of 64 rows (dgx's tiles are 64 "
@@ -141,13 +114,15 @@ def m_grouped_fp8_gemm_nt_contiguous_psum(a, b, d, psum_m, *, alignment: int = 1
     if m >= 2**31:
         raise ValueError(f"A: M must be below 2**31; got {m}")
     device = av.device
-    sfav, sfa_layout, keep, launch_stream = scales_for_tma(SFA, sfav, stream, device)
-    heuristic_m = m if expected_m is None else max(1, min(m, expected_m * groups))
-    plan = _plan(m, n, k, groups, device, heuristic_m, alignment, config)
-    if launch_stream is None:
-        launch_stream = resolve_stream(stream, device)
-    ops = Operands(a=av.ptr, a_rows=m, lda=av.strides[0], b=bv.ptr, b_rows=groups * n, ldb=bv.strides[1], d=dv.ptr,
-                   d_rows=m, ldd=dv.strides[0], sfa=sfav.ptr, sfa_layout=sfa_layout, sfb=sfbv.ptr, m=m,
-                   grouped_layout=pv.ptr, groups=groups)
-    plan.launcher.launch(launch_stream, launch.pack(plan.config, ops))
-    del keep  # made on the launch stream: the allocator reuses it only after the kernel
+    sfav, sfa_layout, conversion, launch_stream = scales_for_tma(SFA, sfav, stream, device)
+    try:
+        heuristic_m = m if expected_m is None else max(1, min(m, expected_m * groups))
+        plan = _plan(m, n, k, groups, device, heuristic_m, alignment, config)
+        if launch_stream is None:
+            launch_stream = resolve_stream(stream, device)
+        ops = Operands(a=av.ptr, a_rows=m, lda=av.strides[0], b=bv.ptr, b_rows=groups * n, ldb=bv.strides[1],
+                       d=dv.ptr, d_rows=m, ldd=dv.strides[0], sfa=sfav.ptr, sfa_layout=sfa_layout, sfb=sfbv.ptr,
+                       m=m, grouped_layout=pv.ptr, groups=groups)
+        plan.launcher.launch(launch_stream, launch.pack(plan.config, ops))
+    finally:
+        launch.release(conversion)  # converted scales in capture-owned memory: freed after the kernel
