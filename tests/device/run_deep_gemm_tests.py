@@ -231,11 +231,13 @@ def cublaslt_gemm_tt(a, b, d, c=None) -> None:
 
 
 def _fp4_only(name: str):
-    def stub(*args, **kwargs):
+    """A name their test files import for FP4 cases, which sm_90 never reaches: calling it says why it cannot run."""
+
+    def unavailable(*args, **kwargs):
         raise NotImplementedError(f"{name}: FP4 operands are sm_100 only (DeepGEMM too); dgx runs FP8 on sm_90")
 
-    stub.__name__ = name
-    return stub
+    unavailable.__name__ = name
+    return unavailable
 
 
 # --- the package ----------------------------------------------------------------------------------------------------
