@@ -151,7 +151,7 @@ class Entry:
     """What the full path built for one structure of call; :meth:`run` launches it with new addresses."""
 
     __slots__ = ("check", "ptrs", "addresses", "relocate", "launcher", "pack", "words", "device", "generation",
-                 "current_stream", "conversions", "configs", "pdl_configs", "launch_kernel", "function", "params")
+                 "current_stream", "conversions", "launch_kernel", "function", "params")
 
     def run(self, ptrs: tuple[int, ...], stream) -> bool:
         """Launches with the tensors' data pointers `ptrs` (in the entry's order) on `stream` (None: torch's
@@ -168,23 +168,16 @@ class Entry:
         if self.conversions:
             self._run_converting(ptrs, s)
             return True
-        # Launcher.launch, inlined: the launcher's (immutable) config for the stream, remembered here, from the
-        # table of the programmatic-dependent-launch setting in force (dgx.pdl, read per call like Launcher.launch).
-        config = (self.pdl_configs if _pdl._enabled else self.configs).get(s)
+        # Launcher.launch, inlined: the launcher's own (immutable) config for the stream, from its table for the
+        # programmatic-dependent-launch setting in force (dgx.pdl, read per call as Launcher.launch reads it).
+        launcher = self.launcher
+        config = (launcher._pdl_configs if _pdl._enabled else launcher._configs).get(s)
         if config is None:
-            config = self._config(s)
+            config = launcher.config_for(s)
         (err,) = self.launch_kernel(config, self.function, self.params, 0)
         if err != 0:
-            runtime.check(err, f"cuLaunchKernelEx({self.launcher.kernel.name})")
+            runtime.check(err, f"cuLaunchKernelEx({launcher.kernel.name})")
         return True
-
-    def _config(self, stream: int):
-        pdl = _pdl._enabled
-        table = self.pdl_configs if pdl else self.configs
-        if len(table) >= runtime.MAX_STREAM_CONFIGS:
-            table.clear()
-        config = table[stream] = self.launcher.config_for(stream, pdl)
-        return config
 
     def _run_converting(self, ptrs: tuple[int, ...], s: int) -> None:
         captured = []
@@ -304,7 +297,7 @@ def _register(cache: dict, key: tuple, tensors: Sequence[object], sources: dict[
     pack = runtime.ParamPack.of_members(_launched_image(plan.config, ops), INTERFACE.offsets)
     entry.pack, entry.words = pack, pack.words()
     entry.launcher = plan.launcher
-    entry.configs, entry.pdl_configs, entry.launch_kernel = {}, {}, plan.launcher._drv.cuLaunchKernelEx
+    entry.launch_kernel = plan.launcher._drv.cuLaunchKernelEx
     entry.function, entry.params = plan.launcher.kernel.function, pack.address
     entry.ptrs, entry.addresses = ptrs, addresses
     relocations = _relocations(plan.config, ops, sources, addresses, tuple(entry.words))
