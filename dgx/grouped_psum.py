@@ -21,17 +21,21 @@ __all__ = ["m_grouped_fp8_gemm_nt_contiguous_psum", "psum_config"]
 _plans: dict[tuple, GemmPlan] = {}
 
 
+def _expect_alignment(alignment: int) -> None:
+    if alignment % 64:
+        raise ValueError(
+            f"alignment: the prefix-sum layout needs the groups aligned to a multiple of 64 rows (dgx's tiles are 64 "
+            f"or 128 rows high); got {alignment}"
+        )
+
+
 def psum_config(m: int, n: int, k: int, groups: int, num_sms: int, alignment: int) -> GemmConfig:
     """The prefix-sum layout's config for M rows in all (the heuristic's M), N, K and `groups`: the contiguous
     layout's heuristic with tiles as high as the groups' alignment allows (128 rows for a multiple of 128, else 64:
     the kernel starts each group at its predecessor's end rounded up to the tile height, so a tile lower than the
     alignment would also run tiles of gap rows, as DeepGEMM's sm_90 kernel, whose tile height is the alignment,
     does not) and without 2-CTA clusters (the prefix-sum layout runs single CTAs)."""
-    if alignment % 64:
-        raise ValueError(
-            f"alignment: the prefix-sum layout needs the groups aligned to a multiple of 64 rows (dgx's tiles are 64 "
-            f"or 128 rows high); got {alignment}"
-        )
+    _expect_alignment(alignment)
     block_m = 128 if alignment % 128 == 0 else 64
 
     def options():
@@ -104,11 +108,7 @@ def m_grouped_fp8_gemm_nt_contiguous_psum(a, b, d, psum_m, *, alignment: int = 1
             f"grouped_layout: with use_psum_layout=True, expected one prefix sum per group, shape ({groups},); got "
             f"{tuple(pv.shape)}"
         )
-    if alignment % 64:
-        raise ValueError(
-            f"alignment: the prefix-sum layout needs the groups aligned to a multiple of 64 rows (dgx's tiles are 64 "
-            f"or 128 rows high); got {alignment}"
-        )
+    _expect_alignment(alignment)
     if n == 0 or m == 0:
         return
     if m >= 2**31:

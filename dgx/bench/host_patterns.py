@@ -74,6 +74,12 @@ def _kb(k: int) -> int:
     return -(-k // 128)
 
 
+def _grouped_weights(torch, groups: int, n: int, k: int, device: str):
+    """(B, SFB) of a grouped GEMM: FP8 zeros [groups, N, K] and unit scales per 128x128 block."""
+    return (torch.zeros(groups, n, k, dtype=torch.float8_e4m3fn, device=device),
+            torch.ones(groups, _kb(n), _kb(k), dtype=torch.float32, device=device))
+
+
 def _m_major(torch, rows: int, cols: int, device: str, groups: int | None = None):
     """Float32 zeros [rows, cols] (or [groups, rows, cols]) in the TMA-aligned M-major layout."""
     aligned = -(-rows // 4) * 4
@@ -142,9 +148,7 @@ def contiguous_patterns(dgx, device: str = "cuda") -> list[Pattern]:
     def call(args):
         f(*args)
 
-    B = torch.zeros(g, n, k, dtype=torch.float8_e4m3fn, device=device)
-    SFB = torch.ones(g, _kb(n), kb, dtype=torch.float32, device=device)
-    b = (B, SFB)
+    b = _grouped_weights(torch, g, n, k, device)
     m_sum = g * rows
     sums = [128 * (j + 1) for j in range(len(M_SIZES))]  # 13 values of M_sum, 128 .. 1664
     cap = max(sums) + 128 * SLICE_SLOTS
@@ -179,9 +183,7 @@ def masked_patterns(dgx, device: str = "cuda") -> list[Pattern]:
     def call(args):
         f(*args)
 
-    B = torch.zeros(g, n, k, dtype=torch.float8_e4m3fn, device=device)
-    SFB = torch.ones(g, _kb(n), kb, dtype=torch.float32, device=device)
-    b = (B, SFB)
+    b = _grouped_weights(torch, g, n, k, device)
     As = [torch.zeros(g, m_max, k, dtype=torch.float8_e4m3fn, device=device) for _ in range(POOL)]
     SFAs = [_m_major(torch, m_max, kb, device, g) for _ in range(POOL)]
     ds = [torch.zeros(g, m_max, n, dtype=torch.bfloat16, device=device) for _ in range(POOL)]
