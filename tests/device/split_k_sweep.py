@@ -1,6 +1,6 @@
 """Device experiment: split-K tiles on the memory-bound dense decode shapes (M <= 128), against the
 heuristic's choice, each config checked correct first, then timed in alternating rounds with CUDA events
-(cold L2, DESIGN.md) and kernel-only (the kernel's own duration from the profiler, 256 MB flush).
+(cold L2, DESIGN.md) and kernel-only (dgx bench's kernel timer: the kernel's own duration from the profiler).
 
     python split_k_sweep.py [--precompile] [--json FILE] [M,N,K ...]       (from tests/device/)
 
@@ -91,25 +91,12 @@ def _build(cfg) -> None:
     jit.get_cubin(cfg.render(), "sm_90a")
 
 
-def kernel_only_us(fn, reps: int = 30) -> float:
-    """Median of the GEMM kernel's own duration over `reps` calls, each after zeroing 256 MB (cold L2)."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
+def kernel_only_us(fn) -> float:
+    """Median of the GEMM kernel's own duration over 30 calls, each after an L2 flush (dgx bench's kernel timer)."""
+    from dgx.bench.kernel_timer import time_kernels
+    from dgx.bench.timing import L2Flusher
 
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            flush.zero_()
-            fn()
-        torch.cuda.synchronize()
-    times = [e.time_range.elapsed_us() for e in prof.events()
-             if e.device_type == torch.autograd.DeviceType.CUDA and e.name.startswith("dgx_fp8_gemm")]
-    if len(times) != reps:
-        raise RuntimeError(f"expected {reps} GEMM kernel events from the profiler; got {len(times)}")
-    return statistics.median(times)
+    return time_kernels(fn, L2Flusher()).median_us
 
 
 def main() -> int:
