@@ -96,6 +96,14 @@ def test_main_writes_reports_and_exit_codes(monkeypatch, tmp_path):
     for p in paths:
         assert (tmp_path / p.split("/")[-1]).stat().st_size > 0
     assert "Dense GEMM" in echo.text
+    # the weight-gradient suites are compared with DeepGEMM's figures like the others
+    md = (tmp_path / "r.md").read_text()
+    for title in ("## Weight gradient (", "## K-grouped weight gradient"):
+        table = md.split(title, 1)[1].split("\n## ", 1)[0]
+        assert "| DeepGEMM TF (H100) | vs DeepGEMM |" in table and "| **geomean** |" in table
+    summary = json.loads((tmp_path / "r.json").read_text())["summary"]
+    ratios = {s["suite"]: s["geomean_vs_deepgemm_anchor"] for s in summary["suites"]}
+    assert ratios["wgrad"] is not None and ratios["k_grouped"] is not None
     results.repeats[0].cases[0].impls["dgx"].status = "failed"
     results.repeats[0].cases[0].impls["dgx"].reason = "boom"
     echo = Echo()

@@ -26,9 +26,10 @@ CEIL = {"fp8_tflops": 1000.0, "copy_gbps": 2000.0, "bf16_tflops": 700.0}
 A = make_shape("dense", 4096, 4096, 7168)
 # shape B: 64×7168×16384, memory-bound (anchor 271 TFLOPS)
 B = make_shape("dense", 64, 7168, 16384)
-# a masked shape (anchor present) and a wgrad shape (no anchor)
+# a masked shape (anchor 627 TFLOPS), a wgrad shape (anchor 831 TFLOPS) and a k_grouped one (anchor 751 TFLOPS)
 MK = make_shape("masked", 256, 7168, 2048, groups=4, max_m=4096)
 W = make_shape("wgrad", 7168, 2112, 4096)
+KG = make_shape("k_grouped", 2048, 7168, 4096, groups=8)
 
 # per repeat: shape -> impl -> µs
 TIMES = [
@@ -37,17 +38,19 @@ TIMES = [
         B: {"dgx": 80.0, "cublaslt": 120.0, "triton": 140.0, "bf16": 130.0},
         MK: {"dgx": 40.0, "triton": 80.0, "bf16": 70.0},
         W: {"dgx": 100.0, "cublaslt": 150.0, "triton": 250.0, "bf16": 160.0},
+        KG: {"dgx": 1200.0, "cublaslt": 1400.0, "bf16": 2000.0},
     },
     {
         A: {"dgx": 170.0, "cublaslt": 200.0, "triton": 300.0, "bf16": 280.0},
         B: {"dgx": 80.0, "cublaslt": 110.0, "triton": 140.0, "bf16": 130.0},
         MK: {"dgx": 40.0, "triton": 80.0, "bf16": 70.0},
         W: {"dgx": 110.0, "cublaslt": 150.0, "triton": 250.0, "bf16": 160.0},
+        KG: {"dgx": 1300.0, "cublaslt": 1400.0, "bf16": 2000.0},
     },
 ]
 
 
-def make_results(repeats: int = 2) -> BenchResults:
+def make_results(repeats: int = 2, times: list[dict] | None = None) -> BenchResults:
     res = BenchResults(
         env={"device": "Fake H100", "driver": "580.0", "torch": "2.11", "dgx": "0.1.0", "date": "2026-11-22T00:00:00+00:00"},
         settings={"suite": "all", "repeat": repeats, "warmup": 5, "iters": 30, "diff_tolerance": 1e-3},
@@ -55,7 +58,7 @@ def make_results(repeats: int = 2) -> BenchResults:
     )
     for r in range(repeats):
         rr = RepeatResult(ceilings=dict(CEIL))
-        for shape, impls in TIMES[r].items():
+        for shape, impls in (times or TIMES)[r].items():
             case = CaseResult(shape)
             for name, us in impls.items():
                 case.impls[name] = ImplResult(name, "ok", us=us, us_min=us * 0.98, us_max=us * 1.05, diff=1e-5, note=f"{name} note")
@@ -122,8 +125,15 @@ def test_suite_geomeans_and_spread():
     assert masked.geomean_speedup["cublaslt"] is None
     assert masked.cases[0].anchor is not None
     wgrad = s.suite("wgrad")
-    assert wgrad.geomean_vs_anchor is None
+    assert wgrad.cases[0].anchor == {"tflops": 831.0, "us": 149.0}
+    assert wgrad.geomean_vs_anchor == pytest.approx(_tf(W, 105) / 831)
+    sp = wgrad.spread_vs_anchor
+    assert (sp.min, sp.max) == (pytest.approx(_tf(W, 110) / 831), pytest.approx(_tf(W, 100) / 831))
     assert wgrad.geomean_speedup["cublaslt"] == pytest.approx(150 / 105)
+    kg = s.suite("k_grouped")
+    assert kg.cases[0].anchor == {"tflops": 751.0, "us": 1281.0}
+    assert kg.cases[0].vs_anchor == pytest.approx(_tf(KG, 1250) / 751)  # TFLOPS over TFLOPS, not µs over µs
+    assert kg.geomean_vs_anchor == pytest.approx(_tf(KG, 1250) / 751)
     # host: median over repeats
     host = {h["name"]: h for h in s.host}
     assert host["dgx"]["cpu_us"] == pytest.approx(8.5)
@@ -175,6 +185,13 @@ def test_json_round_trip(tmp_path):
     assert data["summary"]["ceilings"]["fp8_tflops"] == 1000.0
     masked = next(s for s in data["summary"]["suites"] if s["suite"] == "masked")
     assert masked["cases"][0]["shape"]["group_ms"] == list(MK.group_ms)
+    for name, shape, anchor, us in (("wgrad", W, {"tflops": 831.0, "us": 149.0}, 105),
+                                    ("k_grouped", KG, {"tflops": 751.0, "us": 1281.0}, 1250)):
+        suite = next(s for s in data["summary"]["suites"] if s["suite"] == name)
+        assert suite["cases"][0]["anchor_deepgemm_h100"] == anchor
+        ratio = _tf(shape, us) / anchor["tflops"]
+        assert suite["cases"][0]["vs_deepgemm_anchor"] == pytest.approx(ratio)
+        assert suite["geomean_vs_deepgemm_anchor"] == pytest.approx(ratio)
     # recorded results read back render the same reports
     back = load_json(str(path))
     assert render_markdown(back) == render_markdown(res)
@@ -214,6 +231,83 @@ def test_markdown(tmp_path):
         if rows:
             cells = {r.count("|") - r.count("\\|") for r in rows}
             assert len(cells) == 1, block
+
+
+# ---- the weight-gradient suites against DeepGEMM's figures ---------------------------------------
+
+W_NO_ANCHOR = make_shape("wgrad", 7168, 2112, 2048)  # ANCHORS.md has no K = 2048 weight gradient
+W8 = make_shape("wgrad", 16384, 7168, 8192)  # anchor 921 TFLOPS
+KG4 = make_shape("k_grouped", 7168, 4096, 8192, groups=4)  # anchor 923 TFLOPS
+WG_TIMES = [
+    {
+        W: {"dgx": 160.0, "cublaslt": 170.0},
+        W_NO_ANCHOR: {"dgx": 90.0, "cublaslt": 95.0},
+        W8: {"dgx": 2200.0, "cublaslt": 2400.0},
+        KG: {"dgx": 1400.0, "cublaslt": 1500.0},
+        KG4: {"dgx": 2000.0, "cublaslt": 2300.0},
+    }
+]
+W_RATIOS = [_tf(W, 160) / 831, _tf(W8, 2200) / 921]
+KG_RATIOS = [_tf(KG, 1400) / 751, _tf(KG4, 2000) / 923]
+
+
+def _md_section(md: str, title: str) -> tuple[list[str], dict[str, list[str]]]:
+    """The header and the rows (by first cell) of the table under the Markdown heading starting with ``title``."""
+    body = md.split(f"\n## {title}", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in body.splitlines() if line.startswith("| ")]
+    cells = [[c.strip() for c in line.strip("|").split(" | ")] for line in lines]
+    return cells[0], {row[0]: row for row in cells[1:]}
+
+
+def _text_column(text: str, title: str, column: str) -> dict[str, str]:
+    """One column of the terminal table titled ``title``, by row label: its cells are right-aligned under the
+    header, so a one-word cell is the last word before the header's right edge."""
+    body = text.split(f"\n{title}", 1)[1].split("\n\n", 1)[0]
+    header, *lines = body.splitlines()[1:]
+    end = header.index(column) + len(column)
+    rows = [line for line in lines if line.strip() and not line.startswith("-") and not line.startswith("  ")]
+    return {line.split()[0]: line[:end].split()[-1] for line in rows}
+
+
+@pytest.mark.parametrize(
+    "title, shapes, ratios",
+    [
+        ("Weight gradient (", [W, W8], W_RATIOS),
+        ("K-grouped weight gradient", [KG, KG4], KG_RATIOS),
+    ],
+)
+def test_weight_gradient_tables_compare_with_deepgemm(title, shapes, ratios):
+    res = make_results(1, WG_TIMES)
+    gm = math.sqrt(ratios[0] * ratios[1])
+    header, rows = _md_section(render_markdown(res), title)
+    at = header.index("vs DeepGEMM")
+    assert header[at - 1] == "DeepGEMM TF (H100)"
+    for shape, ratio in zip(shapes, ratios):
+        anchor = {W: "831", W8: "921", KG: "751", KG4: "923"}[shape]
+        assert rows[shape.label][at - 1 : at + 1] == [anchor, f"{ratio:.2f}×"]
+    assert rows["**geomean**"][at] == f"**{gm:.2f}×**"
+    if title.startswith("Weight"):  # a shape without a figure: no ratio, and none in the geomean
+        assert rows[W_NO_ANCHOR.label][at - 1 : at + 1] == ["-", "-"]
+    text = render_table(res)
+    anchors, vs = _text_column(text, title, "DeepGEMM TF (H100)"), _text_column(text, title, "vs DeepGEMM")
+    for shape, ratio in zip(shapes, ratios):
+        assert (anchors[shape.label], vs[shape.label]) == (rows[shape.label][at - 1], f"{ratio:.2f}×")
+    assert vs["geomean"] == f"{gm:.2f}×"
+    if title.startswith("Weight"):
+        assert (anchors[W_NO_ANCHOR.label], vs[W_NO_ANCHOR.label]) == ("-", "-")
+
+
+def test_weight_gradient_geomeans_and_spread_line():
+    s = summarize(make_results(1, WG_TIMES))
+    assert s.suite("wgrad").geomean_vs_anchor == pytest.approx(math.sqrt(W_RATIOS[0] * W_RATIOS[1]))
+    assert s.suite("k_grouped").geomean_vs_anchor == pytest.approx(math.sqrt(KG_RATIOS[0] * KG_RATIOS[1]))
+    no_anchor = next(c for c in s.suite("wgrad").cases if c.shape == W_NO_ANCHOR)
+    assert no_anchor.anchor is None and no_anchor.vs_anchor is None
+    twice = make_results(2, WG_TIMES * 2)
+    text = render_table(twice)
+    wgrad_part = text.split("\nWeight gradient (", 1)[1].split("\n\n", 1)[0]
+    gm = math.sqrt(W_RATIOS[0] * W_RATIOS[1])
+    assert f"vs DeepGEMM {gm:.2f} / {gm:.2f} / {gm:.2f}×" in wgrad_part
 
 
 def _pattern_results() -> BenchResults:

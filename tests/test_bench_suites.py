@@ -68,7 +68,48 @@ def test_wgrad_and_k_grouped_suites():
     for s in kg:
         assert s.group_ks == (s.k,) * s.groups
         assert s.flops == 2 * s.m * s.n * s.k * s.groups
-        assert S.anchor_for(s) is None
+
+
+def test_weight_gradient_anchors_cover_their_suites():
+    """ANCHORS.md's weight-gradient tables: one row per built-in shape, keyed the way the suites define M, N, K."""
+    wgrad = S.builtin_suite("wgrad")
+    assert {(s.m, s.n, s.k) for s in wgrad} == set(S.WGRAD_ANCHORS)
+    kg = S.builtin_suite("k_grouped")
+    assert {(s.groups, s.m, s.n, s.k) for s in kg} == set(S.K_GROUPED_ANCHORS)
+    for s in wgrad + kg:
+        a = S.anchor_for(s)
+        assert a is not None, s.label
+        # ANCHORS.md's µs and TFLOPS agree through the suite's own FLOP count (k_grouped: the base k per group)
+        assert s.flops / (a["us"] * 1e-6) / 1e12 == pytest.approx(a["tflops"], rel=0.01), s.label
+        assert S.anchor_for(s, "kernel") is None  # measured with CUDA events: no kernel-only figure
+
+
+@pytest.mark.parametrize(
+    "shape, tflops, us",
+    [
+        (S.make_shape("wgrad", 7168, 2112, 4096), 831.0, 149.0),
+        (S.make_shape("wgrad", 512, 32768, 8192), 885.0, 311.0),
+        (S.make_shape("wgrad", 16384, 7168, 8192), 921.0, 2089.0),
+        (S.make_shape("k_grouped", 7168, 4096, 4096, groups=4), 856.0, 1123.0),
+        (S.make_shape("k_grouped", 2048, 7168, 8192, groups=4), 868.0, 1109.0),
+        (S.make_shape("k_grouped", 2048, 7168, 4096, groups=8), 751.0, 1281.0),
+    ],
+)
+def test_weight_gradient_anchor_values(shape, tflops, us):
+    assert S.anchor_for(shape) == {"tflops": tflops, "us": us}
+
+
+def test_weight_gradient_shapes_without_an_anchor():
+    assert S.anchor_for(S.make_shape("wgrad", 7168, 2112, 2048)) is None  # K not in ANCHORS.md
+    assert S.anchor_for(S.make_shape("wgrad", 2112, 7168, 4096)) is None  # M and N swapped: another output
+    assert S.anchor_for(S.make_shape("k_grouped", 4096, 7168, 4096, groups=4)) is None  # M and N swapped
+    assert S.anchor_for(S.make_shape("k_grouped", 7168, 4096, 4096, groups=2)) is None  # other group count
+    # groups whose K vary around the base still match it; groups averaging another K do not
+    base = S.make_shape("k_grouped", 7168, 4096, 4096, groups=4)
+    around = S.Shape("k_grouped", 7168, 4096, 4096, 4, None, (), (3968, 4224, 4096, 4096))
+    assert S.anchor_for(around) == S.anchor_for(base) == {"tflops": 856.0, "us": 1123.0}
+    above = S.Shape("k_grouped", 7168, 4096, 4096, 4, None, (), (4224, 4224, 4224, 4224))
+    assert S.anchor_for(above) is None
 
 
 def test_suite_names():
@@ -101,6 +142,8 @@ def test_shapes_file_valid(tmp_path):
     assert shapes[1].m == 128  # max_m stands in for m
     assert shapes[2] == S.builtin_suite("contiguous")[0]  # same seeded group sizes
     assert shapes[3].max_m == 4096 and S.anchor_for(shapes[3]) is not None
+    assert S.anchor_for(shapes[4]) == {"tflops": 831.0, "us": 149.0}  # wgrad 7168×2112×4096
+    assert S.anchor_for(shapes[5]) == {"tflops": 856.0, "us": 1123.0}  # k_grouped 4 × 7168×4096, k 4096
     # an unknown field is warned about (naming the entry and the field) and ignored, not refused
     assert len(warnings) == 1 and "entry 5: field 'extra'" in warnings[0] and "ignored" in warnings[0]
     # --suite filters a shapes file

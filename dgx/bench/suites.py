@@ -425,7 +425,10 @@ def load_shapes_file(path: str, seed: int = DEFAULT_SEED) -> tuple[list[Shape], 
 # anchors: DeepGEMM on this workplace's H100 (ANCHORS.md)
 
 ANCHOR_DEVICE = "NVIDIA H100 80GB HBM3 (SXM, 132 SMs)"
-ANCHOR_SOURCE = "ANCHORS.md: DeepGEMM git 3fc6728, driver 580, CUDA 13.0, torch 2.11, measured 2026-11-22"
+ANCHOR_SOURCE = (
+    "ANCHORS.md: DeepGEMM git 3fc6728, driver 580, CUDA 13.0, torch 2.11, measured 2026-11-22 "
+    "(weight gradients 2026-11-24)"
+)
 
 ANCHOR_CEILINGS = {
     "bf16_tflops": 787.0,
@@ -492,6 +495,36 @@ MASKED_ANCHORS = {
     (4, 256, 7168, 2048): {"tflops": 627.0, "us": 50.0},
 }
 
+# Weight gradients: ANCHORS.md, DeepGEMM 3fc6728, measured 2026-11-24 on the same card type with the same method
+# (cold L2, CUDA events, median of 30).
+
+# (M, N, K) -> DeepGEMM TFLOPS, µs: dense weight gradient d = c + a·bᵀ, d [M, N] FP32, both operands 1×128
+WGRAD_ANCHORS = {
+    (7168, 2112, 4096): {"tflops": 831.0, "us": 149.0},
+    (1536, 24576, 4096): {"tflops": 911.0, "us": 339.0},
+    (512, 32768, 4096): {"tflops": 762.0, "us": 180.0},
+    (16384, 7168, 4096): {"tflops": 941.0, "us": 1023.0},
+    (7168, 4096, 4096): {"tflops": 879.0, "us": 274.0},
+    (2048, 7168, 4096): {"tflops": 820.0, "us": 147.0},
+    (7168, 2112, 8192): {"tflops": 954.0, "us": 260.0},
+    (1536, 24576, 8192): {"tflops": 995.0, "us": 622.0},
+    (512, 32768, 8192): {"tflops": 885.0, "us": 311.0},
+    (16384, 7168, 8192): {"tflops": 921.0, "us": 2089.0},
+    (7168, 4096, 8192): {"tflops": 981.0, "us": 490.0},
+    (2048, 7168, 8192): {"tflops": 907.0, "us": 265.0},
+}
+
+# (groups, M, N, base k) -> DeepGEMM TFLOPS, µs: K-grouped weight gradient, d[g] [M, N] FP32; DeepGEMM drew
+# each group's k as base ±128 (random), so compare TFLOPS, not µs
+K_GROUPED_ANCHORS = {
+    (4, 7168, 4096, 4096): {"tflops": 856.0, "us": 1123.0},
+    (4, 2048, 7168, 4096): {"tflops": 890.0, "us": 540.0},
+    (4, 7168, 4096, 8192): {"tflops": 923.0, "us": 2085.0},
+    (4, 2048, 7168, 8192): {"tflops": 868.0, "us": 1109.0},
+    (8, 7168, 4096, 4096): {"tflops": 826.0, "us": 2330.0},
+    (8, 2048, 7168, 4096): {"tflops": 751.0, "us": 1281.0},
+}
+
 HOST_ANCHOR = {"shape": (64, 2112, 7168), "deepgemm_cpu_us_per_call": 81.0, "goal_us": 10.0}
 
 # (M, N, K) -> DeepGEMM kernel-only µs (CUPTI through torch.profiler; ANCHORS.md, decode sizes)
@@ -511,9 +544,12 @@ measured with CUDA events includes launch gaps, so the clocks would not match)."
 
 def anchor_for(shape: Shape, timer: str = "events") -> dict[str, float] | None:
     """DeepGEMM's figure for this shape (H100, ANCHORS.md) on the clock of ``timer``, or None where ANCHORS.md
-    has none: with ``events`` the CUDA-events tables, with ``kernel`` the kernel-only times (dense decode shapes).
+    has none: with ``events`` the CUDA-events tables (dense, contiguous, masked, wgrad, k_grouped), with ``kernel``
+    the kernel-only times (dense decode shapes).
 
-    Grouped anchors were measured with DeepGEMM's own random group sizes, so compare TFLOPS, not µs.
+    Grouped anchors were measured with DeepGEMM's own random group sizes (k_grouped: each group's k drawn as
+    the base k ±128), so compare TFLOPS, not µs. A k_grouped shape matches the anchor of its base k where its
+    groups' K average that base.
     """
     if timer == "kernel":
         us = DENSE_KERNEL_ANCHORS_US.get((shape.m, shape.n, shape.k)) if shape.suite == "dense" else None
@@ -527,4 +563,8 @@ def anchor_for(shape: Shape, timer: str = "events") -> dict[str, float] | None:
         return CONTIGUOUS_ANCHORS.get((shape.groups, shape.m, shape.n, shape.k))
     if shape.suite == "masked" and shape.max_m == MASKED_M_MAX:
         return MASKED_ANCHORS.get((shape.groups, shape.m, shape.n, shape.k))
+    if shape.suite == "wgrad":
+        return WGRAD_ANCHORS.get((shape.m, shape.n, shape.k))
+    if shape.suite == "k_grouped" and shape.total_k == shape.groups * shape.k:
+        return K_GROUPED_ANCHORS.get((shape.groups, shape.m, shape.n, shape.k))
     return None
