@@ -578,7 +578,7 @@ def _gemm_cubin(gemm, kind: str, groups: int, num_sms: int, arch: str) -> tuple[
     header = (
         f"{what} M={m} N={n} K={k} on {num_sms} SMs ({arch}): block {c.block_m}x{c.block_n}, "
         f"{c.stages} stages, pair {c.pair}, {'deferred promotion, ' if c.defer else ''}"
-        f"{src.dynamic_smem} bytes of dynamic shared memory; "
+        f"{'B evict-first, ' if c.stream_b else ''}{src.dynamic_smem} bytes of dynamic shared memory; "
         f"{choice.num_tiles} units in {choice.waves} wave(s); "
         f"key {jit.kernel_key(src, arch)[:16]}"
     )

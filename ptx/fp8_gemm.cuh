@@ -35,7 +35,7 @@ namespace dgx {
 // the groups' maps of A and B, two per group, in global memory. `sfa`, `sfa_rows` and `sfa_stride` are what
 // `tmap_sfa` maps (its base, floats per row, row stride in floats), for the A-scale warps' plain loads.
 template <int kLayout, int kN, int kK, int kBlockM, int kBlockN, int kNumStages, int kGroupN, int kDSpan, int kPair,
-          bool kWgrad, bool kDefer, int kSplit, typename Params>
+          bool kWgrad, bool kDefer, int kSplit, bool kStreamB, typename Params>
 __device__ __forceinline__ void fp8_gemm_nt_body(const Params& params) {
     // The kernel's parameters by name (dgx.kernels.fp8_gemm.INTERFACE lists them and renders the struct), bound
     // to the names the body uses.
@@ -53,7 +53,8 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const Params& params) {
     int64_t ld_d = params.ld_d;
     bool accumulate = params.accumulate != 0;
     const TensorMap* group_maps = params.group_maps;
-    using T = Fp8GemmTraits<kN, kK, kBlockM, kBlockN, kNumStages, kGroupN, kDSpan, kPair, kWgrad, kDefer, kSplit>;
+    using T = Fp8GemmTraits<kN, kK, kBlockM, kBlockN, kNumStages, kGroupN, kDSpan, kPair, kWgrad, kDefer, kSplit,
+                            kStreamB>;
     using Scheduler =
         TileScheduler<kLayout, kBlockM, kBlockN, T::kNumNBlocks, T::kNumKBlocks, kGroupN, kPair, kN, kSplit>;
     static_assert(kLayout != kLayoutKGrouped || kWgrad, "the K-grouped layout is a weight gradient");

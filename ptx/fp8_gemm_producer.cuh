@@ -11,20 +11,20 @@ namespace dgx {
 
 // One operand's tile of a k-block: one box; or, for the operand a pair shares, this CTA's half multicast to
 // both CTAs (kWhole: rank 0's whole tile, T::kWholeB); or, where a pair does not share this unit, both halves
-// loaded here. The stage receives the same bytes either way.
-template <typename T, bool kWhole = false, typename Scheduler>
+// loaded here. The stage receives the same bytes either way. kHint: with L2 cache policy `policy`.
+template <typename T, bool kWhole = false, bool kHint = false, typename Scheduler>
 DGX_DEVICE void load_operand(const Scheduler& scheduler, const TensorMap* map, uint64_t* full, uint8_t* dst, int k0,
-                             int row, int half_rows, bool paired, bool share) {
+                             int row, int half_rows, bool paired, bool share, uint64_t policy = 0) {
     if (!paired || (kWhole && !share)) {
-        tma_load_2d(map, full, dst, k0, row);
+        tma_load_2d<kHint>(map, full, dst, k0, row, policy);
     } else if (kWhole) {
-        if (scheduler.rank == 0) tma_load_2d_multicast(map, full, dst, k0, row, 0x3);
+        if (scheduler.rank == 0) tma_load_2d_multicast<kHint>(map, full, dst, k0, row, 0x3, policy);
     } else if (share) {
         const int half = scheduler.rank * half_rows;
-        tma_load_2d_multicast(map, full, dst + half * T::kBlockK, k0, row + half, 0x3);
+        tma_load_2d_multicast<kHint>(map, full, dst + half * T::kBlockK, k0, row + half, 0x3, policy);
     } else {
-        tma_load_2d(map, full, dst, k0, row);
-        tma_load_2d(map, full, dst + half_rows * T::kBlockK, k0, row + half_rows);
+        tma_load_2d<kHint>(map, full, dst, k0, row, policy);
+        tma_load_2d<kHint>(map, full, dst + half_rows * T::kBlockK, k0, row + half_rows, policy);
     }
 }
 
@@ -104,6 +104,7 @@ DGX_DEVICE void fp8_gemm_producer(const Fp8GemmSmem& smem, const TensorMap& tmap
     Scheduler scheduler(m, grouped_layout, num_groups);
     if (warp == T::kProducerWarp && elect_one()) {
         uint32_t it = 0;  // k-blocks loaded so far
+        const uint64_t b_policy = T::kStreamB ? l2_evict_first_policy() : 0;
         while (scheduler.next_tile(tile)) {
             const int num_kb = kKGrouped ? tile.num_kb : T::kTileKBlocks;
             const TensorMap* map_a = kKGrouped ? group_maps + 2 * tile.group : &tmap_a;
@@ -127,8 +128,9 @@ DGX_DEVICE void fp8_gemm_producer(const Fp8GemmSmem& smem, const TensorMap& tmap
                 const int k0 = (k_first + kb) * T::kBlockK;
                 load_operand<T>(scheduler, map_a, &smem.full[s], smem.a + s * T::kSmemA, k0, tile.a_row,
                                 T::kHalfRowsA, T::kPair == kPairN, tile.share);
-                load_operand<T, T::kWholeB>(scheduler, map_b, &smem.full[s], smem.b + s * T::kSmemB, k0, tile.b_row,
-                                T::kHalfRowsB, T::kPair == kPairM, tile.share);
+                load_operand<T, T::kWholeB, T::kStreamB>(scheduler, map_b, &smem.full[s], smem.b + s * T::kSmemB, k0,
+                                                         tile.b_row, T::kHalfRowsB, T::kPair == kPairM, tile.share,
+                                                         b_policy);
                 // A scales are per row, so each CTA of a pair loads its own (never multicast).
                 if constexpr (!T::kSfaTimesSfb)
                     tma_load_2d(&tmap_sfa, &smem.full[s], smem.sfa + s * T::kSmemSfa, tile.sfa_row,

@@ -8,7 +8,7 @@
 namespace dgx {
 
 template <int kN_, int kK_, int kBlockM_, int kBlockN_, int kNumStages_, int kGroupN_, int kDSpan_, int kPair_,
-          bool kWgrad_, bool kDeferred_, int kSplit_ = 1>
+          bool kWgrad_, bool kDeferred_, int kSplit_ = 1, bool kStreamB_ = false>
 struct Fp8GemmTraits {
     // ---- The problem and the tile.
     static constexpr int kN = kN_;
@@ -28,6 +28,8 @@ struct Fp8GemmTraits {
     static constexpr int kSplit = kSplit_;
     static constexpr int kTileKBlocks = kNumKBlocks / kSplit;  // k-blocks one tile runs (K-grouped: per group)
     static constexpr int kNumNBlocks = (kN + kBlockN - 1) / kBlockN;
+    // B's loads carry the L2 evict-first policy (tma.cuh): decode tiles read each B tile once.
+    static constexpr bool kStreamB = kStreamB_;
 
     // ---- Warpgroups: one or two math warpgroups of kWGRows rows each, then the producer warpgroup.
     static constexpr int kNumMathWG = kBlockM == 64 ? 1 : 2;

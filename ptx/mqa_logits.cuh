@@ -39,7 +39,8 @@ DGX_DEVICE int select_int(const int (&a)[kN], int i) {
     return v;
 }
 
-template <int kH, int kD, int kQ, int kStages, bool kIsPaged, bool kIsCompressed, bool kIsBf16, int kMathWgs>
+template <int kH, int kD, int kQ, int kStages, bool kIsPaged, bool kIsCompressed, bool kIsBf16, int kMathWgs,
+          bool kIsStreamKv = false>
 struct MqaTraits {
     static constexpr int kHeads = kH;
     static constexpr int kHeadDim = kD;
@@ -48,6 +49,8 @@ struct MqaTraits {
     static constexpr bool kPaged = kIsPaged;
     static constexpr bool kCompressed = kIsCompressed;
     static constexpr bool kBf16 = kIsBf16;
+    // KV loads carry the L2 evict-first policy (tma.cuh): the decode cache is read once per call.
+    static constexpr bool kStreamKv = kIsStreamKv;
     static_assert(kHeads == 32 || kHeads == 64, "H must be 32 or 64");
     static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128, "D must be 32, 64 or 128");
     static_assert(!(kPaged && kCompressed), "the paged kernel writes full rows");
@@ -132,19 +135,27 @@ DGX_DEVICE void for_each_prefill_group(const Params& p, F&& f) {
         lo &= ~3;
         g.kv_begin = lo;
         g.num_blocks = hi > lo ? ceil_div(hi - lo, 64) : 0;
-        if (g.num_blocks > 0) f(g);
+        if (g.num_blocks > 0) f(g, 0);
     }
 }
 
 // Decode groups: this CTA's run of (sequence, block) pairs, from schedule[blockIdx.x] up to schedule[blockIdx.x + 1]
 // (dgx.get_paged_mqa_logits_metadata splits all sequences' blocks evenly over the CTAs). Bounded by the batch, by
 // each sequence's own block count and by its block table, so a stale or foreign schedule can cost balance but
-// never reach past them. A sequence's blocks reach its longest query's context.
+// never reach past them. A sequence's blocks reach its longest query's context. Each lane of the calling warp
+// also reads one block id of the group's first 32 (`ids`, for block kv_begin + lane), issued together with the
+// context length so that the two reads cost one memory latency, not two (bounded by the table's width, which the
+// group's blocks never pass).
 template <typename T, typename Params, typename F>
 DGX_DEVICE void for_each_paged_group(const Params& p, F&& f) {
     const int b0 = ld_global_nc_s32(p.schedule + 2 * blockIdx.x), k0 = ld_global_nc_s32(p.schedule + 2 * blockIdx.x + 1);
     const int b1 = ld_global_nc_s32(p.schedule + 2 * blockIdx.x + 2), k1 = ld_global_nc_s32(p.schedule + 2 * blockIdx.x + 3);
+    const int lane = static_cast<int>(lane_id());
     for (int b = b0 < 0 ? 0 : b0; b < p.batch && b <= b1; ++b) {
+        const int begin = b == b0 ? (k0 > 0 ? k0 : 0) : 0;
+        int ids = 0;
+        if (begin + lane < p.table_width)
+            ids = ld_global_nc_s32(p.block_table + static_cast<int64_t>(b) * p.table_stride + begin + lane);
         MqaGroup<T> g;
         g.q_token = b * T::kBlockQ;
         g.seq = b;
@@ -160,11 +171,10 @@ DGX_DEVICE void for_each_paged_group(const Params& p, F&& f) {
         }
         int blocks = ceil_div(ctx, 64);
         blocks = blocks < p.table_width ? blocks : p.table_width;
-        const int begin = b == b0 ? (k0 > 0 ? k0 : 0) : 0;
         const int end = b == b1 ? (k1 < blocks ? k1 : blocks) : blocks;
         g.kv_begin = begin;
         g.num_blocks = end - begin;
-        if (begin < end) f(g);
+        if (begin < end) f(g, ids);
     }
 }
 
@@ -208,9 +218,10 @@ struct MqaSmem {
 template <typename T, typename Params>
 DGX_DEVICE void mqa_produce(const Params& p, const MqaSmem<T>& sm) {
     const bool leader = lane_id() == 0;
+    const uint64_t kv_policy = T::kStreamKv ? l2_evict_first_policy() : 0;
     uint32_t group_index = 0;
     uint32_t handed[T::kMathWarpgroups] = {};  // blocks handed to each math warpgroup so far
-    for_each_group<T>(p, [&](const MqaGroup<T>& g) {
+    for_each_group<T>(p, [&](const MqaGroup<T>& g, int first_ids) {
         const int qs = group_index % T::kNumQStages;
         mbarrier_wait(&sm.q_empty[qs], ((group_index / T::kNumQStages) & 1) ^ 1);
         if (leader) {
@@ -219,11 +230,14 @@ DGX_DEVICE void mqa_produce(const Params& p, const MqaSmem<T>& sm) {
             tma_load_2d(&p.tmap_q, &sm.q_full[qs], sm.q + qs * T::kSmemQ, 0, g.q_token * T::kHeads);
             tma_load_2d(&p.tmap_weights, &sm.q_full[qs], sm.weights + qs * T::kN, 0, g.q_token);
         }
+        // Decode: the lanes hold the ids of blocks t0 .. t0 + 31 (the first 32 came with the group); the next 32
+        // are read while these are issued, so the table's latency hides behind the stages' waits.
+        int block_id = first_ids;
         for (int t0 = 0; t0 < g.num_blocks; t0 += 32) {
-            int block_id = 0;
+            int next_id = 0;
             if constexpr (T::kPaged) {
-                const int t = t0 + static_cast<int>(lane_id());
-                if (t < g.num_blocks) block_id = ld_global_nc_s32(p.block_table + static_cast<int64_t>(g.seq) * p.table_stride + g.kv_begin + t);
+                const int t = t0 + 32 + static_cast<int>(lane_id());
+                if (t < g.num_blocks) next_id = ld_global_nc_s32(p.block_table + static_cast<int64_t>(g.seq) * p.table_stride + g.kv_begin + t);
             }
             const int count = g.num_blocks - t0 < 32 ? g.num_blocks - t0 : 32;
             for (int i = 0; i < count; ++i) {
@@ -240,15 +254,20 @@ DGX_DEVICE void mqa_produce(const Params& p, const MqaSmem<T>& sm) {
                     mbarrier_arrive_expect_tx(&sm.kv_full[s], T::kSmemKv + T::kSmemScales);
                     if constexpr (T::kPaged) {
                         // Ids outside [0, num_blocks) fall outside both maps: TMA fills zeros, nothing is read.
-                        tma_load_3d(&p.tmap_kv, &sm.kv_full[s], sm.kv + s * T::kSmemKv, 0, 0, id);
-                        tma_load_2d(&p.tmap_scales, &sm.kv_full[s], sm.scales + s * T::kBlockKv, 0, id);
+                        tma_load_3d<T::kStreamKv>(&p.tmap_kv, &sm.kv_full[s], sm.kv + s * T::kSmemKv, 0, 0, id,
+                                                  kv_policy);
+                        tma_load_2d<T::kStreamKv>(&p.tmap_scales, &sm.kv_full[s], sm.scales + s * T::kBlockKv, 0, id,
+                                                  kv_policy);
                     } else {
                         const int row = g.kv_begin + (t0 + i) * T::kBlockKv;
-                        tma_load_2d(&p.tmap_kv, &sm.kv_full[s], sm.kv + s * T::kSmemKv, 0, row);
-                        tma_load_2d(&p.tmap_scales, &sm.kv_full[s], sm.scales + s * T::kBlockKv, row, 0);
+                        tma_load_2d<T::kStreamKv>(&p.tmap_kv, &sm.kv_full[s], sm.kv + s * T::kSmemKv, 0, row,
+                                                  kv_policy);
+                        tma_load_2d<T::kStreamKv>(&p.tmap_scales, &sm.kv_full[s], sm.scales + s * T::kBlockKv, row,
+                                                  0, kv_policy);
                     }
                 }
             }
+            block_id = next_id;
         }
         ++group_index;
     });

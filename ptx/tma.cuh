@@ -9,32 +9,71 @@ DGX_DEVICE void prefetch_tensor_map(const TensorMap* map) {
     asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
 
-// 2-D tile load into our own shared memory; `bar` receives the byte count on completion.
-DGX_DEVICE void tma_load_2d(const TensorMap* map, uint64_t* bar, void* dst, int32_t c0, int32_t c1) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::
-            "r"(smem_addr(dst)),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
-        : "memory");
+// An L2 cache policy for data a kernel reads once (a decode GEMM's B, a paged KV cache): its lines are the first
+// evicted, so streaming it through L2 neither pushes out lines others still use nor forces dirty lines (a
+// previous kernel's output) to be written back early, which costs HBM bandwidth on top of the stream's own.
+// PTX ISA, "createpolicy".
+DGX_DEVICE uint64_t l2_evict_first_policy() {
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    return policy;
 }
 
-// 3-D tile load into our own shared memory (e.g. one block of a paged cache: [blocks, rows, bytes]).
-DGX_DEVICE void tma_load_3d(const TensorMap* map, uint64_t* bar, void* dst, int32_t c0, int32_t c1, int32_t c2) {
-    asm volatile(
-        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];" ::
-            "r"(smem_addr(dst)),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
-        : "memory");
+// 2-D tile load into our own shared memory; `bar` receives the byte count on completion. kHint: with the L2
+// cache policy `policy` (l2_evict_first_policy).
+template <bool kHint = false>
+DGX_DEVICE void tma_load_2d(const TensorMap* map, uint64_t* bar, void* dst, int32_t c0, int32_t c1,
+                            uint64_t policy = 0) {
+    if constexpr (kHint)
+        asm volatile(
+            "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+            " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_addr(dst)),
+            "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "l"(policy)
+            : "memory");
+    else
+        asm volatile(
+            "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::
+                "r"(smem_addr(dst)),
+            "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
+            : "memory");
 }
 
-// 2-D tile load delivered to the same shared-memory offset (data and barrier) in every CTA of `cta_mask`.
+// 3-D tile load into our own shared memory (e.g. one block of a paged cache: [blocks, rows, bytes]); kHint as
+// for tma_load_2d.
+template <bool kHint = false>
+DGX_DEVICE void tma_load_3d(const TensorMap* map, uint64_t* bar, void* dst, int32_t c0, int32_t c1, int32_t c2,
+                            uint64_t policy = 0) {
+    if constexpr (kHint)
+        asm volatile(
+            "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+            " [%0], [%1, {%3, %4, %5}], [%2], %6;" ::"r"(smem_addr(dst)),
+            "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2), "l"(policy)
+            : "memory");
+    else
+        asm volatile(
+            "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];" ::
+                "r"(smem_addr(dst)),
+            "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
+            : "memory");
+}
+
+// 2-D tile load delivered to the same shared-memory offset (data and barrier) in every CTA of `cta_mask`; kHint as
+// for tma_load_2d.
+template <bool kHint = false>
 DGX_DEVICE void tma_load_2d_multicast(const TensorMap* map, uint64_t* bar, void* dst, int32_t c0, int32_t c1,
-                                      uint16_t cta_mask) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
-        "[%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_addr(dst)),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "h"(cta_mask)
-        : "memory");
+                                      uint16_t cta_mask, uint64_t policy = 0) {
+    if constexpr (kHint)
+        asm volatile(
+            "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+            ".L2::cache_hint [%0], [%1, {%3, %4}], [%2], %5, %6;" ::"r"(smem_addr(dst)),
+            "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "h"(cta_mask), "l"(policy)
+            : "memory");
+    else
+        asm volatile(
+            "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+            "[%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_addr(dst)),
+            "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "h"(cta_mask)
+            : "memory");
 }
 
 // 2-D tile store from shared memory; rows and columns outside the tensor are clipped by the hardware.

@@ -200,6 +200,18 @@ def test_inspect_gemm_names_deferred_promotion(runner, tmp_cache):
     assert "block 256x128" in result.output and "deferred promotion" not in result.output
 
 
+def test_inspect_gemm_names_evict_first_b(runner, tmp_cache):
+    # One row of 64-row tiles over K 16384 streams B as L2 evict-first (dgx.heuristics.with_streamed_b); 16-column
+    # tiles and several rows of M tiles do not.
+    result = runner.invoke(cli.main, ["inspect", "--gemm", "64", "7168", "16384"])
+    assert result.exit_code == 0, result.output
+    assert "B evict-first" in result.output
+    for shape in (["64", "2112", "7168"], ["4096", "7168", "16384"]):
+        result = runner.invoke(cli.main, ["inspect", "--gemm", *shape])
+        assert result.exit_code == 0, result.output
+        assert "B evict-first" not in result.output
+
+
 def test_inspect_usage_errors(runner, tmp_cache):
     result = runner.invoke(cli.main, ["inspect"])
     assert result.exit_code == 2 and "exactly one of --cubin, --key, --gemm" in result.output

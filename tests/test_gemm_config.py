@@ -158,3 +158,26 @@ def test_rendered_kernel_checks_who_multiplies_the_scales(monkeypatch):
     with pytest.raises(CompileError) as info:
         compiler.compile_cubin(bad.source, bad.name, compiler.compile_options("sm_90a"))
     assert "sfa_times_sfb" in info.value.log
+
+
+def test_stream_b_marks_only_b_loads_evict_first(tmp_cache):
+    """GemmConfig.stream_b: B's TMA loads (and only those) carry an L2 cache policy; the name says so."""
+    import dataclasses
+
+    import pytest
+
+    sass_tools = pytest.importorskip("sass_tools")
+    from dgx import jit
+
+    base = GemmConfig(7168, 16384, 64, 64, 10, defer=True)
+    streamed = dataclasses.replace(base, stream_b=True)
+    assert streamed.kernel_name != base.kernel_name and "_sb" in streamed.kernel_name
+
+    def tma_loads(config):
+        listing = sass_tools.disassemble(jit.get_cubin(config.render(), "sm_90a"))
+        lines = [line for line in listing.splitlines() if "UTMALDG" in line]
+        return sum("desc[" in line for line in lines), len(lines)
+
+    assert tma_loads(base)[0] == 0
+    hinted, total = tma_loads(streamed)
+    assert hinted == 1 and total == tma_loads(base)[1]  # one B load per stage fill: A and the scales stay plain

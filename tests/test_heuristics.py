@@ -211,3 +211,21 @@ def test_grouped_config_pairs_only_for_contiguous():
     for pair in (SHARE_A, SHARE_B):
         c = GemmConfig(n=512, k=512, block_m=128, block_n=128, stages=4, pair=pair, layout=LAYOUT_CONTIGUOUS)
         assert c.cluster == 2 and c.kernel_name.endswith(f"_p{pair}")
+
+
+def test_decode_tiles_stream_b_where_each_b_tile_is_read_once():
+    """B evict-first (GemmConfig.stream_b) on one row of M tiles with K >= 2048 and tiles of >= 32 columns; not on
+    16-column tiles, short K, several rows of M tiles, nor the grouped and weight-gradient kernels."""
+    from dgx.heuristics import STREAM_B_MIN_K, choose_wgrad
+
+    for m in (1, 64, 128):
+        for n, k in ((7168, 16384), (4096, 7168), (7168, 2048)):
+            c = choose_dense(m, n, k, 132).config
+            assert c.stream_b and c.block_m >= m, (m, n, k)
+    assert not choose_dense(64, 2112, 7168, 132).config.stream_b  # 16-column tiles
+    assert not choose_dense(64, 24576, 1536, 132).config.stream_b  # K < STREAM_B_MIN_K
+    assert STREAM_B_MIN_K == 2048
+    for m in (256, 4096):
+        assert not choose_dense(m, 7168, 16384, 132).config.stream_b
+    assert not choose_wgrad(64, 7168, 16384, 132).config.stream_b
+    assert not choose_grouped(LAYOUT_MASKED, 64, 7168, 2048, 16, 132).config.stream_b

@@ -218,3 +218,26 @@ def test_prefill_grid_keeps_the_rounds_with_the_fewest_ctas():
     for blocks in range(1, 3000, 7):
         grid = prefill_grid(blocks, 132)
         assert grid <= 132 and -(-blocks // grid) == -(-blocks // 132)
+
+
+def _hinted_tma_loads(config) -> tuple[int, int]:
+    """(TMA loads with an L2 cache policy, TMA loads without) in the kernel's SASS."""
+    from dgx import jit
+
+    lines = [line for line in sass_tools.disassemble(jit.get_cubin(config.render(), "sm_90a")).splitlines()
+             if "UTMALDG" in line]
+    hinted = sum("desc[" in line for line in lines)
+    return hinted, len(lines) - hinted
+
+
+def test_the_decode_cache_streams_through_l2_as_evict_first(tmp_cache):
+    """The paged kernel's KV values and scales carry the evict-first policy (read once per call); Q and the weights,
+    and every prefill load (its KV is read by every query block), do not."""
+    for next_n in M.NEXT_NS:
+        config = M.paged_config(64, 128, next_n, False)
+        assert config.stream_kv and config.kernel_name.endswith("_skv")
+        assert _hinted_tma_loads(config) == (2, 2), config
+    prefill = M.prefill_config(64, 128, False, False)
+    assert not prefill.stream_kv
+    hinted, plain = _hinted_tma_loads(prefill)
+    assert hinted == 0 and plain >= 4

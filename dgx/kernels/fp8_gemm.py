@@ -74,6 +74,9 @@ class GemmConfig:
     # sum their FP32 partial tiles through distributed shared memory in rank order (deterministic). For the
     # memory-bound decode shapes: fewer, wider tiles read A fewer times and still give every SM work.
     split_k: int = 1
+    # B's TMA loads marked L2 evict-first: for decode shapes, whose one row of tiles reads each B tile once, so
+    # the stream does not evict (and force the write-back of) the lines a neighbouring kernel left in L2.
+    stream_b: bool = False
 
     def __post_init__(self) -> None:
         # Plain ints (an enum member given here renders and hashes like its value).
@@ -165,6 +168,8 @@ class GemmConfig:
         name = f"{prefix}_n{self.n}_k{self.k}_bm{self.block_m}_bn{self.block_n}_s{self.stages}_g{self.group_n}_p{self.pair}"
         if self.split_k > 1:
             name += f"_sk{self.split_k}"
+        if self.stream_b:
+            name += "_sb"
         return name + "_d" if self.defer else name
 
     @property
@@ -187,7 +192,8 @@ class GemmConfig:
         # Fp8GemmTraits' template arguments; the kernel body takes the layout first, then the same.
         traits = (
             f"{self.n}, {self.k}, {self.block_m}, {self.block_n}, {self.stages}, {self.group_n}, {self.d_span}, "
-            f"{self.pair}, {'true' if self.wgrad else 'false'}, {'true' if self.defer else 'false'}, {self.split_k}"
+            f"{self.pair}, {'true' if self.wgrad else 'false'}, {'true' if self.defer else 'false'}, {self.split_k}, "
+            f"{'true' if self.stream_b else 'false'}"
         )
         body = f"dgx::fp8_gemm_nt_body<{self.layout}, {traits}>"
         source = (
