@@ -6,7 +6,8 @@ in alternating rounds. Every run is checked against the float64 product first.
 
 RUN is `heur` (dgx's choice), `deepgemm` (DeepGEMM's wgrad_gemm_fp8_fp8_fp32_nt) or BMxBN[sS][pP][gG][d]
 (S stages, default as many as fit; P 2: B shared along M by 2-CTA clusters; G: units per raster band along N;
-d: deferred promotion). Shapes default to DeepGEMM's 7168,2112,4096 and 16384,7168,8192.
+d: deferred promotion), each optionally followed by @VARIANT: compiled with the header overlay VARIANT of
+tests/gpu_gemm_utils.variant_headers (../.dev/hdr_VARIANT/*.cuh over this tree's headers). Shapes default to DeepGEMM's 7168,2112,4096 and 16384,7168,8192.
 PERF_ROUNDS (environment, default 3) sets the number of alternating rounds. D accumulates in place (C = D),
 as DeepGEMM's call does; the scales are in the TMA-aligned M-major layout both kernels read as they are.
 """
@@ -24,7 +25,7 @@ from dgx.kernels.fp8_gemm import GemmConfig
 from dgx.torch_utils import dequantize, per_token_cast_to_fp8
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: gpu_gemm_utils
-from gpu_gemm_utils import bench_cold_l2, parse_run, round_order
+from gpu_gemm_utils import bench_cold_l2, parse_run, round_order, use_headers, variant_headers
 
 ROUNDS = int(os.environ.get("PERF_ROUNDS", "3"))
 MAX_REL = 5e-4
@@ -42,12 +43,23 @@ def label_config(text: str, m: int, n: int, k: int):
     return text, GemmConfig(n, k, bm, bn, stages, group_n=group_n, pair=pair, wgrad=True, defer="d" in flags)
 
 
-def caller(config, a, b, d):
+def caller(config, a, b, d, variant: str = "current"):
     if config == "deepgemm":
         import deep_gemm
 
         return lambda: deep_gemm.wgrad_gemm_fp8_fp8_fp32_nt(a, b, d)
-    return lambda: dgx.fp8_gemm_nt(a, b, d, c=d, config=config)
+    headers = variant_headers(variant)
+
+    def call():
+        if _active[0] != variant:  # switching clears dgx's plans; the kernels stay loaded per header set
+            use_headers(headers)
+            _active[0] = variant
+        return dgx.fp8_gemm_nt(a, b, d, c=d, config=config)
+
+    return call
+
+
+_active = ["current"]
 
 
 def main() -> int:
@@ -62,16 +74,19 @@ def main() -> int:
         ref = dequantize(*a, 1).double() @ dequantize(*b, 1).double().T
         c = torch.randn(m, n, device="cuda")
         runs = []
-        for text in texts:
+        for spec in texts:
+            text, _, variant = spec.partition("@")
+            variant = variant or "current"
             label, config = label_config(text, m, n, k)
+            label += "" if variant == "current" else f"@{variant}"
             d = c.clone()
-            caller(config, a, b, d)()
+            caller(config, a, b, d, variant)()
             torch.cuda.synchronize()
             rel = float((d.double() - ref - c.double()).norm() / (ref + c.double()).norm())
             if not rel <= MAX_REL:
                 print(f"{m}x{n}x{k} {label}: WRONG (rel {rel:.2e}), not timed", flush=True)
                 continue
-            runs.append((label, caller(config, a, b, d)))
+            runs.append((label, caller(config, a, b, d, variant)))
         times = {label: [] for label, _ in runs}
         for r in range(ROUNDS):
             for i in round_order(len(runs), r):

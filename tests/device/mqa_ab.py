@@ -1,8 +1,9 @@
-"""Device experiment: the paged MQA-logits kernel of this tree against header variants of it (same config, same
+"""Device experiment: the MQA-logits kernels of this tree against header variants of them (same config, same
 inputs), outputs compared bitwise, then timed kernel-only (dgx bench's kernel timer, DESIGN.md's flush) in
-alternating rounds, on the decode anchors of `dgx bench --suite paged_mqa` and a ragged batch.
+alternating rounds: the paged kernel on the decode anchors of `dgx bench --suite paged_mqa` and a ragged batch, or
+with --prefill the prefill kernel on the two causal anchors of `--suite mqa` (TFLOPS on the in-window work).
 
-    python mqa_paged_ab.py [--precompile] [--json FILE] VARIANT ...      (from tests/device/)
+    python mqa_ab.py [--prefill] [--precompile] [--json FILE] VARIANT ...      (from tests/device/)
 
 A VARIANT is `current` (this tree) or a header overlay of tests/gpu_gemm_utils.variant_headers
 (../.dev/hdr_<name>/*.cuh replacing the tree's headers). --precompile builds every variant's kernels into the
@@ -23,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from dgx.kernels.mqa_logits import paged_config  # noqa: E402
+from dgx.kernels.mqa_logits import paged_config, prefill_config  # noqa: E402
 
 NUM_SMS = 132
 ROUNDS = int(os.environ.get("PERF_ROUNDS", "3"))
@@ -54,10 +55,11 @@ def use_variant(name: str) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--precompile", action="store_true")
+    ap.add_argument("--prefill", action="store_true")
     ap.add_argument("--json", default="")
     ap.add_argument("variants", nargs="+")
     args = ap.parse_args()
-    configs = [paged_config(64, 128, n, False) for n in (1, 2)]
+    configs = [paged_config(64, 128, n, False) for n in (1, 2)] + [prefill_config(64, 128, False, False)]
     if args.precompile:
         from dgx import jit
         from dgx.kernels.mqa_logits import MqaCleanConfig, PagedScheduleConfig
@@ -79,7 +81,9 @@ def main() -> int:
 
     flush = L2Flusher()
     results = []
-    for batch, avg, next_n in CASES:
+    if args.prefill:
+        results = run_prefill(args.variants, flush)
+    for batch, avg, next_n in [] if args.prefill else CASES:
         lens = lengths(batch, avg)
         q, cache, w, ctx, table, _, _ = make_paged(batch, next_n, lens, spare_blocks=0)
         width = max(lens)
@@ -117,6 +121,51 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0
+
+
+def run_prefill(variants: list[str], flush) -> list[dict]:
+    import torch
+
+    import dgx
+    from dgx.bench.kernel_timer import time_kernels
+    from gpu_gemm_utils import round_order
+    from mqa_utils import make_prefill, windows
+
+    results = []
+    cfg = prefill_config(64, 128, False, False)
+    for skv in (8192, 65536):
+        s = 4096
+        q, kv, sc, w = make_prefill(s, skv)
+        ks, ke = windows("causal", s, skv)
+        flops = 2 * 64 * 128 * (ke.long() - ks.long()).sum().item()
+        out = torch.empty(s, skv, device="cuda")
+        first = None
+        for v in variants:
+            use_variant(v)
+            out.fill_(float("nan"))
+            dgx.fp8_mqa_logits(q, (kv, sc), w, ks, ke, out=out, config=cfg)
+            torch.cuda.synchronize()
+            if first is None:
+                first = out.clone()
+            elif not torch.equal(out.view(torch.int32), first.view(torch.int32)):
+                raise SystemExit(f"prefill S_kv={skv}: variant {v} differs from {variants[0]}")
+        samples = {v: [] for v in variants}
+        for r in range(ROUNDS):
+            for i in round_order(len(variants), r):
+                v = variants[i]
+                use_variant(v)
+                call = lambda: dgx.fp8_mqa_logits(q, (kv, sc), w, ks, ke, out=out, config=cfg)  # noqa: E731
+                call()
+                samples[v].append(time_kernels(call, flush, iters=10).median_us)
+        line = []
+        for v in variants:
+            us = statistics.median(samples[v])
+            results.append({"prefill": [s, skv], "variant": v, "us": us, "tflops": flops / us / 1e6,
+                            "rounds": samples[v]})
+            line.append(f"{v} {us:8.1f} us {flops / us / 1e6:6.0f} TFLOPS")
+        print(f"prefill S={s} S_kv={skv}: " + " | ".join(line), flush=True)
+        del q, kv, sc, w, out, first
+    return results
 
 
 if __name__ == "__main__":
