@@ -56,6 +56,41 @@ def candidates(m: int, n: int, k: int) -> list[tuple[str, GemmConfig]]:
     return out
 
 
+# Clusters of this many CTAs that fit on the H100 at once (measured: 66 of 2, 30 of 4, 15 of 8).
+RESIDENT_CLUSTERS = {1: NUM_SMS, 2: 66, 4: 30, 8: 15}
+
+
+def narrow_candidates(m: int, n: int, k: int) -> list[tuple[str, GemmConfig]]:
+    """The heuristic's config, then one row of M tiles at every width from 16 to 256 columns: unsplit in one or two
+    waves, and split 2, 4 or 8 where the clusters all fit at once; with deferred promotion where it is valid, and with
+    and without B evict-first."""
+    from dgx.kernels.fp8_gemm import validate_blocks
+
+    out = [("heuristic", choose_dense(m, n, k, NUM_SMS).config)]
+    k_blocks = ceil_div(k, 128)
+    bm = 64 if m <= 64 else 128
+    for bn in (16, 24, 32, 48, 64, 96, 128, 160, 192, 256):
+        tiles = ceil_div(m, bm) * ceil_div(n, bn)
+        for split in (1, 2, 4, 8):
+            ctas = tiles * split
+            if k_blocks % split or ctas < NUM_SMS // 2:
+                continue
+            if split == 1 and ctas > 2 * NUM_SMS or split > 1 and (ctas > NUM_SMS or tiles > RESIDENT_CLUSTERS[split]):
+                continue
+            if validate_blocks(bm, bn) or max_stages(bm, bn, False, split) < 3:
+                continue
+            stages = min(max_stages(bm, bn, False, split), 16) if split > 1 else pipeline_stages(bm, bn)
+            defer = not validate_blocks(bm, bn, defer=True)
+            for stream_b in (False, True):
+                try:
+                    cfg = GemmConfig(n, k, bm, bn, stages, split_k=split, defer=defer, stream_b=stream_b)
+                except ValueError:
+                    continue
+                label = f"{bm}x{bn}{f' split {split}' if split > 1 else ''}"
+                out.append((label + (" sb" if stream_b else ""), cfg))
+    return out
+
+
 MASKED = [(16, 64, 4096, 7168), (32, 32, 7168, 2048)]  # groups, rows per group, N, K: the decode MoE sizes
 
 
@@ -79,6 +114,7 @@ def precompile(shapes) -> None:
     from dgx import jit
 
     configs = {cfg for shape in shapes for _, cfg in candidates(*shape)}
+    configs |= {choose_dense(64, 2112, k, NUM_SMS).config for k in (128, 512, 1024, 2048, 4096, 7168)}
     configs |= {cfg for shape in MASKED for _, cfg in masked_candidates(*shape)}
     print(f"building {len(configs)} kernels into {jit.kernel_cache().root}", flush=True)
     with ProcessPoolExecutor(os.cpu_count() or 1) as pool:
@@ -102,10 +138,15 @@ def kernel_only_us(fn) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--precompile", action="store_true")
+    ap.add_argument("--narrow", action="store_true", help="every tile width on one row of M tiles (narrow_candidates)")
+    ap.add_argument("--calibrate", action="store_true", help="first the heuristic on 64 x 2112 x K, K from 128 up")
     ap.add_argument("--json", default="")
     ap.add_argument("shapes", nargs="*")
     args = ap.parse_args()
     shapes = [tuple(int(x) for x in s.split(",")) for s in args.shapes] or DECODE
+    global candidates
+    if args.narrow:
+        candidates = narrow_candidates
     if args.precompile:
         precompile(shapes)
         return 0
@@ -116,6 +157,8 @@ def main() -> int:
     from gpu_gemm_utils import bench_cold_l2, check_dense, make_dense, round_order
 
     results = []
+    if args.calibrate:
+        results += calibrate()
     for m, n, k in shapes:
         a, b, a_fp8, b_fp8, d = make_dense(m, n, k, seed=1)
         a_fp8 = (a_fp8[0], dgx.get_mn_major_tma_aligned_tensor(a_fp8[1]))
@@ -147,11 +190,30 @@ def main() -> int:
                   f"  kernel {ko:6.1f} us {row['kernel_gbps']:6.0f} GB/s ({row['kernel_gbps'] / HBM_GBPS:4.0%})"
                   f"  rounds {[round(x, 1) for x in kernel[i]]}", flush=True)
         del a, b, a_fp8, b_fp8, d
-    if not args.shapes:
+    if not args.shapes and not args.narrow:
         results += sweep_masked()
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0
+
+
+def calibrate() -> list[dict]:
+    """The heuristic's kernel on 64 x 2112 x K, K from 128 to 7168, kernel-only: the intercept of time against K is
+    what a decode GEMM costs besides its stream (launch, prologue, first loads, epilogue, the flush's write-backs)."""
+    import dgx
+    from gpu_gemm_utils import check_dense, make_dense
+
+    out = []
+    for k in (128, 512, 1024, 2048, 4096, 7168):
+        a, b, a_fp8, b_fp8, d = make_dense(64, 2112, k, seed=1)
+        a_fp8 = (a_fp8[0], dgx.get_mn_major_tma_aligned_tensor(a_fp8[1]))
+        cfg = choose_dense(64, 2112, k, NUM_SMS).config
+        dgx.fp8_gemm_nt(a_fp8, b_fp8, d, config=cfg)
+        check_dense(d, a, b, a_fp8, b_fp8)
+        us = statistics.median(kernel_only_us(lambda: dgx.fp8_gemm_nt(a_fp8, b_fp8, d, config=cfg)) for _ in range(3))
+        out.append({"calibrate": [64, 2112, k], "config": cfg.kernel_name, "kernel_us": us})
+        print(f"calibrate 64x2112x{k}: {cfg.block_m}x{cfg.block_n}: kernel {us:6.2f} us", flush=True)
+    return out
 
 
 def sweep_masked() -> list[dict]:
