@@ -307,18 +307,25 @@ DGX_DEVICE void quad_reduce(float (&v)[kValues], uint32_t lane) {
     }
 }
 
-// The stage of math warpgroup wg's n-th block.
-template <typename T>
-DGX_DEVICE int kv_stage(uint32_t wg, uint32_t n) {
-    return static_cast<int>(wg * T::kStagesPerWg + n % T::kStagesPerWg);
-}
+// A math warpgroup's place in its own run of KV stages: the stage of its next block and that stage's phase parity.
+// Stepped once per block (no division by the run's length in the block loop).
+struct StageCursor {
+    uint32_t stage = 0;
+    uint32_t phase = 0;
+    template <int kStages>
+    DGX_DEVICE void step() {
+        if (++stage == kStages) {
+            stage = 0;
+            phase ^= 1;
+        }
+    }
+};
 
-// Issues one KV block's MMAs into `acc` (after its stage has landed).
+// Issues one KV block's MMAs into `acc` once its stage `s` (with descriptor `desc_kv`) has landed.
 template <typename T>
-DGX_DEVICE void issue_block(const MqaSmem<T>& sm, uint32_t wg, uint32_t n, uint64_t desc_q, float (&acc)[T::kAccum]) {
-    const int s = kv_stage<T>(wg, n);
-    mbarrier_wait(&sm.kv_full[s], (n / T::kStagesPerWg) & 1);
-    const uint64_t desc_kv = make_smem_desc_kmajor<T::kHeadDim>(sm.kv + s * T::kSmemKv);
+DGX_DEVICE void issue_block(const MqaSmem<T>& sm, int s, uint32_t phase, uint64_t desc_kv, uint64_t desc_q,
+                            float (&acc)[T::kAccum]) {
+    mbarrier_wait(&sm.kv_full[s], phase);
 #pragma unroll
     for (int i = 0; i < T::kAccum; ++i) fence_operand(acc[i]);
     wgmma_fence();
@@ -330,17 +337,58 @@ DGX_DEVICE void issue_block(const MqaSmem<T>& sm, uint32_t wg, uint32_t n, uint6
     for (int i = 0; i < T::kAccum; ++i) fence_operand(acc[i]);
 }
 
+// Which logits a math thread stores per KV block, fixed for the kernel. After quad_reduce, lane (b1 b0) holds
+// values [first, first + kFinal) of its quad's 2 rows x kBlockQ queries (value 2q + r: query q, row r of the
+// thread's two accumulator rows, which are 8 apart).
+template <typename T>
+struct LogitSlots {
+    int row[T::kFinal];  // the logit's token within the block (0..63)
+    int q[T::kFinal];    // its query within the group
+    bool stores;         // with kValues < 4 both lanes of a pair hold the same logit: one stores it
+    DGX_DEVICE LogitSlots(uint32_t warp_in_wg, uint32_t lane) {
+        const bool b0 = lane & 1, b1 = lane & 2;
+        const int first = T::kValues >= 4 ? (b0 ? T::kValues / 2 : 0) + (b1 ? T::kValues / 4 : 0) : (b0 ? 1 : 0);
+        const int row_in_block = static_cast<int>(warp_in_wg * 16 + lane / 4);
+#pragma unroll
+        for (int f = 0; f < T::kFinal; ++f) {
+            row[f] = row_in_block + 8 * ((first + f) % 2);
+            q[f] = (first + f) / 2;
+        }
+        stores = !(T::kValues < 4 && b1);
+    }
+};
+
+// Where a group's logits go, for each of the thread's slots: its query's row of the output and window.
+template <typename T>
+struct GroupOutput {
+    void* row_base[T::kFinal];  // the query's row of logits (compressed: shifted so that index `token` lands at token - lo)
+    int lo[T::kFinal];
+    int hi[T::kFinal];
+    template <typename Params>
+    DGX_DEVICE GroupOutput(const Params& p, const MqaGroup<T>& g, const LogitSlots<T>& slots) {
+        constexpr int kBytes = T::kBf16 ? 2 : 4;
+#pragma unroll
+        for (int f = 0; f < T::kFinal; ++f) {
+            lo[f] = select_int(g.lo, slots.q[f]);
+            hi[f] = select_int(g.hi, slots.q[f]);
+            int64_t offset = static_cast<int64_t>(g.q_token + slots.q[f]) * p.logits_stride;
+            if constexpr (T::kCompressed) offset -= lo[f];
+            row_base[f] = static_cast<uint8_t*>(p.logits) + offset * kBytes;
+        }
+    }
+};
+
 // After the block's MMAs completed: its rows' scales, the stage handed back, then ReLU-weight-sum, the quad
 // reduction and the stores. Accumulator layout (wgmma m64nN, PTX ISA): register 4c + 2r + e of lane l holds row
 // l / 4 + 8 r, column 8 c + 2 (l % 4) + e; column q * H + h is query q's head h. `w` holds the thread's heads'
-// weights: w[q][2c + e] is query q's head 8c + 2 (l % 4) + e.
+// weights: w[q][2c + e] is query q's head 8c + 2 (l % 4) + e. `block_token0`: the block's first token.
 template <typename T, typename Params>
-DGX_DEVICE void finish_block(const Params& p, const MqaSmem<T>& sm, const MqaGroup<T>& g,
-                             const float (&w)[T::kBlockQ][T::kWeightsPerQuery], int s, int block_in_group,
-                             const float (&acc)[T::kAccum], uint32_t warp_in_wg, uint32_t lane) {
-    const int row_in_block = static_cast<int>(warp_in_wg * 16 + lane / 4);
-    const float scale0 = sm.scales[s * T::kBlockKv + row_in_block];
-    const float scale1 = sm.scales[s * T::kBlockKv + row_in_block + 8];
+DGX_DEVICE void finish_block(const Params& p, const MqaSmem<T>& sm, const GroupOutput<T>& out,
+                             const LogitSlots<T>& slots, const float (&w)[T::kBlockQ][T::kWeightsPerQuery], int s,
+                             int block_token0, const float (&acc)[T::kAccum], uint32_t lane) {
+    float scale[T::kFinal];
+#pragma unroll
+    for (int f = 0; f < T::kFinal; ++f) scale[f] = sm.scales[s * T::kBlockKv + slots.row[f]];
     mbarrier_arrive(&sm.kv_empty[s]);
 
     float v[T::kValues];
@@ -361,29 +409,19 @@ DGX_DEVICE void finish_block(const Params& p, const MqaSmem<T>& sm, const MqaGro
         }
     }
     quad_reduce<T::kValues>(v, lane);
-
-    const bool b0 = lane & 1, b1 = lane & 2;
-    if (T::kValues < 4 && b1) return;  // both lanes of the pair hold the same logit: one stores it
-    const int first = T::kValues >= 4 ? (b0 ? T::kValues / 2 : 0) + (b1 ? T::kValues / 4 : 0) : (b0 ? 1 : 0);
-    const int block_token0 = (T::kPaged ? (g.kv_begin + block_in_group) * T::kBlockKv
-                                         : g.kv_begin + block_in_group * T::kBlockKv);
+    if (!slots.stores) return;
 #pragma unroll
     for (int f = 0; f < T::kFinal; ++f) {
-        const int index = first + f;
-        const int q = index / 2, r = index % 2;
-        const int token = block_token0 + row_in_block + 8 * r;
-        const float logit = v[f] * (r ? scale1 : scale0);
-        const int64_t out_row = static_cast<int64_t>(g.q_token + q) * p.logits_stride;
-        const int lo = select_int(g.lo, q), hi = select_int(g.hi, q);
+        const int token = block_token0 + slots.row[f];
+        const float logit = v[f] * scale[f];
         if constexpr (T::kPaged) {
             if (token < p.max_context_len)
-                store_logit<T::kBf16>(p.logits, out_row + token, token < hi ? logit : -__int_as_float(0x7f800000));
-        } else if (token >= lo && token < hi) {
+                store_logit<T::kBf16>(out.row_base[f], token, token < out.hi[f] ? logit : -__int_as_float(0x7f800000));
+        } else if (token >= out.lo[f] && token < out.hi[f]) {
             if constexpr (T::kCompressed) {
-                const int pos = token - lo;
-                if (pos < p.max_seqlen_k) store_logit<T::kBf16>(p.logits, out_row + pos, logit);
+                if (token - out.lo[f] < p.max_seqlen_k) store_logit<T::kBf16>(out.row_base[f], token, logit);
             } else {
-                store_logit<T::kBf16>(p.logits, out_row + token, logit);
+                store_logit<T::kBf16>(out.row_base[f], token, logit);
             }
         }
     }
@@ -393,10 +431,13 @@ DGX_DEVICE void finish_block(const Params& p, const MqaSmem<T>& sm, const MqaGro
 template <typename T, typename Params>
 DGX_DEVICE void mqa_math(const Params& p, const MqaSmem<T>& sm, uint32_t wg) {
     const uint32_t lane = lane_id();
-    const uint32_t warp_in_wg = warp_id() % 4;
+    const LogitSlots<T> slots(warp_id() % 4, lane);
+    // Stage s of this warpgroup's run: the first stage's descriptor advanced by s tiles (start address >> 4).
+    const int first_stage = static_cast<int>(wg) * T::kStagesPerWg;
+    const uint64_t desc_kv0 = make_smem_desc_kmajor<T::kHeadDim>(sm.kv + first_stage * T::kSmemKv);
     float acc[T::kAccum];
     float w[T::kBlockQ][T::kWeightsPerQuery];
-    uint32_t consumed = 0;  // blocks this warpgroup has taken so far
+    StageCursor cursor;
     for (uint32_t group_index = 0;; ++group_index) {
         const int qs = group_index % T::kNumQStages;
         mbarrier_wait(&sm.q_full[qs], (group_index / T::kNumQStages) & 1);
@@ -412,19 +453,24 @@ DGX_DEVICE void mqa_math(const Params& p, const MqaSmem<T>& sm, uint32_t wg) {
                 w[q][2 * c + 1] = pair.y;
             }
         }
+        const GroupOutput<T> out(p, g, slots);
         const uint64_t desc_q = make_smem_desc_kmajor<T::kHeadDim>(sm.q + qs * T::kSmemQ);
         constexpr int kStep = T::kMathWarpgroups;
         const int mine = g.num_blocks > static_cast<int>(wg) ? (g.num_blocks - static_cast<int>(wg) + kStep - 1) / kStep : 0;
+        // Paged blocks are whole pages of the sequence; prefill blocks start at the group's first KV token.
+        int block_token0 = T::kPaged ? (g.kv_begin + static_cast<int>(wg)) * T::kBlockKv
+                                     : g.kv_begin + static_cast<int>(wg) * T::kBlockKv;
         for (int k = 0; k < mine; ++k) {
-            issue_block<T>(sm, wg, consumed + k, desc_q, acc);
+            const int s = first_stage + static_cast<int>(cursor.stage);
+            issue_block<T>(sm, s, cursor.phase, desc_kv0 + cursor.stage * (T::kSmemKv >> 4), desc_q, acc);
             wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < T::kAccum; ++i) fence_operand(acc[i]);  // read only after the wait
-            finish_block<T>(p, sm, g, w, kv_stage<T>(wg, consumed + k), static_cast<int>(wg) + kStep * k, acc,
-                            warp_in_wg, lane);
+            finish_block<T>(p, sm, out, slots, w, s, block_token0, acc, lane);
+            cursor.step<T::kStagesPerWg>();
+            block_token0 += kStep * T::kBlockKv;
         }
         mbarrier_arrive(&sm.q_empty[qs]);  // every Q read of this warpgroup has completed (waited above)
-        consumed += mine;
     }
 }
 

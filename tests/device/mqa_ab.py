@@ -56,6 +56,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--precompile", action="store_true")
     ap.add_argument("--prefill", action="store_true")
+    ap.add_argument("--diagnostic", action="store_true", help="variants compute wrong results on purpose: no bitwise check")
     ap.add_argument("--json", default="")
     ap.add_argument("variants", nargs="+")
     args = ap.parse_args()
@@ -82,7 +83,7 @@ def main() -> int:
     flush = L2Flusher()
     results = []
     if args.prefill:
-        results = run_prefill(args.variants, flush)
+        results = run_prefill(args.variants, flush, check=not args.diagnostic)
     for batch, avg, next_n in [] if args.prefill else CASES:
         lens = lengths(batch, avg)
         q, cache, w, ctx, table, _, _ = make_paged(batch, next_n, lens, spare_blocks=0)
@@ -123,7 +124,7 @@ def main() -> int:
     return 0
 
 
-def run_prefill(variants: list[str], flush) -> list[dict]:
+def run_prefill(variants: list[str], flush, check: bool = True) -> list[dict]:
     import torch
 
     import dgx
@@ -147,7 +148,7 @@ def run_prefill(variants: list[str], flush) -> list[dict]:
             torch.cuda.synchronize()
             if first is None:
                 first = out.clone()
-            elif not torch.equal(out.view(torch.int32), first.view(torch.int32)):
+            elif check and not torch.equal(out.view(torch.int32), first.view(torch.int32)):
                 raise SystemExit(f"prefill S_kv={skv}: variant {v} differs from {variants[0]}")
         samples = {v: [] for v in variants}
         for r in range(ROUNDS):
