@@ -167,12 +167,19 @@ def test_contiguous_tiles_take_a_stage_count_that_divides_their_k_blocks():
 def test_weight_gradient_defers_where_the_registers_allow():
     from dgx.heuristics import choose_wgrad
 
-    # The benchmark's weight-gradient shapes: every choice promotes deferred, in 128-row tiles of at most
-    # 112 columns (128x120 and wider spill with the second accumulator set and the per-column scales).
-    for k in (4096, 8192):
-        for m, n in ((7168, 2112), (1536, 24576), (512, 32768), (16384, 7168), (7168, 4096), (2048, 7168)):
-            c = choose_wgrad(m, n, k, 132).config
-            assert c.defer and c.block_m == 128 and c.block_n <= 112, (m, n, k, c)
+    # The benchmark's weight-gradient shapes at K 8192: every choice promotes deferred, in 128-row tiles of at
+    # most 112 columns (128x120 and wider spill with the second accumulator set and the per-column scales). Up
+    # to K 4096 (WGRAD_PLAIN_MAX_K) they run plain 128x128 tiles, which measured faster there.
+    from dgx.heuristics import WGRAD_PLAIN_MAX_K
+
+    assert WGRAD_PLAIN_MAX_K == 4096
+    for m, n in ((7168, 2112), (1536, 24576), (512, 32768), (16384, 7168), (7168, 4096), (2048, 7168)):
+        c = choose_wgrad(m, n, 8192, 132).config
+        assert c.defer and c.block_m == 128 and c.block_n <= 112, (m, n, c)
+        c = choose_wgrad(m, n, 4096, 132).config
+        assert not c.defer and (c.block_m, c.block_n) == (128, 128) and c.wgrad, (m, n, c)
+    # Small outputs keep the model's choice (a 128x128 tile would leave SMs idle).
+    assert choose_wgrad(128, 7168, 4096, 132).config.block_n < 128
     for groups in (4, 8):
         c = choose_wgrad(7168, 4096, 4096, 132, LAYOUT_K_GROUPED, groups).config
         assert c.defer and c.layout == LAYOUT_K_GROUPED, c
