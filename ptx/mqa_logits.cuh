@@ -280,11 +280,10 @@ DGX_DEVICE void mqa_produce(const Params& p, const MqaSmem<T>& sm) {
 }
 
 // Sums kValues partial logits over the 4 lanes of a quad (the lanes that share accumulator rows): each exchange
-// halves the values a lane holds, so lane (b1 b0) ends with values [b0 * kValues/2 + b1 * kValues/4, + kFinal).
+// halves the values a lane holds, so lane (b1 b0) (bits 0 and 1 of the lane id) ends with values [b0 * kValues/2 + b1 * kValues/4, + kFinal).
 // Fixed order, so the result is bitwise the same on every run.
 template <int kValues>
-DGX_DEVICE void quad_reduce(float (&v)[kValues], uint32_t lane) {
-    const bool b0 = lane & 1, b1 = lane & 2;
+DGX_DEVICE void quad_reduce(float (&v)[kValues], bool b0, bool b1) {
     if constexpr (kValues >= 2) {
         constexpr int kHalf = kValues / 2;
 #pragma unroll
@@ -345,8 +344,8 @@ struct LogitSlots {
     int row[T::kFinal];  // the logit's token within the block (0..63)
     int q[T::kFinal];    // its query within the group
     bool stores;         // with kValues < 4 both lanes of a pair hold the same logit: one stores it
-    DGX_DEVICE LogitSlots(uint32_t warp_in_wg, uint32_t lane) {
-        const bool b0 = lane & 1, b1 = lane & 2;
+    bool b0, b1;         // bits 0 and 1 of the lane id (quad_reduce)
+    DGX_DEVICE LogitSlots(uint32_t warp_in_wg, uint32_t lane) : b0(lane & 1), b1(lane & 2) {
         const int first = T::kValues >= 4 ? (b0 ? T::kValues / 2 : 0) + (b1 ? T::kValues / 4 : 0) : (b0 ? 1 : 0);
         const int row_in_block = static_cast<int>(warp_in_wg * 16 + lane / 4);
 #pragma unroll
@@ -385,7 +384,7 @@ struct GroupOutput {
 template <typename T, typename Params>
 DGX_DEVICE void finish_block(const Params& p, const MqaSmem<T>& sm, const GroupOutput<T>& out,
                              const LogitSlots<T>& slots, const float (&w)[T::kBlockQ][T::kWeightsPerQuery], int s,
-                             int block_token0, const float (&acc)[T::kAccum], uint32_t lane) {
+                             int block_token0, const float (&acc)[T::kAccum]) {
     float scale[T::kFinal];
 #pragma unroll
     for (int f = 0; f < T::kFinal; ++f) scale[f] = sm.scales[s * T::kBlockKv + slots.row[f]];
@@ -408,7 +407,7 @@ DGX_DEVICE void finish_block(const Params& p, const MqaSmem<T>& sm, const GroupO
             v[2 * q + r] = sum;
         }
     }
-    quad_reduce<T::kValues>(v, lane);
+    quad_reduce<T::kValues>(v, slots.b0, slots.b1);
     if (!slots.stores) return;
 #pragma unroll
     for (int f = 0; f < T::kFinal; ++f) {
@@ -466,7 +465,7 @@ DGX_DEVICE void mqa_math(const Params& p, const MqaSmem<T>& sm, uint32_t wg) {
             wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < T::kAccum; ++i) fence_operand(acc[i]);  // read only after the wait
-            finish_block<T>(p, sm, out, slots, w, s, block_token0, acc, lane);
+            finish_block<T>(p, sm, out, slots, w, s, block_token0, acc);
             cursor.step<T::kStagesPerWg>();
             block_token0 += kStep * T::kBlockKv;
         }

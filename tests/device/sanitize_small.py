@@ -37,6 +37,13 @@ for m, n, k, bm, bn, pair, *defer in FAMILIES:
     torch.cuda.synchronize()
     check_dense(d, a, b, a_fp8, b_fp8)
     print("ok", cfg.kernel_name)
+# A decode tile with B's loads L2 evict-first (GemmConfig.stream_b, as the heuristic picks for one row of M tiles).
+a, b, a_fp8, b_fp8, d = make_dense(40, 520, 2176)
+cfg = GemmConfig(520, 2176, 64, 64, 4, defer=True, stream_b=True)
+dgx.fp8_gemm_nt(a_fp8, b_fp8, d, config=cfg)
+torch.cuda.synchronize()
+check_dense(d, a, b, a_fp8, b_fp8)
+print("ok", cfg.kernel_name)
 
 # Split-K: clusters of 2, 3 and 4 CTAs summing partial tiles through distributed shared memory; the first runs
 # several tiles per cluster (its partial buffer handed back and reused), the third is the weight gradient.
