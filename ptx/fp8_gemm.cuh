@@ -84,8 +84,9 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const Params& params) {
             mbarrier_init(&empty[s], T::kEmptyArrivals);
         }
         if constexpr (kSplit > 1) {
-            mbarrier_init(&split_bars[0], kSplit);  // one arrival per CTA of the cluster
-            mbarrier_init(&split_bars[1], kSplit);
+            // One arrival per math thread of every CTA of the cluster (each publishes its own accesses).
+            mbarrier_init(&split_bars[0], kSplit * T::kMathThreads);
+            mbarrier_init(&split_bars[1], kSplit * T::kMathThreads);
         }
         fence_barrier_init();
     }

@@ -152,10 +152,10 @@ DGX_DEVICE void store_tile(const Tile& tile, int n_start, const float (&result)[
 
 // Split-K: the kSplit CTAs of the cluster ran this tile over kSplit ranges of K. Each writes its FP32 partial
 // tile into its shared memory (T::kPartialStride floats a row) and publishes it to every CTA of the cluster
-// (`bars[0]`, one arrival per CTA); once all are published, CTA `rank` sums its share of the tile - the rank-th
-// of kSplit equal runs of 4-float vectors - over the partials of ranks 0, 1, ..., kSplit - 1 in that order
-// (a fixed order, so the result is bitwise the same every run, without atomics or workspace), converts and
-// stores it straight to D, then tells every CTA it has read their partials (`bars[1]`). A CTA overwrites its
+// (`bars[0]`, one arrival per math thread of each CTA); once all are published, CTA `rank` sums its share of the
+// tile - the rank-th of kSplit equal runs of 4-float vectors - over the partials of ranks 0, 1, ..., kSplit - 1 in
+// that order (a fixed order, so the result is bitwise the same every run, without atomics or workspace), converts
+// and stores it straight to D, then tells every CTA it has read their partials (`bars[1]`). A CTA overwrites its
 // partial with the next tile's only after all have read it. `index`: the tiles this CTA reduced before.
 // Weight gradient with `accumulate`: D (holding C) + sum, by the one thread that owns each element.
 template <typename T>
@@ -164,7 +164,6 @@ DGX_DEVICE void reduce_split_tile(const Tile& tile, int n_start, const float (&r
                                   uint32_t index, void* d_ptr, int64_t ld_d, bool accumulate) {
     static_assert(T::kSplit > 1 && T::kMmaPerWG == 1, "split-K tiles have one m64 slice per warpgroup");
     constexpr uint32_t kStride = T::kPartialStride;
-    constexpr uint32_t kBarrierId = 3;  // 1 + wg is each warpgroup's in store_tile
     const uint32_t base = smem_addr(smem_d);
     if (index > 0) mbarrier_wait_cluster(&bars[1], (index - 1) & 1);  // the peers have read our last partial
     const uint32_t row = t.wg * T::kWGRows + t.row_in_wg;
@@ -174,10 +173,10 @@ DGX_DEVICE void reduce_split_tile(const Tile& tile, int n_start, const float (&r
         st_shared_v2_f32(at, result[0][i * 4 + 0], result[0][i * 4 + 1]);
         st_shared_v2_f32(at + 8 * kStride * 4, result[0][i * 4 + 2], result[0][i * 4 + 3]);
     }
-    named_barrier_sync(kBarrierId, T::kMathThreads);
-    // Thread p publishes to CTA p: the arrivals (each with its own release) run in parallel (1-2 us less than
-    // one thread's serial loop over the peers at split 8; PERFLOG 2026-11-24 split-K).
-    if (threadIdx.x < T::kSplit) mbarrier_arrive_cluster_release(&bars[0], threadIdx.x);
+    // Each thread publishes its part of the partial to every CTA of the cluster (mbarrier.cuh, split-K).
+    fence_acq_rel_cluster();
+#pragma unroll
+    for (uint32_t p = 0; p < T::kSplit; ++p) mbarrier_arrive_cluster_relaxed(&bars[0], p);
     mbarrier_wait_cluster(&bars[0], index & 1);
 
     constexpr int kRowVecs = T::kBlockN / 4;
@@ -218,8 +217,10 @@ DGX_DEVICE void reduce_split_tile(const Tile& tile, int n_start, const float (&r
             }
         }
     }
-    named_barrier_sync(kBarrierId, T::kMathThreads);
-    if (threadIdx.x < T::kSplit) mbarrier_arrive_cluster_release(&bars[1], threadIdx.x);
+    // Each thread tells every CTA it has read its share of their partials.
+    fence_acq_rel_cluster();
+#pragma unroll
+    for (uint32_t p = 0; p < T::kSplit; ++p) mbarrier_arrive_cluster_relaxed(&bars[1], p);
 }
 
 }  // namespace dgx

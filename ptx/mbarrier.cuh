@@ -30,15 +30,21 @@ DGX_DEVICE void mbarrier_arrive_cluster(uint64_t* bar, uint32_t rank) {
         : "memory");
 }
 
-// Split-K: arrive on the barrier at the same offset in CTA `rank` with cluster-scope release, so that every
-// write that happened before it in this CTA (the math threads synchronise first; release is cumulative) is
-// visible to a peer whose cluster-scope acquire wait sees the phase complete: the partial tile being published,
-// or, handing a partial back, the ordering of our reads of it before the owner overwrites it.
-DGX_DEVICE void mbarrier_arrive_cluster_release(uint64_t* bar, uint32_t rank) {
+// Split-K: this thread's earlier shared-memory accesses ordered before its arrivals that follow, at cluster scope
+// (with mbarrier_arrive_cluster_relaxed: a release by each thread that wrote or read a partial tile).
+DGX_DEVICE void fence_acq_rel_cluster() { asm volatile("fence.acq_rel.cluster;" ::: "memory"); }
+
+// Split-K: a relaxed arrival on the barrier at the same offset in CTA `rank`, after fence_acq_rel_cluster. Every
+// math thread that wrote its part of a partial tile (or read a peer's) publishes its own accesses this way, one
+// fence and kSplit arrivals each: a single thread's release after a CTA barrier left compute-sanitizer racecheck
+// reporting the peers' reads as racing with the writes, and releasing arrivals from every thread put a MEMBAR before
+// each (9-20% slower split-K tiles); this costs ~1% (PERFLOG, split-K racecheck). PTX ISA 8.6, mbarrier.arrive
+// ".relaxed".
+DGX_DEVICE void mbarrier_arrive_cluster_relaxed(uint64_t* bar, uint32_t rank) {
     asm volatile(
         "{\n.reg .b32 remote;\n"
         "mapa.shared::cluster.u32 remote, %0, %1;\n"
-        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_addr(bar)),
+        "mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_addr(bar)),
         "r"(rank)
         : "memory");
 }
@@ -93,7 +99,7 @@ DGX_DEVICE void mbarrier_wait(uint64_t* bar, uint32_t parity) {
 }
 
 // Blocks until the phase with the given parity has completed, with cluster-scope acquire: what the peers
-// published before their arrivals (mbarrier_arrive_cluster_publish) is visible afterwards.
+// published before their arrivals (fence_acq_rel_cluster, then mbarrier_arrive_cluster_relaxed) is visible afterwards.
 DGX_DEVICE void mbarrier_wait_cluster(uint64_t* bar, uint32_t parity) {
     const uint32_t addr = smem_addr(bar);
     uint32_t done = 0;

@@ -237,7 +237,9 @@ DGX_DEVICE void mqa_produce(const Params& p, const MqaSmem<T>& sm) {
             int next_id = 0;
             if constexpr (T::kPaged) {
                 const int t = t0 + 32 + static_cast<int>(lane_id());
-                if (t < g.num_blocks) next_id = ld_global_nc_s32(p.block_table + static_cast<int64_t>(g.seq) * p.table_stride + g.kv_begin + t);
+                if (t < g.num_blocks)
+                    next_id = ld_global_nc_s32(p.block_table + static_cast<int64_t>(g.seq) * p.table_stride +
+                                               g.kv_begin + t);
             }
             const int count = g.num_blocks - t0 < 32 ? g.num_blocks - t0 : 32;
             for (int i = 0; i < count; ++i) {
@@ -280,7 +282,8 @@ DGX_DEVICE void mqa_produce(const Params& p, const MqaSmem<T>& sm) {
 }
 
 // Sums kValues partial logits over the 4 lanes of a quad (the lanes that share accumulator rows): each exchange
-// halves the values a lane holds, so lane (b1 b0) (bits 0 and 1 of the lane id) ends with values [b0 * kValues/2 + b1 * kValues/4, + kFinal).
+// halves the values a lane holds, so lane (b1 b0) (bits 0 and 1 of the lane id) ends with values
+// [b0 * kValues/2 + b1 * kValues/4, + kFinal).
 // Fixed order, so the result is bitwise the same on every run.
 template <int kValues>
 DGX_DEVICE void quad_reduce(float (&v)[kValues], bool b0, bool b1) {
@@ -360,7 +363,7 @@ struct LogitSlots {
 // Where a group's logits go, for each of the thread's slots: its query's row of the output and window.
 template <typename T>
 struct GroupOutput {
-    void* row_base[T::kFinal];  // the query's row of logits (compressed: shifted so that index `token` lands at token - lo)
+    void* row_base[T::kFinal];  // the query's row of logits (compressed: shifted so that token lands at token - lo)
     int lo[T::kFinal];
     int hi[T::kFinal];
     template <typename Params>
