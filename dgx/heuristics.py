@@ -109,6 +109,17 @@ def with_deferred_promotion(config: GemmConfig, units: int, num_sms: int) -> Gem
     return config
 
 
+def with_one_raster_band(config: GemmConfig) -> GemmConfig:
+    """`config` walking all of N in one raster band where the default bands would leave a ragged last one (fewer
+    than two bands' worth of n-blocks): that band re-reads all of A for a few columns. Dense weight gradients,
+    7168x2112 (17 n-blocks of 128, 21 of 104; bands of 16 + 1 / 16 + 5): 162.8 -> 158.9 µs at K 4096, 289.3 ->
+    282.2 at K 8192 (PERFLOG, wgrad raster). Wider bands on every shape were slower (up to 10%)."""
+    n_blocks = ceil_div(config.n, config.block_n)
+    if config.group_n < n_blocks < 2 * config.group_n:
+        return replace(config, group_n=n_blocks)
+    return config
+
+
 def with_stage_rounds(config: GemmConfig) -> GemmConfig:
     """`config` with one stage fewer where that makes its k-block count a multiple of the stage count, for
     the contiguous layout's BF16 one-slice tiles: their k-loop then runs rounds of compile-time stages (every
@@ -297,7 +308,7 @@ def choose_wgrad(m: int, n: int, k: int, num_sms: int, layout: int = Layout.DENS
     if layout == Layout.DENSE and k <= WGRAD_PLAIN_MAX_K and m >= 256 and n >= 256:
         # Up to 32 k-blocks a tile, plain 128x128 tiles beat the deferred ones the model prefers: 0.8-2.5% on the
         # six K = 4096 shapes of the benchmark (two sessions); at K = 8192, -2.1% to +1.0% (PERFLOG, wgrad tiles).
-        plain = GemmConfig(n, k, 128, 128, max_stages(128, 128, wgrad=True), wgrad=True)
+        plain = with_one_raster_band(GemmConfig(n, k, 128, 128, max_stages(128, 128, wgrad=True), wgrad=True))
         return _best(f"wgrad M={m} N={n} K={k} groups={groups}", [(plain, plain.units(m))], k, num_sms)
 
     def options():
@@ -307,6 +318,8 @@ def choose_wgrad(m: int, n: int, k: int, num_sms: int, layout: int = Layout.DENS
                 continue
             config = GemmConfig(n, 0 if layout == Layout.K_GROUPED else k, bm, bn, max_stages(bm, bn, wgrad=True),
                                 layout=layout, wgrad=True)
+            if layout == Layout.DENSE:
+                config = with_one_raster_band(config)
             units = config.units(m) * groups
             yield with_deferred_promotion(config, units, num_sms), units
 

@@ -236,3 +236,19 @@ def test_decode_tiles_stream_b_where_each_b_tile_is_read_once():
         assert not choose_dense(m, 7168, 16384, 132).config.stream_b
     assert not choose_wgrad(64, 7168, 16384, 132).config.stream_b
     assert not choose_grouped(LAYOUT_MASKED, 64, 7168, 2048, 16, 132).config.stream_b
+
+
+def test_weight_gradients_walk_n_in_one_band_rather_than_leave_a_ragged_one():
+    """A grid of 17 (or 21) n-blocks in bands of 16 leaves a last band of 1 (or 5) columns that re-reads all of A:
+    such grids take one band of all n-blocks (with_one_raster_band); wider grids keep bands of 16."""
+    from dgx.heuristics import choose_wgrad, with_one_raster_band
+
+    assert choose_wgrad(7168, 2112, 4096, 132).config.group_n == 17  # 128x128: 17 n-blocks
+    assert choose_wgrad(7168, 2112, 8192, 132).config.group_n == 21  # 128x104: 21 n-blocks
+    for m, n, k in ((2048, 7168, 4096), (7168, 4096, 4096), (7168, 4096, 8192), (1536, 24576, 4096)):
+        assert choose_wgrad(m, n, k, 132).config.group_n == 16, (m, n, k)
+    assert choose_wgrad(7168, 2112, 4096, 132, LAYOUT_K_GROUPED, 4).config.group_n == 16
+    config = GemmConfig(2112, 4096, 128, 128, 4, wgrad=True)
+    assert with_one_raster_band(config).group_n == 17
+    assert with_one_raster_band(GemmConfig(2048, 4096, 128, 128, 4, wgrad=True)).group_n == 16  # 16 blocks: one band
+    assert with_one_raster_band(GemmConfig(4096, 4096, 128, 128, 4, wgrad=True)).group_n == 16  # 32: two even bands
