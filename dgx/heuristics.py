@@ -146,7 +146,7 @@ STREAM_B_MIN_K = 2048
 def with_streamed_b(config: GemmConfig, m: int) -> GemmConfig:
     """`config` with B's loads marked L2 evict-first where the grid has one row of M tiles, so every B tile is read
     once: the stream then leaves other kernels' lines (and their pending write-backs) in L2. Measured on the dense
-    decode shapes (M 64 and 128, kernel-only, PERFLOG L2 policy): 4-15% faster after DESIGN.md's flush, which
+    decode shapes (M 64 and 128, kernel-only, PERFLOG L2 policy): 6-15% faster after DESIGN.md's flush, which
     leaves L2 dirty, and within 1% with a clean L2, except 64-row N 4096 K 7168 (2% slower clean, 12% faster
     dirty). Not for 16-column tiles (64 x 2112 x 7168: 6% slower clean) nor short K (STREAM_B_MIN_K)."""
     if config.layout != Layout.DENSE or config.wgrad or config.split_k > 1:

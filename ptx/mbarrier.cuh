@@ -99,7 +99,8 @@ DGX_DEVICE void mbarrier_wait(uint64_t* bar, uint32_t parity) {
 }
 
 // Blocks until the phase with the given parity has completed, with cluster-scope acquire: what the peers
-// published before their arrivals (fence_acq_rel_cluster, then mbarrier_arrive_cluster_relaxed) is visible afterwards.
+// published before their arrivals (fence_acq_rel_cluster, then mbarrier_arrive_cluster_relaxed) is visible
+// afterwards.
 DGX_DEVICE void mbarrier_wait_cluster(uint64_t* bar, uint32_t parity) {
     const uint32_t addr = smem_addr(bar);
     uint32_t done = 0;

@@ -181,3 +181,8 @@ def test_stream_b_marks_only_b_loads_evict_first(tmp_cache):
     assert tma_loads(base)[0] == 0
     hinted, total = tma_loads(streamed)
     assert hinted == 1 and total == tma_loads(base)[1]  # one B load per stage fill: A and the scales stay plain
+    # With B shared by a 2-CTA cluster the hint rides on the multicast load.
+    paired = GemmConfig(7168, 2048, 128, 128, 5, pair=2, stream_b=True)
+    listing = sass_tools.disassemble(jit.get_cubin(paired.render(), "sm_90a"))
+    multicast = [line for line in listing.splitlines() if "UTMALDG" in line and "MULTICAST" in line]
+    assert multicast and all("desc[" in line for line in multicast)
