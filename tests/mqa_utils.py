@@ -45,6 +45,15 @@ def windows(kind: str, seq_len: int, seq_len_kv: int, seed: int = 0) -> tuple[to
     return ks.to(torch.int32), ke.to(torch.int32)
 
 
+def causal_anchor(seq_len: int, seq_len_kv: int, heads: int = 64, dim: int = 128):
+    """A prefill benchmark case (DeepGEMM's and dgx bench's): inputs, causal windows, a logits buffer, and the FLOPs
+    inside the windows (2 H D per query-key pair). Returns (q, kv, scales, weights, ks, ke, out, flops)."""
+    q, kv, sc, w = make_prefill(seq_len, seq_len_kv, heads, dim)
+    ks, ke = windows("causal", seq_len, seq_len_kv)
+    flops = 2 * heads * dim * (ke.long() - ks.long()).sum().item()
+    return q, kv, sc, w, ks, ke, torch.empty(seq_len, seq_len_kv, device="cuda"), flops
+
+
 def ref_prefill(q, kv, scales, weights, ks, ke, max_seqlen_k: int = 0, chunk: int = 32) -> torch.Tensor:
     """float64 logits [S, S_kv] (or compressed [S, max_seqlen_k]) with -inf outside the windows."""
     seq_len, seq_len_kv = q.shape[0], kv.shape[0]

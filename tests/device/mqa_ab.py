@@ -130,16 +130,13 @@ def run_prefill(variants: list[str], flush, check: bool = True) -> list[dict]:
     import dgx
     from dgx.bench.kernel_timer import time_kernels
     from gpu_gemm_utils import round_order
-    from mqa_utils import make_prefill, windows
+    from mqa_utils import causal_anchor
 
     results = []
     cfg = prefill_config(64, 128, False, False)
     for skv in (8192, 65536):
         s = 4096
-        q, kv, sc, w = make_prefill(s, skv)
-        ks, ke = windows("causal", s, skv)
-        flops = 2 * 64 * 128 * (ke.long() - ks.long()).sum().item()
-        out = torch.empty(s, skv, device="cuda")
+        q, kv, sc, w, ks, ke, out, flops = causal_anchor(s, skv)
         first = None
         for v in variants:
             use_variant(v)

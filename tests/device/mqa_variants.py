@@ -11,7 +11,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import dgx  # noqa: E402
 from dgx.kernels.mqa_logits import MqaLogitsConfig, _stages  # noqa: E402
 from gpu_gemm_utils import bench_cold_l2, round_order  # noqa: E402
-from mqa_utils import compare, graphed, make_prefill, ref_prefill, windows  # noqa: E402
+from mqa_utils import causal_anchor, compare, graphed, make_prefill, ref_prefill, windows  # noqa: E402
 
 VARIANTS = {
     "w3-n128": MqaLogitsConfig(64, 128, 2, 15),
@@ -32,10 +32,7 @@ for name, cfg in VARIANTS.items():
 rounds = int(os.environ.get("ROUNDS", "2"))
 for skv in (8192, 65536):
     s = 4096
-    q, kv, sc, w = make_prefill(s, skv)
-    ks, ke = windows("causal", s, skv)
-    flops = 2 * 64 * 128 * (ke.long() - ks.long()).sum().item()
-    out = torch.empty(s, skv, device="cuda")
+    q, kv, sc, w, ks, ke, out, flops = causal_anchor(s, skv)
     names = list(VARIANTS)
     res = {n: [] for n in names}
     for r in range(rounds):
