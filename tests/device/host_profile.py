@@ -44,6 +44,18 @@ def per_call_us(fn, calls: int) -> float:
     return (time.perf_counter_ns() - t0) / calls / 1e3
 
 
+def best_ns_per_call(fn, calls: int, rounds: int) -> float:
+    """ns per call of fn(), the best of `rounds` rounds of `calls` calls (after one call outside the timing)."""
+    fn()
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter_ns()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter_ns() - t0) / calls)
+    return best
+
+
 def measure(pattern, calls: int, rounds: int) -> tuple[float, float]:
     """(µs per call of the call itself, µs per call of building its tensors): the best of `rounds` short rounds of
     each, alternating (the minimum is what a quiet machine gives; other processes only add to a round)."""
@@ -63,14 +75,7 @@ def primitives(calls: int = 2000, rounds: int = 10) -> list[tuple[str, float]]:
     out = []
 
     def timeit(label, fn):
-        fn()
-        best = float("inf")
-        for _ in range(rounds):
-            t0 = time.perf_counter_ns()
-            for _ in range(calls):
-                fn()
-            best = min(best, (time.perf_counter_ns() - t0) / calls)
-        out.append((label, best))
+        out.append((label, best_ns_per_call(fn, calls, rounds)))
 
     timeit("t.data_ptr()", t.data_ptr)
     timeit("t.shape", lambda: t.shape)
@@ -110,14 +115,7 @@ def fast_path_steps(calls: int = 2000, rounds: int = 10) -> list[tuple[str, floa
     out = []
 
     def timeit(label, fn):
-        fn()
-        best = float("inf")
-        for _ in range(rounds):
-            t0 = time.perf_counter_ns()
-            for _ in range(calls):
-                fn()
-            best = min(best, (time.perf_counter_ns() - t0) / calls)
-        out.append((label, best))
+        out.append((label, best_ns_per_call(fn, calls, rounds)))
 
     def hint():
         if config_none is None and type(a) is tuple and type(b) is tuple and (c is None or c is d):
@@ -132,7 +130,7 @@ def fast_path_steps(calls: int = 2000, rounds: int = 10) -> list[tuple[str, floa
                                                     d.data_ptr()))
     timeit("relocate: residues and 8 words (new addresses)", lambda: entry.relocate(entry.words, *moved))
     timeit("current stream", lambda: entry.current_stream(0))
-    config = entry.configs[0]
+    config = entry.launcher.config_for(0)  # the config the fast path takes from the launcher's table for stream 0
     timeit("the launch (stand-in cuLaunchKernelEx)", lambda: entry.launch_kernel(config, entry.function, entry.params, 0))
     timeit("whole call, same tensors", lambda: dgx.fp8_gemm_nt(a, b, d))
     return out
