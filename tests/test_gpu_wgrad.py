@@ -106,14 +106,10 @@ def test_k_grouped(m, n, ks):
     assert torch.equal(d, d2)
 
 
-def _assert_bitwise_alike(first, second, m: int, seed: int):
-    """The weight gradient under two configs of one BLOCK_N: dense (K = first.k) and K-grouped (groups of 10,
-    0, 1, 5 and 16 k-blocks, run-time K): the second within MAX_REL of the float64 reference, a group without K
-    left as it was, and bitwise the first's output."""
-    import dataclasses
-
+def _assert_dense_alike(first, second, m: int, seed: int):
+    """The dense weight gradient D = C + A.B^T (M = m, N and K of `first`) under two configs: the second within
+    MAX_REL of the float64 reference, and bitwise the first's output."""
     import dgx
-    from dgx.kernels.fp8_gemm import LAYOUT_K_GROUPED
 
     n, k = first.n, first.k
     a, b = _rows(m, k, seed), _rows(n, k, seed + 1)
@@ -127,6 +123,19 @@ def _assert_bitwise_alike(first, second, m: int, seed: int):
     ref = c.double() + dequantize(*a, 1).double() @ dequantize(*b, 1).double().T
     assert _rel(outs[1], ref) <= MAX_REL
     assert torch.equal(outs[0], outs[1])
+
+
+def _assert_bitwise_alike(first, second, m: int, seed: int):
+    """The weight gradient under two configs of one BLOCK_N: dense (K = first.k) and K-grouped (groups of 10,
+    0, 1, 5 and 16 k-blocks, run-time K): the second within MAX_REL of the float64 reference, a group without K
+    left as it was, and bitwise the first's output."""
+    import dataclasses
+
+    import dgx
+    from dgx.kernels.fp8_gemm import LAYOUT_K_GROUPED
+
+    _assert_dense_alike(first, second, m, seed)
+    n = first.n
 
     ks = [1280, 0, 128, 640, 2048]
     ka, kb, refs = _k_grouped_inputs(m, n, ks, seed=seed + 2)
@@ -346,19 +355,8 @@ def test_shared_b_matches_unshared(block_n, stages, defer):
     second tile lies past M) and a partial last n-block."""
     import dataclasses
 
-    import dgx
     from dgx.kernels.fp8_gemm import SHARE_B, GemmConfig
 
     m, n, k = 300, 600, 1664
     plain = GemmConfig(n, k, 128, block_n, stages, wgrad=True, defer=defer)
-    a, b = _rows(m, k, 21), _rows(n, k, 22)
-    c = torch.randn(m, n, device="cuda")
-    outs = []
-    for config in (plain, dataclasses.replace(plain, pair=SHARE_B)):
-        d = c.clone()
-        dgx.fp8_gemm_nt(a, b, d, c=d, config=config)
-        outs.append(d)
-    torch.cuda.synchronize()
-    ref = c.double() + dequantize(*a, 1).double() @ dequantize(*b, 1).double().T
-    assert _rel(outs[1], ref) <= MAX_REL
-    assert torch.equal(outs[0], outs[1])
+    _assert_dense_alike(plain, dataclasses.replace(plain, pair=SHARE_B), m, 21)

@@ -21,7 +21,6 @@ import cProfile
 import json
 import os
 import pstats
-import statistics
 import sys
 import time
 import warnings
