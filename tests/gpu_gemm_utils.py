@@ -48,6 +48,18 @@ def check_dense(d, a, b, a_fp8, b_fp8, *, max_rel: float = 2e-3, max_diff: float
 _flush: list = []
 
 
+def check_group_rows(d, a, b, g: int, start: int, rows: int, *, max_rel: float = 2e-3) -> None:
+    """Rows [start, start + rows) of an M-grouped GEMM's output d, group g's: every one written (d was poisoned
+    with NaN) and within max_rel (normwise) of the float64 product of A's rows and B[g], both dequantised.
+    a = (A, SFA) per token, b = (B, SFB) per 128 x 128 block, B and SFB stacked by group."""
+    out = d[start : start + rows]
+    assert not torch.isnan(out).any(), f"group {g}: rows not written"
+    ref = (dequantize(a[0][start : start + rows], a[1][start : start + rows], 1).double()
+           @ dequantize(b[0][g], b[1][g], 128).double().T)
+    rel = float((out.double() - ref).norm() / ref.norm().clamp(min=1e-30))
+    assert rel <= max_rel, f"group {g}: relative error {rel}"
+
+
 def bench_cold_l2(fn, warm: int = 5, reps: int = 30) -> float:
     """DESIGN.md timing for the device scripts: µs of `fn`, median of `reps` calls, each after zeroing
     a 1 GB buffer (cold L2), CUDA events around the call, `warm` calls first."""
