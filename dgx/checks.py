@@ -60,6 +60,12 @@ def expect_contiguous(v: TensorView, name: str) -> None:
         acc *= size
 
 
+def expect_positive_int(value: object, name: str) -> None:
+    """`value` must be an int (not a bool) above 0."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name}: expected a positive int; got {value!r}")
+
+
 def expect_n_multiple_of_8(n: int, name: str = "d") -> None:
     """N (the output's columns) a multiple of 8: 16-byte rows of BF16 D (and of FP8 B) for TMA."""
     if n % 8:

@@ -12,6 +12,7 @@ from .checks import (
     expect_dtype,
     expect_n_multiple_of_8,
     expect_ndim,
+    expect_positive_int,
     expect_nonnegative_strides,
     expect_shape,
     expect_tma_rows,
@@ -203,8 +204,7 @@ def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m: int, *, stream=N
     av, sfav, bv, sfbv, dv, mv = views_on_one_device(
         ((A, "A"), (SFA, "SFA"), (B, "B"), (SFB, "SFB"), (d, "d"), (masked_m, "masked_m"))
     )
-    if isinstance(expected_m, bool) or not isinstance(expected_m, int) or expected_m <= 0:
-        raise ValueError(f"expected_m: expected a positive int; got {expected_m!r}")
+    expect_positive_int(expected_m, "expected_m")
     for v, name in ((av, "A"), (dv, "d"), (sfav, "SFA")):
         expect_ndim(v, name, 3)
     expect_ndim(mv, "masked_m", 1)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from . import launch
-from .checks import unpack_pair, views_on_one_device
+from .checks import expect_positive_int, unpack_pair, views_on_one_device
 from .device import get_num_sms
 from .grouped import check_contiguous_operands
 from .heuristics import _best, candidates, pipeline_stages, with_deferred_promotion, with_stage_rounds
@@ -98,8 +98,7 @@ def m_grouped_fp8_gemm_nt_contiguous_psum(a, b, d, psum_m, *, alignment: int = 1
     av, sfav, bv, sfbv, dv, pv = views_on_one_device(
         ((A, "A"), (SFA, "SFA"), (B, "B"), (SFB, "SFB"), (d, "d"), (psum_m, "grouped_layout"))
     )
-    if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment <= 0:
-        raise ValueError(f"alignment: expected a positive int; got {alignment!r}")
+    expect_positive_int(alignment, "alignment")
     if expected_m is not None and (isinstance(expected_m, bool) or not isinstance(expected_m, int) or expected_m <= 0):
         raise ValueError(f"expected_m_for_psum_layout: expected None or a positive int; got {expected_m!r}")
     m, k, groups, n = check_contiguous_operands(av, sfav, bv, sfbv, dv, pv, "grouped_layout")
