@@ -3,7 +3,8 @@ cluster, 2-CTA clusters sharing A or B (dense and contiguous), BLOCK_N with two 
 selected at run time or compiled in, 256-row tiles as two m64 slices per warpgroup (in stage rounds with
 and without unused stages), an odd number of
 8-column groups ending the stmatrix epilogue with a two-matrix store, deferred promotion with one or two
-math warpgroups, alone or in a cluster; split-K clusters)."""
+math warpgroups, alone or in a cluster, and on 16- and 32-column tiles whose whole k-loop is one chunk; split-K
+clusters)."""
 
 import torch
 
@@ -29,6 +30,8 @@ FAMILIES = [
     (259, 384, 4480, 256, 128, 0),  # the A-scale warp's loads end inside a row's last 16 bytes (M % 4 = 3)
     (65, 256, 1280, 64, 56, 0, True),  # deferred: a chunk of 8 k-blocks and a tail of 2
     (129, 576, 640, 128, 64, 2, True),
+    (65, 256, 1280, 64, 16, 0, True),  # deferred 16-column tile: its whole k-loop (10 k-blocks) as one chunk
+    (129, 288, 7168, 128, 32, 0, True),  # the same with two math warpgroups over 56 k-blocks
 ]
 for m, n, k, bm, bn, pair, *defer in FAMILIES:
     a, b, a_fp8, b_fp8, d = make_dense(m, n, k)
@@ -38,12 +41,13 @@ for m, n, k, bm, bn, pair, *defer in FAMILIES:
     check_dense(d, a, b, a_fp8, b_fp8)
     print("ok", cfg.kernel_name)
 # A decode tile with B's loads L2 evict-first (GemmConfig.stream_b, as the heuristic picks for one row of M tiles).
-a, b, a_fp8, b_fp8, d = make_dense(40, 520, 2176)
-cfg = GemmConfig(520, 2176, 64, 64, 4, defer=True, stream_b=True)
-dgx.fp8_gemm_nt(a_fp8, b_fp8, d, config=cfg)
-torch.cuda.synchronize()
-check_dense(d, a, b, a_fp8, b_fp8)
-print("ok", cfg.kernel_name)
+for n, bn in ((520, 64), (272, 16)):  # the second a 16-column tile (as for N 2112 at K 7168)
+    a, b, a_fp8, b_fp8, d = make_dense(40, n, 2176)
+    cfg = GemmConfig(n, 2176, 64, bn, 4, defer=True, stream_b=True)
+    dgx.fp8_gemm_nt(a_fp8, b_fp8, d, config=cfg)
+    torch.cuda.synchronize()
+    check_dense(d, a, b, a_fp8, b_fp8)
+    print("ok", cfg.kernel_name)
 
 # Split-K: clusters of 2, 3 and 4 CTAs summing partial tiles through distributed shared memory; the first runs
 # several tiles per cluster (its partial buffer handed back and reused), the third is the weight gradient.
