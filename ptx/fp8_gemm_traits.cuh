@@ -74,8 +74,14 @@ struct Fp8GemmTraits {
     // the weight gradient; PERFLOG exp. 16, 19).
     static constexpr bool kDefer = kDeferred_;
     // Straight-line chunks of k-blocks that end with no MMA in flight: an MMA in flight across a loop's
-    // back edge while the other set is read makes ptxas serialise every wgmma (warning C7514).
-    static constexpr int kDeferChunk = 8;
+    // back edge while the other set is read makes ptxas serialise every wgmma (warning C7514). Each chunk ends
+    // in a drain. Tiles at most 32 columns wide (the decode shapes' narrow tiles, latency-bound) with at most
+    // kWholeLoopKBlocks k-blocks run the tile as one chunk: 3-16% faster than chunks of 8 at K 7168 (N 576 to
+    // 4096, M <= 256). At 128 k-blocks one chunk ran 2.3x slower (its code outgrows the instruction cache), and
+    // chunks of 16 or 28 gained little or lost (PERFLOG 2026-11-24, fourth session); the rest keep 8.
+    static constexpr int kWholeLoopKBlocks = 56;
+    static constexpr int kDeferChunk =
+        kBlockN <= 32 && kTileKBlocks > 0 && kTileKBlocks <= kWholeLoopKBlocks ? kTileKBlocks : 8;
     static_assert(!kDefer || kMmaPerWG == 1, "deferred promotion is for one-slice tiles");
     // BF16 one-slice tiles load their k-block's (at most two) B scales into the stage with TMA, like the A
     // scales (PERFLOG exp. 28, 29); deferred tiles keep prefetching them from global memory (exp. 33).
