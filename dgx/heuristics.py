@@ -141,6 +141,11 @@ WGRAD_PLAIN_MAX_K = 4096
 # Below this K a decode tile's B stream is short, and evict-first B ran 2-6% slower with a clean L2 (N 24576 and
 # 32768 at K 1536 and 512; PERFLOG, L2 policy).
 STREAM_B_MIN_K = 2048
+# Tiles narrower than 32 columns stream B evict-first only when B holds at least this many bytes: with the k-loop
+# run as one chunk, 64x2112x7168 and 128x2112x7168 (15.1 MB) ran 7% faster after the flush and within 0.5% with a
+# clean L2, 64x1536x7168 (11 MB) 2% faster and 4% slower clean, 64x576x7168 (4 MB) no faster (PERFLOG 2026-11-24,
+# fourth session).
+STREAM_B_NARROW_MIN_BYTES = 12 << 20
 
 
 def with_streamed_b(config: GemmConfig, m: int) -> GemmConfig:
@@ -148,10 +153,13 @@ def with_streamed_b(config: GemmConfig, m: int) -> GemmConfig:
     once: the stream then leaves other kernels' lines (and their pending write-backs) in L2. Measured on the dense
     decode shapes (M 64 and 128, kernel-only, PERFLOG L2 policy): 6-15% faster after DESIGN.md's flush, which
     leaves L2 dirty, and within 1% with a clean L2, except 64-row N 4096 K 7168 (2% slower clean, 12% faster
-    dirty). Not for 16-column tiles (64 x 2112 x 7168: 6% slower clean) nor short K (STREAM_B_MIN_K)."""
+    dirty). Not for short K (STREAM_B_MIN_K), nor for 16-column tiles over less than STREAM_B_NARROW_MIN_BYTES of
+    B."""
     if config.layout != Layout.DENSE or config.wgrad or config.split_k > 1:
         return config
-    if ceil_div(m, config.block_m) > 1 or config.k < STREAM_B_MIN_K or config.block_n < 32:
+    if ceil_div(m, config.block_m) > 1 or config.k < STREAM_B_MIN_K:
+        return config
+    if config.block_n < 32 and config.n * config.k < STREAM_B_NARROW_MIN_BYTES:
         return config
     return replace(config, stream_b=True)
 

@@ -202,11 +202,11 @@ def test_inspect_gemm_names_deferred_promotion(runner, tmp_cache):
 
 def test_inspect_gemm_names_evict_first_b(runner, tmp_cache):
     # One row of 64-row tiles over K 16384 streams B as L2 evict-first (dgx.heuristics.with_streamed_b); 16-column
-    # tiles and several rows of M tiles do not.
+    # tiles over a small B (576 x 7168) and several rows of M tiles do not.
     result = runner.invoke(cli.main, ["inspect", "--gemm", "64", "7168", "16384"])
     assert result.exit_code == 0, result.output
     assert "B evict-first" in result.output
-    for shape in (["64", "2112", "7168"], ["4096", "7168", "16384"]):
+    for shape in (["64", "576", "7168"], ["4096", "7168", "16384"]):
         result = runner.invoke(cli.main, ["inspect", "--gemm", *shape])
         assert result.exit_code == 0, result.output
         assert "B evict-first" not in result.output

@@ -221,15 +221,19 @@ def test_grouped_config_pairs_only_for_contiguous():
 
 
 def test_decode_tiles_stream_b_where_each_b_tile_is_read_once():
-    """B evict-first (GemmConfig.stream_b) on one row of M tiles with K >= 2048 and tiles of >= 32 columns; not on
-    16-column tiles, short K, several rows of M tiles, nor the grouped and weight-gradient kernels."""
-    from dgx.heuristics import STREAM_B_MIN_K, choose_wgrad
+    """B evict-first (GemmConfig.stream_b) on one row of M tiles with K >= 2048, for 16-column tiles only over at
+    least STREAM_B_NARROW_MIN_BYTES of B; not on short K, several rows of M tiles, nor the grouped and
+    weight-gradient kernels."""
+    from dgx.heuristics import STREAM_B_MIN_K, STREAM_B_NARROW_MIN_BYTES, choose_wgrad
 
     for m in (1, 64, 128):
-        for n, k in ((7168, 16384), (4096, 7168), (7168, 2048)):
+        for n, k in ((7168, 16384), (4096, 7168), (7168, 2048), (2112, 7168)):
             c = choose_dense(m, n, k, 132).config
             assert c.stream_b and c.block_m >= m, (m, n, k)
-    assert not choose_dense(64, 2112, 7168, 132).config.stream_b  # 16-column tiles
+    for n in (576, 1536):  # 16-column tiles over 4 and 11 MB of B
+        c = choose_dense(64, n, 7168, 132).config
+        assert c.block_n == 16 and n * 7168 < STREAM_B_NARROW_MIN_BYTES and not c.stream_b, n
+    assert choose_dense(64, 2112, 7168, 132).config.block_n == 16  # streamed above: 15.1 MB of B
     assert not choose_dense(64, 24576, 1536, 132).config.stream_b  # K < STREAM_B_MIN_K
     assert STREAM_B_MIN_K == 2048
     for m in (256, 4096):
