@@ -6,7 +6,8 @@ flush (and with --clean a clean one) in alternating rounds, on the decode shapes
     python gemm_ab.py [--diagnostic] [--precompile] [--shapes MxNxK,...] [--json FILE] VARIANT ...   (tests/device/)
 
 A VARIANT is `current` (this tree) or a header overlay (tests/gpu_gemm_utils.variant_headers: ../.dev/hdr_<name>/),
-optionally with @sb or @nosb: the heuristic's config with B streamed evict-first or not (GemmConfig.stream_b).
+optionally with flags after @: sb / nosb (the heuristic's config with B streamed evict-first or not, GemmConfig.stream_b),
+tBMxBN (BMxBN tiles instead of the heuristic's), e.g. current@t64x128@sb.
 PERF_ROUNDS (default 3) sets the rounds.
 """
 
@@ -31,12 +32,24 @@ DECODE = [(m, n, k) for m in (64, 128) for n, k in
           ((2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048))]
 
 
-def variant_config(name: str, cfg):
-    """`cfg` as variant `name` runs it: HEADERS@sb streams B evict-first, HEADERS@nosb does not."""
+def variant_config(name: str, cfg, m: int = 64):
+    """`cfg` as variant `name` runs it: flags after the headers, each after an @: `sb` / `nosb` stream B
+    evict-first or not; `tBMxBN` takes BMxBN tiles (the heuristic's stage count and promotion rule for them)."""
     import dataclasses
 
-    _, _, flag = name.partition("@")
-    return dataclasses.replace(cfg, stream_b=flag == "sb") if flag in ("sb", "nosb") else cfg
+    from dgx.heuristics import pipeline_stages, with_deferred_promotion
+
+    for flag in name.split("@")[1:]:
+        if flag in ("sb", "nosb"):
+            cfg = dataclasses.replace(cfg, stream_b=flag == "sb")
+        elif flag.startswith("t"):
+            bm, bn = (int(x) for x in flag[1:].split("x"))
+            tile = dataclasses.replace(cfg, block_m=bm, block_n=bn, stages=pipeline_stages(bm, bn), defer=False)
+            units = -(-m // bm) * -(-cfg.n // bn)
+            cfg = with_deferred_promotion(tile, units, NUM_SMS)
+        else:
+            raise SystemExit(f"variant {name}: unknown flag {flag!r} (sb, nosb, tBMxBN)")
+    return cfg
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
@@ -62,7 +75,7 @@ def main() -> int:
         for v in args.variants:
             use_headers(variant_headers(v.split("@")[0]))
             for m, n, k in shapes:
-                jit.get_cubin(variant_config(v, choose_dense(m, n, k, NUM_SMS).config).render(), "sm_90a")
+                jit.get_cubin(variant_config(v, choose_dense(m, n, k, NUM_SMS).config, m).render(), "sm_90a")
         print(f"built {len(shapes)} kernels x {len(args.variants)} variants", flush=True)
         return 0
 
@@ -89,7 +102,7 @@ def main() -> int:
         first = None
         for v in args.variants:
             use_headers(variant_headers(v.split("@")[0]))
-            cfg = variant_config(v, base)
+            cfg = variant_config(v, base, m)
             d.fill_(float("nan"))
             dgx.fp8_gemm_nt(a_fp8, b_fp8, d, config=cfg)
             torch.cuda.synchronize()
@@ -106,7 +119,7 @@ def main() -> int:
             for i in round_order(len(keys), r):
                 v, f = keys[i]
                 use_headers(variant_headers(v.split("@")[0]))
-                cfg = variant_config(v, base)
+                cfg = variant_config(v, base, m)
                 call = lambda a_fp8=a_fp8, b_fp8=b_fp8, d=d, cfg=cfg: dgx.fp8_gemm_nt(a_fp8, b_fp8, d, config=cfg)  # noqa: E731
                 call()
                 samples[(v, f)].append(time_kernels(call, flushes[f]).median_us)
@@ -114,7 +127,7 @@ def main() -> int:
         line = []
         for v, f in keys:
             us = statistics.median(samples[(v, f)])
-            results.append({"shape": [m, n, k], "config": variant_config(v, base).kernel_name, "variant": v,
+            results.append({"shape": [m, n, k], "config": variant_config(v, base, m).kernel_name, "variant": v,
                             "flush": f, "us": us, "gbps": moved / us / 1e3, "rounds": samples[(v, f)]})
             line.append(f"{v}{'' if f == 'dirty' else ' ' + f} {us:6.2f} us {moved / us / 1e3:5.0f} GB/s")
         print(f"{m}x{n}x{k} {base.kernel_name}: " + " | ".join(line), flush=True)
