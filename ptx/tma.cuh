@@ -76,6 +76,21 @@ DGX_DEVICE void tma_load_2d_multicast(const TensorMap* map, uint64_t* bar, void*
             : "memory");
 }
 
+// 1-D bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) from global into our own shared
+// memory, completing on `bar`; kHint as for tma_load_2d. PTX ISA, "cp.async.bulk".
+template <bool kHint = false>
+DGX_DEVICE void bulk_load_1d(void* dst, const void* src, uint32_t bytes, uint64_t* bar, uint64_t policy = 0) {
+    if constexpr (kHint)
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
+            ::"r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(smem_addr(bar)), "l"(policy)
+            : "memory");
+    else
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                     ::"r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(smem_addr(bar))
+                     : "memory");
+}
+
 // 2-D tile store from shared memory; rows and columns outside the tensor are clipped by the hardware.
 DGX_DEVICE void tma_store_2d(const TensorMap* map, const void* src, int32_t c0, int32_t c1) {
     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(

@@ -79,6 +79,9 @@ def _suite_rows(
     header += ["TFLOPS", "GB/s", "bound", "of ceiling"]
     if hbm:
         header.append("of HBM peak")
+    floors = any(c.read_floor_us for c in suite.cases)
+    if floors:
+        header.append("of read floor")
     if anchor:
         header += ["DeepGEMM TF (H100, kernel-only)" if timer == "kernel" else "DeepGEMM TF (H100)", "vs DeepGEMM"]
     header += [f"{IMPL_SHORT.get(p, p)} TF (dgx ×)" for p in peers]
@@ -97,12 +100,16 @@ def _suite_rows(
         ]
         if hbm:
             row.append(_pct(d.hbm_share) if dgx_ok else "-")
+        if floors:
+            row.append(_pct(d.floor_share) if dgx_ok and d.floor_share is not None else "-")
         if anchor:
             row += [_f(c.anchor["tflops"]) if c.anchor else "-", _x(c.vs_anchor)]
         row += [_peer_cell(c, p) for p in peers]
         rows.append(row)
     gm = ["geomean", "", *([""] if repeats > 1 else []), _f(suite.geomean_tflops.get(DGX)), "", "", _pct(suite.geomean_fraction)]
     if hbm:
+        gm.append("")
+    if floors:
         gm.append("")
     if anchor:
         gm += ["", _x(suite.geomean_vs_anchor)]
@@ -209,15 +216,21 @@ def hbm_line(summary: Summary) -> str | None:
     """How the GEMM tables' share of the HBM peak is computed, or why there is none; None without GEMM suites."""
     if not any(suite.suite not in MQA_SUITES for suite in summary.suites):
         return None
+    floors = any(c.read_floor_us for suite in summary.suites for c in suite.cases)
+    floor = (
+        " 'of read floor': the time of a kernel that only reads the row's bytes (dgx/bench/read_floor.py, same timer "
+        "and flush) over the row's time: what any kernel could reach there (100% = as fast as reading alone)."
+        if floors else ""
+    )
     if summary.hbm_peak_gbps:
         return (
             f"of HBM peak: GB/s over the {_f(summary.hbm_peak_gbps)} GB/s datasheet HBM bandwidth of the "
             f"{summary.device}, on memory-bound rows; 'of ceiling' there is the share of the copy bandwidth "
-            "measured in this run."
+            f"measured in this run.{floor}"
         )
     return (
         f"No HBM peak is known for {summary.device or 'this device'} (dgx/bench/hbm.py): memory-bound rows show only "
-        "'of ceiling', the share of the copy bandwidth measured in this run."
+        f"'of ceiling', the share of the copy bandwidth measured in this run.{floor}"
     )
 
 

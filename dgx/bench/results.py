@@ -97,13 +97,18 @@ class ImplResult:
 class CaseResult:
     shape: Shape | MqaShape
     impls: dict[str, ImplResult] = dataclasses.field(default_factory=dict)
+    read_floor_us: float | None = None  # memory-bound GEMM cases: a read-only kernel over the case's bytes (read_floor)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"shape": self.shape.to_dict(), "impls": {k: v.to_dict() for k, v in self.impls.items()}}
+        d = {"shape": self.shape.to_dict(), "impls": {k: v.to_dict() for k, v in self.impls.items()}}
+        if self.read_floor_us is not None:
+            d["read_floor_us"] = self.read_floor_us
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "CaseResult":
-        return cls(Shape.from_dict(d["shape"]), {k: ImplResult.from_dict(v) for k, v in d["impls"].items()})
+        return cls(Shape.from_dict(d["shape"]), {k: ImplResult.from_dict(v) for k, v in d["impls"].items()},
+                   d.get("read_floor_us"))
 
 
 @dataclasses.dataclass
@@ -258,6 +263,7 @@ class ImplSummary:
     note: str = ""
     config: str = ""
     hbm_share: float | None = None  # memory-bound GEMM cases: GB/s over the device's HBM peak (if known)
+    floor_share: float | None = None  # memory-bound GEMM cases: the read floor's time over this time
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -276,6 +282,7 @@ class CaseSummary:
     anchor: dict[str, float] | None
     vs_anchor: float | None  # dgx TFLOPS / DeepGEMM anchor TFLOPS
     balanced: dict[str, Any] | None = None  # ragged decode cases: the balanced case and dgx's time ratio to it
+    read_floor_us: float | None = None  # median over repeats of CaseResult.read_floor_us
 
     def to_dict(self) -> dict[str, Any]:
         d = self._to_dict()
@@ -294,6 +301,7 @@ class CaseSummary:
             "speedup_over": dict(self.speedups),
             "anchor_deepgemm_h100": self.anchor,
             "vs_deepgemm_anchor": self.vs_anchor,
+            "read_floor_us": self.read_floor_us,
         }
 
 
@@ -447,6 +455,8 @@ def summarize(results: BenchResults) -> Summary:
     for ci in range(n_cases):
         shape = results.repeats[0].cases[ci].shape
         bound, floor = bound_of(shape, ceilings)
+        read_floors = [r.cases[ci].read_floor_us for r in results.repeats if r.cases[ci].read_floor_us]
+        read_floor = statistics.median(read_floors) if read_floors else None
         impls: dict[str, ImplSummary] = {}
         for name in names:
             items = [r.cases[ci].impls[name] for r in results.repeats if name in r.cases[ci].impls]
@@ -470,6 +480,8 @@ def summarize(results: BenchResults) -> Summary:
                 s.fraction = floor / s.us if floor else None
                 if hbm_peak and bound == "memory" and not isinstance(shape, MqaShape):
                     s.hbm_share = s.gbps / hbm_peak
+                if read_floor and bound == "memory":
+                    s.floor_share = read_floor / s.us
             impls[name] = s
         dgx = impls.get(DGX)
         speedups: dict[str, float | None] = {}
@@ -481,7 +493,8 @@ def summarize(results: BenchResults) -> Summary:
         anchor = anchor_for(shape, timer)
         vs_anchor = (dgx.tflops / anchor["tflops"]) if (dgx and dgx.tflops and anchor) else None
         case_summaries.append(
-            CaseSummary(shape, bound, floor, roofline_tflops(shape, ceilings), impls, speedups, anchor, vs_anchor)
+            CaseSummary(shape, bound, floor, roofline_tflops(shape, ceilings), impls, speedups, anchor, vs_anchor,
+                        read_floor_us=read_floor)
         )
 
     _link_balanced(case_summaries)

@@ -15,10 +15,12 @@ from .results import (
     CaseResult,
     HostCost,
     RepeatResult,
+    bound_of,
     gbps,
     tflops,
 )
 from .mqa_suites import MQA, MQA_SUITES, PAGED_MQA, is_mqa
+from .read_floor import ReadFloor
 from .suites import (
     DEFAULT_SEED,
     GEMM_SUITES,
@@ -435,10 +437,12 @@ def run_suite(
     ctx = Ctx(flush, warmup, iters, timer=timer)
     probe_timer(ctx)
     impls = make_impls(peers)
+    floor_failed: list[str] = []
     for rep in range(repeat):
         say(f"repeat {rep + 1}/{repeat}: ceilings")
         rr = RepeatResult()
         rr.ceilings, rr.ceiling_notes = measure_ceilings(flush, warmup, iters, timer)
+        read_floor = ReadFloor(timer_function(timer), flush, warmup, iters) if gemm else None
         say(
             "  "
             + ", ".join(f"{k} {v:.0f}" for k, v in rr.ceilings.items())
@@ -450,6 +454,8 @@ def run_suite(
                 for impl in impls:
                     if impl.runs_on(shape.suite):
                         case.impls[impl.name] = impl.measure(problem, ctx)
+                if read_floor is not None and not floor_failed and shape.suite in GEMM_SUITES:
+                    case.read_floor_us = _read_floor_us(read_floor, shape, rr.ceilings, floor_failed)
             finally:
                 problem.free()
                 del problem
@@ -470,7 +476,21 @@ def run_suite(
                     )
                 )
         results.repeats.append(rr)
+    if floor_failed:
+        results.notes.append(f"No read floor in this run: {floor_failed[0]}")
     return results
+
+
+def _read_floor_us(read_floor: ReadFloor, shape: Shape, ceilings: dict[str, float], failed: list[str]) -> float | None:
+    """The read floor of a memory-bound GEMM case (dgx.bench.read_floor), None for the others; a failure is recorded
+    in `failed` (the run goes on without floors)."""
+    if bound_of(shape, ceilings)[0] != "memory":
+        return None
+    try:
+        return read_floor.us(shape.bytes_moved)
+    except Exception as e:  # noqa: BLE001 - reported in the run's notes; the cases' own figures stand
+        failed.append(f"{type(e).__name__}: {e}")
+        return None
 
 
 def dgx_failures(results: BenchResults) -> list[str]:
