@@ -90,6 +90,41 @@ def round_order(count: int, round_index: int) -> list[int]:
     return order if round_index % 2 == 0 else order[::-1]
 
 
+def l2_flushes(clean: bool = True) -> dict:
+    """The flushes the device experiments time after: "dirty", DESIGN.md's (1 GB zeroed, which leaves L2 full of
+    dirty lines), and with `clean` also "clean" (that, then 256 MB read, so the dirty lines are written back first
+    and L2 ends full of clean ones; PERFLOG, L2 policy)."""
+    from dgx.bench.timing import L2Flusher
+
+    dirty = L2Flusher()
+    if not clean:
+        return {"dirty": dirty}
+    reread = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
+
+    def clean_flush() -> None:
+        dirty()
+        reread.max()
+
+    return {"dirty": dirty, "clean": clean_flush}
+
+
+def kernel_rounds(fns: dict, flushes: dict, rounds: int, prepare=None) -> dict:
+    """Kernel-only µs (dgx bench's kernel timer, median of its calls) of every function of `fns` after every flush
+    of `flushes`, in `rounds` alternating rounds (round_order): {(name, flush): [µs per round]}. `prepare(name)`,
+    if given, runs before each measurement (a header variant to switch to)."""
+    from dgx.bench.kernel_timer import time_kernels
+
+    keys = [(name, f) for name in fns for f in flushes]
+    samples = {key: [] for key in keys}
+    for r in range(rounds):
+        for i in round_order(len(keys), r):
+            name, f = keys[i]
+            if prepare is not None:
+                prepare(name)
+            samples[(name, f)].append(time_kernels(fns[name], flushes[f]).median_us)
+    return samples
+
+
 def parse_blocks(text: str) -> tuple[int, int, int, int, int]:
     """A tile spec of the device experiment scripts, BMxBN[sS][pP][gG] -> (block_m, block_n, stages or 0,
     pair, group_n): S stages, P 1 shares A along N and 2 shares B along M, G the raster band width."""

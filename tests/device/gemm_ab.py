@@ -82,18 +82,9 @@ def main() -> int:
     import torch
 
     import dgx
-    from dgx.bench.kernel_timer import time_kernels
-    from dgx.bench.timing import L2Flusher
-    from gpu_gemm_utils import check_dense, make_dense, round_order
+    from gpu_gemm_utils import check_dense, kernel_rounds, l2_flushes, make_dense
 
-    dirty = L2Flusher()
-    reread = torch.empty(256 << 20, dtype=torch.int8, device="cuda") if args.clean else None
-
-    def clean():
-        dirty()
-        reread.max()  # the dirty lines are written back now; L2 ends full of clean ones
-
-    flushes = {"dirty": dirty, "clean": clean} if args.clean else {"dirty": dirty}
+    flushes = l2_flushes(clean=args.clean)
     results = []
     for m, n, k in shapes:
         a, b, a_fp8, b_fp8, d = make_dense(m, n, k, seed=1)
@@ -113,16 +104,15 @@ def main() -> int:
             elif not args.diagnostic:
                 same = torch.equal(d.view(torch.int16), first.view(torch.int16))
                 print(f"{m}x{n}x{k}: {v} {'bitwise equal to' if same else 'differs in bits from'} {args.variants[0]}")
-        keys = [(v, f) for v in args.variants for f in flushes]
-        samples = {key: [] for key in keys}
-        for r in range(ROUNDS):
-            for i in round_order(len(keys), r):
-                v, f = keys[i]
-                use_headers(variant_headers(v.split("@")[0]))
-                cfg = variant_config(v, base, m)
-                call = lambda a_fp8=a_fp8, b_fp8=b_fp8, d=d, cfg=cfg: dgx.fp8_gemm_nt(a_fp8, b_fp8, d, config=cfg)  # noqa: E731
-                call()
-                samples[(v, f)].append(time_kernels(call, flushes[f]).median_us)
+        calls = {v: (lambda a_fp8=a_fp8, b_fp8=b_fp8, d=d, cfg=variant_config(v, base, m):
+                     dgx.fp8_gemm_nt(a_fp8, b_fp8, d, config=cfg)) for v in args.variants}
+
+        def prepare(v: str) -> None:
+            use_headers(variant_headers(v.split("@")[0]))
+            calls[v]()  # compiled and planned with these headers before the timed calls
+
+        samples = kernel_rounds(calls, flushes, ROUNDS, prepare)
+        keys = list(samples)
         moved = m * k + n * k + 2 * m * n
         line = []
         for v, f in keys:

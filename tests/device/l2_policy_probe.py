@@ -76,32 +76,17 @@ def main() -> int:
     import torch
 
     import dgx
-    from dgx.bench.kernel_timer import time_kernels
-    from dgx.bench.timing import L2Flusher
-    from gpu_gemm_utils import check_dense, make_dense, round_order
+    from gpu_gemm_utils import check_dense, kernel_rounds, l2_flushes, make_dense
     from mqa_utils import make_paged
 
-    dirty = L2Flusher()
-    reread = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
-
-    def clean():
-        dirty()
-        reread.max()  # reads 256 MB: the dirty lines are written back now, L2 ends full of clean ones
-
-    flushes = {"dirty": dirty, "clean": clean}
+    flushes = l2_flushes()
     results = []
 
     def run(label, variants, moved):
         """variants: [(name, fn)]; every (variant, flush) timed kernel-only in alternating rounds."""
-        keys = [(v, f) for v, _ in variants for f in flushes]
-        fns = dict(variants)
-        samples = {k: [] for k in keys}
-        for r in range(ROUNDS):
-            for i in round_order(len(keys), r):
-                v, f = keys[i]
-                samples[(v, f)].append(time_kernels(fns[v], flushes[f]).median_us)
+        samples = kernel_rounds(dict(variants), flushes, ROUNDS)
         line = []
-        for v, f in keys:
+        for v, f in samples:
             us = statistics.median(samples[(v, f)])
             results.append({"case": label, "variant": v, "flush": f, "us": us, "rounds": samples[(v, f)],
                             "gbps": moved / us / 1e3})

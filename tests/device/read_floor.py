@@ -5,7 +5,8 @@ the bytes they must read. This script measures what a kernel that does nothing b
 counts: one CTA per SM, one thread issuing 1-D bulk copies (cp.async.bulk, the TMA's non-tensor form) of `chunk`
 bytes into a ring of `stages` shared-memory slots, each slot re-filled as soon as its previous fill has landed, so
 `stages x chunk` bytes are in flight per SM all the time. Nothing is computed and nothing is written. Two access
-patterns: contiguous (each CTA one slice of the buffer: a GEMM's B) and paged (8448-byte blocks, the paged cache's
+patterns: contiguous (each CTA one slice of the buffer: a GEMM's B; what `dgx bench`'s read floor,
+ptx/read_stream.cuh, times with evict-first) and paged (8448-byte blocks, the paged cache's
 64 tokens x 132 bytes, in a shuffled order: a block table's). Each with and without the L2 evict-first policy, after
 the dirty flush (zero 1 GB: what `dgx bench` does) and the clean one (that, then read 256 MB).
 
@@ -47,17 +48,6 @@ BODY = r"""
 #include "mbarrier.cuh"
 #include "tma.cuh"
 namespace dgx {
-// 1-D bulk copy global -> shared completing on `bar` (PTX ISA, cp.async.bulk), optionally with an L2 policy.
-template <bool kHint>
-DGX_DEVICE void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar, uint64_t policy) {
-    if constexpr (kHint)
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
-                     ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy) : "memory");
-    else
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                     ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
-}
-
 template <int kStages, int kChunk, bool kHint, bool kPaged, typename View>
 DGX_DEVICE void read_floor_body(const View& p) {
     extern __shared__ __align__(128) unsigned char smem[];
@@ -74,7 +64,7 @@ DGX_DEVICE void read_floor_body(const View& p) {
         if (i >= kStages) mbarrier_wait(&full[s], ((i / kStages) - 1) & 1);
         const long long chunk = kPaged ? static_cast<long long>(__ldg(p.pages + j)) : j;
         mbarrier_arrive_expect_tx(&full[s], kChunk);
-        bulk_load<kHint>(smem + s * kChunk, p.src + chunk * kChunk, kChunk, &full[s], policy);
+        bulk_load_1d<kHint>(smem + s * kChunk, p.src + chunk * kChunk, kChunk, &full[s], policy);
     }
     const int n = end - begin;  // drain: every slot's last fill has landed
     for (int i = n > kStages ? n - kStages : 0; i < n; ++i) mbarrier_wait(&full[i % kStages], (i / kStages) & 1);
@@ -214,18 +204,9 @@ def main() -> int:
     import torch
 
     from dgx import runtime
-    from dgx.bench.kernel_timer import time_kernels
-    from dgx.bench.timing import L2Flusher
-    from gpu_gemm_utils import round_order
+    from gpu_gemm_utils import kernel_rounds, l2_flushes
 
-    dirty = L2Flusher()
-    reread = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
-
-    def clean():
-        dirty()
-        reread.max()
-
-    flushes = {"dirty": dirty, "clean": clean}
+    flushes = l2_flushes()
     stream = torch.cuda.current_stream().cuda_stream
     results = []
 
@@ -243,12 +224,8 @@ def main() -> int:
             lau = launcher(v)
             pack = INTERFACE.pack(src=buf.data_ptr(), pages=order.data_ptr(), chunks=chunks)
             fns[v.name] = (lambda lau=lau, pack=pack: lau.launch(stream, pack))
-        keys = [(name, f) for name in fns for f in flushes]
-        samples = {k: [] for k in keys}
-        for r in range(ROUNDS):
-            for i in round_order(len(keys), r):
-                name, f = keys[i]
-                samples[(name, f)].append(time_kernels(fns[name], flushes[f]).median_us)
+        samples = kernel_rounds(fns, flushes, ROUNDS)
+        keys = list(samples)
         moved = chunks * chunk
         print(f"{label} ({moved / 1e6:.1f} MB, {'paged' if paged else 'contiguous'}): ideal "
               f"{moved / HBM_PEAK_GBPS / 1e3:.1f} us", flush=True)
@@ -278,12 +255,8 @@ def main() -> int:
             lau = runtime.Launcher(kernel, runtime.LaunchShape((n // rows_b, 1, 1), (32, 1, 1), dynamic_smem=v.smem))
             pack = TILE_INTERFACE.pack(map_b=map_b, map_a=map_a, kblocks=k // 128)
             fns[v.name] = (lambda lau=lau, pack=pack: lau.launch(stream, pack))
-        keys = [(name, f) for name in fns for f in flushes]
-        samples = {key: [] for key in keys}
-        for r in range(ROUNDS):
-            for i in round_order(len(keys), r):
-                name, f = keys[i]
-                samples[(name, f)].append(time_kernels(fns[name], flushes[f]).median_us)
+        samples = kernel_rounds(fns, flushes, ROUNDS)
+        keys = list(samples)
         print(f"tiles {label}: B {n * k / 1e6:.1f} MB in {n // rows_b} CTAs of {rows_b} rows, A {rows_a} rows",
               flush=True)
         for name, f in keys:
@@ -308,12 +281,8 @@ def main() -> int:
             fns[name] = (lambda cfg=cfg, a_fp8=a_fp8, b_fp8=b_fp8, d=d: dgx.fp8_gemm_nt(a_fp8, b_fp8, d, config=cfg))
         if any(not torch.equal(o.view(torch.int16), outs[0].view(torch.int16)) for o in outs):
             raise SystemExit(f"gemm {m}x{n}x{k}: the variants' outputs differ")
-        keys = [(name, f) for name in fns for f in flushes]
-        samples = {key: [] for key in keys}
-        for r in range(ROUNDS):
-            for i in round_order(len(keys), r):
-                name, f = keys[i]
-                samples[(name, f)].append(time_kernels(fns[name], flushes[f]).median_us)
+        samples = kernel_rounds(fns, flushes, ROUNDS)
+        keys = list(samples)
         for name, f in keys:
             us = statistics.median(samples[(name, f)])
             results.append({"case": f"gemm {m}x{n}x{k}", "bytes": n * k, "variant": name, "flush": f, "us": us,
