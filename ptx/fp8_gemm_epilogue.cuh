@@ -174,9 +174,7 @@ DGX_DEVICE void reduce_split_tile(const Tile& tile, int n_start, const float (&r
         st_shared_v2_f32(at + 8 * kStride * 4, result[0][i * 4 + 2], result[0][i * 4 + 3]);
     }
     // Each thread publishes its part of the partial to every CTA of the cluster (mbarrier.cuh, split-K).
-    fence_acq_rel_cluster();
-#pragma unroll
-    for (uint32_t p = 0; p < T::kSplit; ++p) mbarrier_arrive_cluster_relaxed(&bars[0], p);
+    publish_to_cluster<T::kSplit>(&bars[0]);
     mbarrier_wait_cluster(&bars[0], index & 1);
 
     constexpr int kRowVecs = T::kBlockN / 4;
@@ -218,9 +216,7 @@ DGX_DEVICE void reduce_split_tile(const Tile& tile, int n_start, const float (&r
         }
     }
     // Each thread tells every CTA it has read its share of their partials.
-    fence_acq_rel_cluster();
-#pragma unroll
-    for (uint32_t p = 0; p < T::kSplit; ++p) mbarrier_arrive_cluster_relaxed(&bars[1], p);
+    publish_to_cluster<T::kSplit>(&bars[1]);
 }
 
 }  // namespace dgx

@@ -98,6 +98,15 @@ DGX_DEVICE void mbarrier_wait(uint64_t* bar, uint32_t parity) {
     } while (!done);
 }
 
+// Split-K: this thread's earlier shared-memory accesses published to every CTA of a cluster of kCtas: one
+// cluster-scope fence, then a relaxed arrival on the barrier at `bar`'s offset in each CTA (the two above).
+template <uint32_t kCtas>
+DGX_DEVICE void publish_to_cluster(uint64_t* bar) {
+    fence_acq_rel_cluster();
+#pragma unroll
+    for (uint32_t rank = 0; rank < kCtas; ++rank) mbarrier_arrive_cluster_relaxed(bar, rank);
+}
+
 // Blocks until the phase with the given parity has completed, with cluster-scope acquire: what the peers
 // published before their arrivals (fence_acq_rel_cluster, then mbarrier_arrive_cluster_relaxed) is visible
 // afterwards.
