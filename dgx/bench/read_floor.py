@@ -94,7 +94,7 @@ class ReadFloor:
 
         size = chunks * self.config.chunk
         if self._buffer is None or self._buffer.numel() < size:
-            self._buffer = None
+            self._buffer = None  # the smaller buffer freed before the larger one is allocated
             self._buffer = torch.empty(size, dtype=torch.uint8, device="cuda")
         if self._launcher is None:
             device = torch.cuda.current_device()

@@ -183,11 +183,9 @@ def gemm_variants() -> dict:
 
 def precompile() -> None:
     vs = variants(False) + variants(True) + [v for c in TILE_CASES for v in tile_variants(c[3], c[4])]
+    vs += [c for configs in gemm_variants().values() for _, c in configs]
     for v in vs:
         jit.get_cubin(v.render(), "sm_90a")
-    for configs in gemm_variants().values():
-        for _, c in configs:
-            jit.get_cubin(c.render(), "sm_90a")
     print(f"built {len(vs)} kernels", flush=True)
 
 
