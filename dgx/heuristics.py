@@ -318,6 +318,14 @@ def choose_wgrad(m: int, n: int, k: int, num_sms: int, layout: int = Layout.DENS
         # six K = 4096 shapes of the benchmark (two sessions); at K = 8192, -2.1% to +1.0% (PERFLOG, wgrad tiles).
         plain = with_one_raster_band(GemmConfig(n, k, 128, 128, max_stages(128, 128, wgrad=True), wgrad=True))
         return _best(f"wgrad M={m} N={n} K={k} groups={groups}", [(plain, plain.units(m))], k, num_sms)
+    if layout == Layout.K_GROUPED and m >= 256 and n >= 256:
+        # K-grouped: plain 128x128 at any K. A deferred tile runs a group's k-blocks in chunks of 8 and the rest one
+        # at a time with nothing to overlap, and groups' K are rarely multiples of 1024: on the six K-grouped
+        # shapes of the benchmark (groups of base K +-128), 5-16% faster than the deferred 128x112 (PERFLOG,
+        # 2026-11-24 fifth session).
+        plain = GemmConfig(n, 0, 128, 128, max_stages(128, 128, wgrad=True), layout=Layout.K_GROUPED, wgrad=True)
+        return _best(f"wgrad (K-grouped) M={m} N={n} K={k} groups={groups}", [(plain, plain.units(m) * groups)], k,
+                     num_sms)
 
     def options():
         for bm, bn, pair in candidates(m, n):

@@ -180,9 +180,12 @@ def test_weight_gradient_defers_where_the_registers_allow():
         assert not c.defer and (c.block_m, c.block_n) == (128, 128) and c.wgrad, (m, n, c)
     # Small outputs keep the model's choice (a 128x128 tile would leave SMs idle).
     assert choose_wgrad(128, 7168, 4096, 132).config.block_n < 128
+    # K-grouped: plain 128x128 at any K (deferred tiles run a group's last k-blocks one at a time).
     for groups in (4, 8):
-        c = choose_wgrad(7168, 4096, 4096, 132, LAYOUT_K_GROUPED, groups).config
-        assert c.defer and c.layout == LAYOUT_K_GROUPED, c
+        for m, n, k in ((7168, 4096, 4096), (7168, 4096, 8192), (2048, 7168, 4096), (2048, 7168, 8192)):
+            c = choose_wgrad(m, n, k, 132, LAYOUT_K_GROUPED, groups).config
+            assert not c.defer and (c.block_m, c.block_n) == (128, 128) and c.layout == LAYOUT_K_GROUPED, c
+    assert choose_wgrad(128, 7168, 4096, 132, LAYOUT_K_GROUPED, 4).config.block_n < 128  # small M: the model
     # Without room for the second set the weight gradient runs plain.
     assert not validate_blocks(128, 112, defer=True, wgrad=True)
     assert validate_blocks(128, 120, defer=True, wgrad=True)

@@ -1,18 +1,19 @@
 """Device experiment: time dense weight-gradient configs (FP32 D += A . B^T, both operands scaled per 1 x 128)
 against each other, and against DeepGEMM's kernel where the `deep_gemm` package is importable, in one process,
-in alternating rounds. Every run is checked against the float64 product first.
+in alternating rounds. Every run is checked against the float64 product and for a bitwise repeat first.
 
     python perf_wgrad.py RUN[,RUN...] [M,N,K ...]      (from tests/device/)
 
-RUN is `heur` (dgx's choice), `deepgemm` (DeepGEMM's wgrad_gemm_fp8_fp8_fp32_nt) or BMxBN[sS][pP][gG][d]
+RUN is `heur` (dgx's choice), `deepgemm` (DeepGEMM's wgrad_gemm_fp8_fp8_fp32_nt) or BMxBN[sS][pP][gG][d][kK]
 (S stages, default as many as fit; P 2: B shared along M by 2-CTA clusters; G: units per raster band along N;
-d: deferred promotion), each optionally followed by @VARIANT: compiled with the header overlay VARIANT of
-tests/gpu_gemm_utils.variant_headers (../.dev/hdr_VARIANT/*.cuh over this tree's headers). Shapes default to DeepGEMM's 7168,2112,4096 and 16384,7168,8192.
+d: deferred promotion; K: split-K clusters of K CTAs), each optionally followed by @VARIANT: compiled with the
+header overlay VARIANT of tests/gpu_gemm_utils.variant_headers (../.dev/hdr_VARIANT/*.cuh over this tree's headers). Shapes default to DeepGEMM's 7168,2112,4096 and 16384,7168,8192.
 PERF_ROUNDS (environment, default 3) sets the number of alternating rounds. D accumulates in place (C = D),
 as DeepGEMM's call does; the scales are in the TMA-aligned M-major layout both kernels read as they are.
 """
 
 import os
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -38,9 +39,11 @@ def label_config(text: str, m: int, n: int, k: int):
     if text == "heur":
         c = choose_wgrad(m, n, k, dgx.get_num_sms()).config
         return f"heur={c.block_m}x{c.block_n}s{c.stages}p{c.pair}{'d' if c.defer else ''}", c
-    _, (bm, bn, stages, pair, group_n), flags = parse_run(text, "d")
+    split = re.search(r"k(\d+)$", text)
+    _, (bm, bn, stages, pair, group_n), flags = parse_run(text[: split.start()] if split else text, "d")
     stages = stages or max_stages(bm, bn, wgrad=True)
-    return text, GemmConfig(n, k, bm, bn, stages, group_n=group_n, pair=pair, wgrad=True, defer="d" in flags)
+    return text, GemmConfig(n, k, bm, bn, stages, group_n=group_n, pair=pair, wgrad=True, defer="d" in flags,
+                            split_k=int(split.group(1)) if split else 1)
 
 
 def caller(config, a, b, d, variant: str = "current"):
@@ -85,6 +88,12 @@ def main() -> int:
             rel = float((d.double() - ref - c.double()).norm() / (ref + c.double()).norm())
             if not rel <= MAX_REL:
                 print(f"{m}x{n}x{k} {label}: WRONG (rel {rel:.2e}), not timed", flush=True)
+                continue
+            again = c.clone()
+            caller(config, a, b, again, variant)()
+            torch.cuda.synchronize()
+            if not torch.equal(again, d):
+                print(f"{m}x{n}x{k} {label}: NOT BITWISE REPEATABLE, not timed", flush=True)
                 continue
             runs.append((label, caller(config, a, b, d, variant)))
         times = {label: [] for label, _ in runs}
