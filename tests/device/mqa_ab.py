@@ -5,7 +5,8 @@ with --prefill the prefill kernel on the two causal anchors of `--suite mqa` (TF
 
     python mqa_ab.py [--prefill] [--precompile] [--json FILE] VARIANT ...      (from tests/device/)
 
-A VARIANT is `current` (this tree) or a header overlay, optionally with @sN (the decode kernel with N KV stages), of tests/gpu_gemm_utils.variant_headers
+A VARIANT is `current` (this tree) or a header overlay, optionally with @[wW][sN] (the decode kernel with W math
+warpgroups and N KV stages), of tests/gpu_gemm_utils.variant_headers
 (../.dev/hdr_<name>/*.cuh replacing the tree's headers). --precompile builds every variant's kernels into the
 kernel cache and exits (no GPU needed; use the target's NVRTC and carry the cache with DGX_CACHE_DIR).
 PERF_ROUNDS (default 3) sets the rounds.
@@ -45,7 +46,7 @@ def lengths(batch: int, avg) -> list[int]:
 
 
 def use_variant(name: str) -> None:
-    """Compile with the headers of `name` (a trailing @sN, the decode ring's stage count, is not part of them)."""
+    """Compile with the headers of `name` (a trailing @[wW][sN], the decode kernel's shape, is not part of them)."""
     from dgx import mqa
     from gpu_gemm_utils import use_headers, variant_headers
 
@@ -54,11 +55,20 @@ def use_variant(name: str) -> None:
 
 
 def variant_config(name: str, cfg):
-    """`cfg`, with the KV stages of a variant named HEADERS@sN."""
+    """`cfg`, with the math warpgroups and KV stages of a variant named HEADERS@[wW][sN] (W math warpgroups, N KV
+    stages)."""
     import dataclasses
+    import re
 
-    _, _, stages = name.partition("@s")
-    return dataclasses.replace(cfg, kv_stages=int(stages)) if stages else cfg
+    _, _, spec = name.partition("@")
+    found = re.fullmatch(r"(?:w(\d+))?(?:s(\d+))?", spec)
+    if found is None:
+        raise SystemExit(f"variant {name!r}: expected HEADERS@[wW][sN]")
+    wgs, stages = found.groups()
+    changes = {"math_wgs": int(wgs)} if wgs else {}
+    if stages:
+        changes["kv_stages"] = int(stages)
+    return dataclasses.replace(cfg, **changes)
 
 
 def main() -> int:
