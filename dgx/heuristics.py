@@ -313,10 +313,13 @@ def choose_wgrad(m: int, n: int, k: int, num_sms: int, layout: int = Layout.DENS
         raise ValueError(f"choose_wgrad: layout must be dense ({Layout.DENSE}) or K-grouped ({Layout.K_GROUPED}); got {layout}")
     _require_positive("choose_wgrad", m=m, n=n, k=k, groups=groups, num_sms=num_sms)
 
-    if layout == Layout.DENSE and k <= WGRAD_PLAIN_MAX_K and m >= 256 and n >= 256:
-        # Up to 32 k-blocks a tile, plain 128x128 tiles beat the deferred ones the model prefers: 0.8-2.5% on the
-        # six K = 4096 shapes of the benchmark (two sessions); at K = 8192, -2.1% to +1.0% (PERFLOG, wgrad tiles).
-        plain = with_one_raster_band(GemmConfig(n, k, 128, 128, max_stages(128, 128, wgrad=True), wgrad=True))
+    plain = GemmConfig(n, k, 128, 128, max_stages(128, 128, wgrad=True), wgrad=True)
+    if layout == Layout.DENSE and (k <= WGRAD_PLAIN_MAX_K or plain.stage_rounds) and m >= 256 and n >= 256:
+        # Plain 128x128 tiles beat the deferred ones the model prefers: up to 32 k-blocks a tile, 0.8-2.5% on the
+        # six K = 4096 shapes of the benchmark (two sessions), and at any K whose k-blocks fill whole stage rounds
+        # (compile-time stages and barriers): 6-7.5% on five of the six K = 8192 shapes, level on the sixth
+        # (PERFLOG, wgrad tiles; 2026-11-24 fifth session). Other K above 4096 keep the deferred tiles.
+        plain = with_one_raster_band(plain)
         return _best(f"wgrad M={m} N={n} K={k} groups={groups}", [(plain, plain.units(m))], k, num_sms)
     if layout == Layout.K_GROUPED and m >= 256 and n >= 256:
         # K-grouped: plain 128x128 at any K. A deferred tile runs a group's k-blocks in chunks of 8 and the rest one

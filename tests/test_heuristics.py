@@ -174,10 +174,14 @@ def test_weight_gradient_defers_where_the_registers_allow():
 
     assert WGRAD_PLAIN_MAX_K == 4096
     for m, n in ((7168, 2112), (1536, 24576), (512, 32768), (16384, 7168), (7168, 4096), (2048, 7168)):
+        # Above K 4096 the plain tile needs whole stage rounds (64 k-blocks of 4 stages); 33 k-blocks defer.
         c = choose_wgrad(m, n, 8192, 132).config
+        assert not c.defer and (c.block_m, c.block_n) == (128, 128) and c.stage_rounds, (m, n, c)
+        c = choose_wgrad(m, n, 33 * 128, 132).config
         assert c.defer and c.block_m == 128 and c.block_n <= 112, (m, n, c)
         c = choose_wgrad(m, n, 4096, 132).config
-        assert not c.defer and (c.block_m, c.block_n) == (128, 128) and c.wgrad, (m, n, c)
+        assert not c.defer and (c.block_m, c.block_n) == (128, 128) and c.wgrad and c.stage_rounds, (m, n, c)
+        assert not choose_wgrad(m, n, 31 * 128, 132).config.defer  # up to K 4096 plain, rounds or not
     # Small outputs keep the model's choice (a 128x128 tile would leave SMs idle).
     assert choose_wgrad(128, 7168, 4096, 132).config.block_n < 128
     # K-grouped: plain 128x128 at any K (deferred tiles run a group's last k-blocks one at a time).
@@ -251,7 +255,8 @@ def test_weight_gradients_walk_n_in_one_band_rather_than_leave_a_ragged_one():
     from dgx.heuristics import choose_wgrad, with_one_raster_band
 
     assert choose_wgrad(7168, 2112, 4096, 132).config.group_n == 17  # 128x128: 17 n-blocks
-    assert choose_wgrad(7168, 2112, 8192, 132).config.group_n == 21  # 128x104: 21 n-blocks
+    assert choose_wgrad(7168, 2112, 8192, 132).config.group_n == 17  # 128x128 in stage rounds: 17 n-blocks
+    assert choose_wgrad(7168, 2112, 33 * 128, 132).config.group_n == 21  # 128x104 deferred: 21 n-blocks
     for m, n, k in ((2048, 7168, 4096), (7168, 4096, 4096), (7168, 4096, 8192), (1536, 24576, 4096)):
         assert choose_wgrad(m, n, k, 132).config.group_n == 16, (m, n, k)
     assert choose_wgrad(7168, 2112, 4096, 132, LAYOUT_K_GROUPED, 4).config.group_n == 16

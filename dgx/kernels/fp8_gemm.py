@@ -151,6 +151,12 @@ class GemmConfig:
         return b_scales_in_stage(self.block_m, self.wgrad, self.defer)
 
     @property
+    def stage_rounds(self) -> bool:
+        """Whether the k-loop runs in stage rounds (Fp8GemmTraits::kRounds): BF16 one-slice tiles, and plain
+        one-slice weight-gradient tiles up to 128 columns with a compile-time K, whose k-blocks fill whole rounds."""
+        return stage_rounds(self.block_m, self.block_n, self.k, self.stages, self.wgrad, self.defer, self.split_k)
+
+    @property
     def sfa_times_sfb(self) -> bool:
         """Whether warps of the producer warpgroup multiply the A scales by the B scale into the stage
         (Fp8GemmTraits::kSfaTimesSfb)."""
@@ -206,6 +212,8 @@ class GemmConfig:
             '              "GemmConfig.b_scales_in_stage (whether tmap_sfb maps the B scales) disagrees with the kernel");\n'
             f"static_assert(dgx::Fp8GemmTraits<{traits}>::kSfaTimesSfb == {'true' if self.sfa_times_sfb else 'false'},\n"
             '              "GemmConfig.sfa_times_sfb disagrees with the kernel");\n'
+            f"static_assert(dgx::Fp8GemmTraits<{traits}>::kRounds == {'true' if self.stage_rounds else 'false'},\n"
+            '              "GemmConfig.stage_rounds disagrees with the kernel");\n'
         )
         return jit.KernelSource(
             name=self.kernel_name,
@@ -227,6 +235,18 @@ def d_span_bytes(block_n: int, elem_bytes: int = 2) -> int:
 def b_scales_in_stage(block_m: int, wgrad: bool, defer: bool) -> bool:
     """Whether a config's B scales travel with the stage (GemmConfig.b_scales_in_stage)."""
     return not wgrad and block_m <= 128 and not defer
+
+
+def stage_rounds(block_m: int, block_n: int, k: int, stages: int, wgrad: bool = False, defer: bool = False,
+                 split_k: int = 1) -> bool:
+    """Whether a config's k-loop runs in stage rounds (GemmConfig.stage_rounds, Fp8GemmTraits::kRounds): one-slice
+    tiles that take the B scales with the stage (BF16 ones that promote as they go, or plain weight-gradient ones
+    up to 128 columns with a compile-time K) whose tile's k-blocks are a whole number of rounds of the stages."""
+    one_slice = block_m <= 128
+    in_stage = b_scales_in_stage(block_m, wgrad, defer) or (
+        wgrad and not defer and one_slice and k > 0 and block_n <= 128)
+    tile_k_blocks = ceil_div(k, 128) // split_k if k > 0 else 0
+    return in_stage and tile_k_blocks % stages == 0
 
 
 def sfa_times_sfb(block_m: int, block_n: int, k: int, stages: int, wgrad: bool = False) -> bool:

@@ -4,12 +4,12 @@ selected at run time or compiled in, 256-row tiles as two m64 slices per warpgro
 and without unused stages), an odd number of
 8-column groups ending the stmatrix epilogue with a two-matrix store, deferred promotion with one or two
 math warpgroups, alone or in a cluster, and on 16- and 32-column tiles whose whole k-loop is one chunk; split-K
-clusters)."""
+clusters; weight gradients dense (deferred, 256-row, plain 128x128 in stage rounds) and K-grouped)."""
 
 import torch
 
 import dgx
-from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, GemmConfig
+from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, LAYOUT_K_GROUPED, GemmConfig
 from dgx.heuristics import max_stages
 import sys as _sys
 from pathlib import Path as _Path
@@ -133,6 +133,15 @@ a_q = dgx.per_token_cast_to_fp8(torch.randn(300, 384, device="cuda", dtype=torch
 dgx.fp8_gemm_nt(a_q, b_q, d, c=d, config=GemmConfig(72, 384, 256, 64, 3, wgrad=True))
 torch.cuda.synchronize()
 print("ok wgrad 256 rows")
+# Plain 128x128 weight-gradient tiles in stage rounds (8 k-blocks, 4 stages), partial last tiles along M and N.
+a_q = dgx.per_token_cast_to_fp8(torch.randn(300, 1024, device="cuda", dtype=torch.bfloat16))
+b_q2 = dgx.per_token_cast_to_fp8(torch.randn(264, 1024, device="cuda", dtype=torch.bfloat16))
+d = torch.randn(300, 264, device="cuda")
+cfg = GemmConfig(264, 1024, 128, 128, 4, wgrad=True)
+assert cfg.stage_rounds, cfg
+dgx.fp8_gemm_nt(a_q, b_q2, d, c=d, config=cfg)
+torch.cuda.synchronize()
+print("ok wgrad in stage rounds")
 
 ks = [256, 0, 128]
 a16 = torch.randn(72, sum(ks), device="cuda", dtype=torch.bfloat16)
@@ -145,6 +154,13 @@ dgx.k_grouped_fp8_gemm_nt_contiguous((a_flat, sfa), (b_flat, sfb), d, ks)
 torch.cuda.synchronize()
 assert torch.equal(d[1], torch.zeros_like(d[1]))
 print("ok k_grouped")
+# The plain 128x128 K-grouped tile (the heuristic's for M and N of 256 or more).
+d = torch.zeros(3, 72, 136, device="cuda")
+dgx.k_grouped_fp8_gemm_nt_contiguous((a_flat, sfa), (b_flat, sfb), d, ks,
+                                     config=GemmConfig(136, 0, 128, 128, 4, layout=LAYOUT_K_GROUPED, wgrad=True))
+torch.cuda.synchronize()
+assert torch.equal(d[1], torch.zeros_like(d[1]))
+print("ok k_grouped plain 128x128")
 
 # The prefix-sum contiguous layout (one end row per group; groups start at the previous end rounded up to 128),
 # packed UE8M0 scales unpacked on the GPU, and a row-major SFA converted by the scale-layout kernel.
