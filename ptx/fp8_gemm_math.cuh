@@ -4,6 +4,7 @@
 // Fp8GemmMath holds a math thread's state; its k-loop comes in three variants, chosen at compile time:
 // - k_loop_ring: the plain ring of stages, which runs on across tiles;
 // - k_loop_rounds: stage rounds, where every tile starts at stage 0 (T::kRounds, T::kLeanRounds);
+// - k_loop_rounds_in_ring: stage rounds inside the plain ring, for run-time k-block counts (T::kRoundsInRing);
 // - k_loop_deferred: deferred promotion, in straight-line chunks (T::kDefer).
 // The first two run k_block, in its plain or lean (T::kLean) form; the third runs issue and retire.
 #pragma once
@@ -76,6 +77,8 @@ struct Fp8GemmKLoop {
             k_loop_deferred<kFormer>();
         else if constexpr (T::kRounds || T::kLeanRounds)
             k_loop_rounds<kFormer>();
+        else if constexpr (T::kRoundsInRing)
+            k_loop_rounds_in_ring<kFormer>();
         else
             k_loop_ring<kFormer>();
     }
@@ -327,6 +330,25 @@ struct Fp8GemmKLoop {
             k_block<kFormer, -1>(kb + 1, sb_odd, sb_even);
         }
         if (num_kb % 2 == 1) k_block<kFormer, -1>(num_kb - 1, sb_even, sb_odd);
+    }
+
+    // Run-time k-block counts (K-grouped): ring k-blocks up to the ring's stage 0, whole stage rounds, then ring
+    // k-blocks for the rest. `it` counts k-blocks for both: a round's parity is that of the ring there.
+    template <int kFormer>
+    DGX_DEVICE void k_loop_rounds_in_ring() {
+        SfbPair one = load_sfb(0), next{};
+        int kb = 0;
+#pragma unroll 1
+        for (; kb < num_kb && it % T::kNumStages != 0; ++kb) k_block<kFormer, -1>(kb, one, next);
+        phase = (it / T::kNumStages) & 1;
+#pragma unroll 1
+        for (; kb + T::kNumStages <= num_kb; kb += T::kNumStages) {
+            static_for<0, T::kNumStages>([&](auto j) { round_block<kFormer, decltype(j)::value>(kb + decltype(j)::value); });
+            phase ^= 1;
+            it += T::kNumStages;
+        }
+#pragma unroll 1
+        for (; kb < num_kb; ++kb) k_block<kFormer, -1>(kb, one, next);
     }
 
     // A k-block of a stage round, in stage kJ. Its B scales come with the stage, or are in the A scales already

@@ -9,6 +9,7 @@ clusters; weight gradients dense (deferred, 256-row, plain 128x128 in stage roun
 import torch
 
 import dgx
+from dgx.torch_utils import dequantize
 from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, LAYOUT_K_GROUPED, GemmConfig
 from dgx.heuristics import max_stages
 import sys as _sys
@@ -161,6 +162,26 @@ dgx.k_grouped_fp8_gemm_nt_contiguous((a_flat, sfa), (b_flat, sfb), d, ks,
 torch.cuda.synchronize()
 assert torch.equal(d[1], torch.zeros_like(d[1]))
 print("ok k_grouped plain 128x128")
+# Groups of 5, 0, 9 and 3 k-blocks: the plain tile's ring k-blocks up to stage 0, its stage rounds and its ring tail
+# from every offset of the ring.
+ks2 = [640, 0, 1152, 384]
+a16 = torch.randn(72, sum(ks2), device="cuda", dtype=torch.bfloat16)
+b16 = torch.randn(136, sum(ks2), device="cuda", dtype=torch.bfloat16)
+(aq, sfa), (bq, sfb) = dgx.per_token_cast_to_fp8(a16), dgx.per_token_cast_to_fp8(b16)
+bounds = [0, 640, 640, 1792, 2176]
+a_flat = torch.cat([aq[:, bounds[g]:bounds[g + 1]].reshape(-1) for g in range(4)])
+b_flat = torch.cat([bq[:, bounds[g]:bounds[g + 1]].reshape(-1) for g in range(4)])
+d = torch.zeros(4, 72, 136, device="cuda")
+dgx.k_grouped_fp8_gemm_nt_contiguous((a_flat, sfa), (b_flat, sfb), d, ks2,
+                                     config=GemmConfig(136, 0, 128, 128, 4, layout=LAYOUT_K_GROUPED, wgrad=True))
+torch.cuda.synchronize()
+for g in (0, 2, 3):
+    ref = dequantize(aq[:, bounds[g]:bounds[g + 1]], sfa[:, bounds[g] // 128:bounds[g + 1] // 128], 1).double() @ \
+        dequantize(bq[:, bounds[g]:bounds[g + 1]], sfb[:, bounds[g] // 128:bounds[g + 1] // 128], 1).double().T
+    rel = float((d[g].double() - ref).norm() / ref.norm())
+    assert rel < 5e-4, (g, rel)
+assert torch.equal(d[1], torch.zeros_like(d[1]))
+print("ok k_grouped plain 128x128, rounds inside the ring")
 
 # The prefix-sum contiguous layout (one end row per group; groups start at the previous end rounded up to 128),
 # packed UE8M0 scales unpacked on the GPU, and a row-major SFA converted by the scale-layout kernel.
