@@ -135,8 +135,6 @@ def with_stage_rounds(config: GemmConfig) -> GemmConfig:
     return config
 
 
-# Dense weight gradients up to this K take plain 128x128 tiles (choose_wgrad).
-WGRAD_PLAIN_MAX_K = 4096
 
 # Below this K a decode tile's B stream is short, and evict-first B ran 2-6% slower with a clean L2 (N 24576 and
 # 32768 at K 1536 and 512; PERFLOG, L2 policy).
@@ -313,13 +311,13 @@ def choose_wgrad(m: int, n: int, k: int, num_sms: int, layout: int = Layout.DENS
         raise ValueError(f"choose_wgrad: layout must be dense ({Layout.DENSE}) or K-grouped ({Layout.K_GROUPED}); got {layout}")
     _require_positive("choose_wgrad", m=m, n=n, k=k, groups=groups, num_sms=num_sms)
 
-    plain = GemmConfig(n, k, 128, 128, max_stages(128, 128, wgrad=True), wgrad=True)
-    if layout == Layout.DENSE and (k <= WGRAD_PLAIN_MAX_K or plain.stage_rounds) and m >= 256 and n >= 256:
-        # Plain 128x128 tiles beat the deferred ones the model prefers: up to 32 k-blocks a tile, 0.8-2.5% on the
-        # six K = 4096 shapes of the benchmark (two sessions), and at any K whose k-blocks fill whole stage rounds
-        # (compile-time stages and barriers): 6-7.5% on five of the six K = 8192 shapes, level on the sixth
-        # (PERFLOG, wgrad tiles; 2026-11-24 fifth session). Other K above 4096 keep the deferred tiles.
-        plain = with_one_raster_band(plain)
+    if layout == Layout.DENSE and m >= 256 and n >= 256:
+        # Plain 128x128 tiles beat the deferred ones the model prefers at every K, their k-loop in stage rounds
+        # (compile-time stages and barriers; inside the ring where the k-blocks do not fill whole rounds): 0.8-2.5%
+        # on the six K = 4096 shapes of the benchmark before the rounds, 6-7.5% on five of the six K = 8192 ones
+        # and 5-10% on three of four shapes with 33-65 k-blocks, level on the others (PERFLOG, wgrad tiles;
+        # 2026-11-24 fifth session).
+        plain = with_one_raster_band(GemmConfig(n, k, 128, 128, max_stages(128, 128, wgrad=True), wgrad=True))
         return _best(f"wgrad M={m} N={n} K={k} groups={groups}", [(plain, plain.units(m))], k, num_sms)
     if layout == Layout.K_GROUPED and m >= 256 and n >= 256:
         # K-grouped: plain 128x128 at any K. A deferred tile runs a group's k-blocks in chunks of 8 and the rest one

@@ -100,10 +100,12 @@ struct Fp8GemmTraits {
     static constexpr bool kRounds =
         (kSfbInStage || (kWgrad && !kDefer && kMmaPerWG == 1 && kK > 0 && kBlockN <= 128)) &&
         kTileKBlocks % kNumStages == 0;
-    // K-grouped plain one-slice weight-gradient tiles: a group's k-blocks come at run time, so the k-loop runs ring
-    // k-blocks until the ring reaches stage 0, then stage rounds, then ring k-blocks for the rest (3-5% faster on
-    // five of the six K-grouped anchors; PERFLOG 2026-11-24 fifth session). The producer's ring is unchanged.
-    static constexpr bool kRoundsInRing = kWgrad && !kDefer && kMmaPerWG == 1 && kK == 0 && kBlockN <= 128;
+    // The other plain one-slice weight-gradient tiles up to 128 columns (K-grouped, whose groups' k-blocks come at
+    // run time, and dense ones whose k-blocks do not fill whole rounds): the k-loop runs ring k-blocks until the
+    // ring reaches stage 0, then stage rounds, then ring k-blocks for the rest (3-5% faster on five of the six
+    // K-grouped anchors, 5-10% over the deferred tiles on dense K of 33-65 k-blocks; PERFLOG 2026-11-24 fifth
+    // session). The producer's ring is unchanged.
+    static constexpr bool kRoundsInRing = kWgrad && !kDefer && kMmaPerWG == 1 && kBlockN <= 128 && !kRounds;
     // 256x128 tiles complete the stages a tile's last round leaves unused with a bare arrival; that pays
     // with none or at most one such stage per 32 k-blocks (PERFLOG exp. 31).
     static constexpr int kUnusedStages = (kNumStages - kTileKBlocks % kNumStages) % kNumStages;

@@ -164,24 +164,20 @@ def test_contiguous_tiles_take_a_stage_count_that_divides_their_k_blocks():
         assert with_stage_rounds(config) == config, config
 
 
-def test_weight_gradient_defers_where_the_registers_allow():
+def test_weight_gradients_take_plain_128x128_tiles_and_small_ones_defer():
     from dgx.heuristics import choose_wgrad
 
-    # The benchmark's weight-gradient shapes at K 8192: every choice promotes deferred, in 128-row tiles of at
-    # most 112 columns (128x120 and wider spill with the second accumulator set and the per-column scales). Up
-    # to K 4096 (WGRAD_PLAIN_MAX_K) they run plain 128x128 tiles, which measured faster there.
-    from dgx.heuristics import WGRAD_PLAIN_MAX_K
-
-    assert WGRAD_PLAIN_MAX_K == 4096
+    # Dense weight gradients with M and N of 256 or more run plain 128x128 tiles at every K: in stage rounds where
+    # the k-blocks fill whole rounds of the 4 stages, inside the ring otherwise (both measured faster than the
+    # deferred tiles). Smaller outputs keep the model's choice, which defers.
     for m, n in ((7168, 2112), (1536, 24576), (512, 32768), (16384, 7168), (7168, 4096), (2048, 7168)):
-        # Above K 4096 the plain tile needs whole stage rounds (64 k-blocks of 4 stages); 33 k-blocks defer.
-        c = choose_wgrad(m, n, 8192, 132).config
-        assert not c.defer and (c.block_m, c.block_n) == (128, 128) and c.stage_rounds, (m, n, c)
-        c = choose_wgrad(m, n, 33 * 128, 132).config
-        assert c.defer and c.block_m == 128 and c.block_n <= 112, (m, n, c)
-        c = choose_wgrad(m, n, 4096, 132).config
-        assert not c.defer and (c.block_m, c.block_n) == (128, 128) and c.wgrad and c.stage_rounds, (m, n, c)
-        assert not choose_wgrad(m, n, 31 * 128, 132).config.defer  # up to K 4096 plain, rounds or not
+        for k in (4096, 8192):
+            c = choose_wgrad(m, n, k, 132).config
+            assert not c.defer and (c.block_m, c.block_n) == (128, 128) and c.wgrad and c.stage_rounds, (m, n, k, c)
+        for k_blocks in (31, 33, 49):
+            c = choose_wgrad(m, n, k_blocks * 128, 132).config
+            assert not c.defer and (c.block_m, c.block_n) == (128, 128) and not c.stage_rounds, (m, n, k_blocks, c)
+    assert choose_wgrad(128, 7168, 8192, 132).config.defer
     # Small outputs keep the model's choice (a 128x128 tile would leave SMs idle).
     assert choose_wgrad(128, 7168, 4096, 132).config.block_n < 128
     # K-grouped: plain 128x128 at any K (deferred tiles run a group's last k-blocks one at a time).
@@ -256,7 +252,6 @@ def test_weight_gradients_walk_n_in_one_band_rather_than_leave_a_ragged_one():
 
     assert choose_wgrad(7168, 2112, 4096, 132).config.group_n == 17  # 128x128: 17 n-blocks
     assert choose_wgrad(7168, 2112, 8192, 132).config.group_n == 17  # 128x128 in stage rounds: 17 n-blocks
-    assert choose_wgrad(7168, 2112, 33 * 128, 132).config.group_n == 21  # 128x104 deferred: 21 n-blocks
     for m, n, k in ((2048, 7168, 4096), (7168, 4096, 4096), (7168, 4096, 8192), (1536, 24576, 4096)):
         assert choose_wgrad(m, n, k, 132).config.group_n == 16, (m, n, k)
     assert choose_wgrad(7168, 2112, 4096, 132, LAYOUT_K_GROUPED, 4).config.group_n == 16
