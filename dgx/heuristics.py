@@ -135,7 +135,6 @@ def with_stage_rounds(config: GemmConfig) -> GemmConfig:
     return config
 
 
-
 # Below this K a decode tile's B stream is short, and evict-first B ran 2-6% slower with a clean L2 (N 24576 and
 # 32768 at K 1536 and 512; PERFLOG, L2 policy).
 STREAM_B_MIN_K = 2048

@@ -1,12 +1,13 @@
 // The math warpgroups of the FP8 GEMM kernel (ptx/fp8_gemm.cuh): per k-block, wgmma into FP32 accumulators, then
 // the promotion result += accum * scale_a[row] * scale_b[block or column]; per tile, the epilogue.
 //
-// Fp8GemmMath holds a math thread's state; its k-loop comes in three variants, chosen at compile time:
+// Fp8GemmMath holds a math thread's state; its k-loop comes in four variants, chosen at compile time:
 // - k_loop_ring: the plain ring of stages, which runs on across tiles;
 // - k_loop_rounds: stage rounds, where every tile starts at stage 0 (T::kRounds, T::kLeanRounds);
-// - k_loop_rounds_in_ring: stage rounds inside the plain ring, for run-time k-block counts (T::kRoundsInRing);
+// - k_loop_rounds_in_ring: stage rounds inside the plain ring, where a tile's k-blocks do not fill whole rounds
+//   (T::kRoundsInRing);
 // - k_loop_deferred: deferred promotion, in straight-line chunks (T::kDefer).
-// The first two run k_block, in its plain or lean (T::kLean) form; the third runs issue and retire.
+// The first three run k_block, in its plain or lean (T::kLean) form; the last runs issue and retire.
 #pragma once
 #include "common.cuh"
 #include "fp8_gemm_epilogue.cuh"
@@ -332,7 +333,8 @@ struct Fp8GemmKLoop {
         if (num_kb % 2 == 1) k_block<kFormer, -1>(num_kb - 1, sb_even, sb_odd);
     }
 
-    // Run-time k-block counts (K-grouped): ring k-blocks up to the ring's stage 0, whole stage rounds, then ring
+    // Tiles that do not start at stage 0 (K-grouped groups' run-time k-block counts, or a compile-time count that
+    // is not a whole number of rounds): ring k-blocks up to the ring's stage 0, whole stage rounds, then ring
     // k-blocks for the rest. `it` counts k-blocks for both: a round's parity is that of the ring there.
     template <int kFormer>
     DGX_DEVICE void k_loop_rounds_in_ring() {

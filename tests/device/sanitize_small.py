@@ -134,26 +134,19 @@ a_q = dgx.per_token_cast_to_fp8(torch.randn(300, 384, device="cuda", dtype=torch
 dgx.fp8_gemm_nt(a_q, b_q, d, c=d, config=GemmConfig(72, 384, 256, 64, 3, wgrad=True))
 torch.cuda.synchronize()
 print("ok wgrad 256 rows")
-# Plain 128x128 weight-gradient tiles in stage rounds (8 k-blocks, 4 stages), partial last tiles along M and N.
-a_q = dgx.per_token_cast_to_fp8(torch.randn(300, 1024, device="cuda", dtype=torch.bfloat16))
-b_q2 = dgx.per_token_cast_to_fp8(torch.randn(264, 1024, device="cuda", dtype=torch.bfloat16))
-d = torch.randn(300, 264, device="cuda")
-cfg = GemmConfig(264, 1024, 128, 128, 4, wgrad=True)
-assert cfg.stage_rounds, cfg
-dgx.fp8_gemm_nt(a_q, b_q2, d, c=d, config=cfg)
-torch.cuda.synchronize()
-print("ok wgrad in stage rounds")
-# 9 k-blocks: ring k-blocks up to stage 0, rounds, then the ring again, from a different offset every tile.
-a_q = dgx.per_token_cast_to_fp8(torch.randn(300, 1152, device="cuda", dtype=torch.bfloat16))
-b_q2 = dgx.per_token_cast_to_fp8(torch.randn(264, 1152, device="cuda", dtype=torch.bfloat16))
-d = torch.zeros(300, 264, device="cuda")
-cfg = GemmConfig(264, 1152, 128, 128, 4, wgrad=True)
-assert not cfg.stage_rounds, cfg
-dgx.fp8_gemm_nt(a_q, b_q2, d, c=d, config=cfg)
-torch.cuda.synchronize()
-ref = dequantize(*a_q, 1).double() @ dequantize(*b_q2, 1).double().T
-assert float((d.double() - ref).norm() / ref.norm()) < 5e-4
-print("ok wgrad, rounds inside the ring")
+# Plain 128x128 weight-gradient tiles, partial last tiles along M and N: 8 k-blocks of 4 stages (whole stage rounds),
+# and 9 (ring k-blocks up to stage 0, rounds, then the ring again, from another offset every tile).
+for k_w, rounds in ((1024, True), (1152, False)):
+    a_q = dgx.per_token_cast_to_fp8(torch.randn(300, k_w, device="cuda", dtype=torch.bfloat16))
+    b_q2 = dgx.per_token_cast_to_fp8(torch.randn(264, k_w, device="cuda", dtype=torch.bfloat16))
+    d = torch.zeros(300, 264, device="cuda")
+    cfg = GemmConfig(264, k_w, 128, 128, 4, wgrad=True)
+    assert cfg.stage_rounds == rounds, cfg
+    dgx.fp8_gemm_nt(a_q, b_q2, d, c=d, config=cfg)
+    torch.cuda.synchronize()
+    ref = dequantize(*a_q, 1).double() @ dequantize(*b_q2, 1).double().T
+    assert float((d.double() - ref).norm() / ref.norm()) < 5e-4
+    print("ok wgrad plain 128x128,", "stage rounds" if rounds else "rounds inside the ring")
 
 ks = [256, 0, 128]
 a16 = torch.randn(72, sum(ks), device="cuda", dtype=torch.bfloat16)
