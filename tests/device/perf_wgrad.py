@@ -7,10 +7,11 @@ in alternating rounds. Every run is checked against the float64 product and for 
 RUN is `heur` (dgx's choice), `deepgemm` (DeepGEMM's wgrad_gemm_fp8_fp8_fp32_nt) or BMxBN[sS][pP][gG][d][kK]
 (S stages, default as many as fit; P 2: B shared along M by 2-CTA clusters; G: units per raster band along N;
 d: deferred promotion; K: split-K clusters of K CTAs), each optionally followed by @VARIANT: compiled with the
-header overlay VARIANT of tests/gpu_gemm_utils.variant_headers (../.dev/hdr_VARIANT/*.cuh over this tree's headers). Shapes default to DeepGEMM's 7168,2112,4096 and 16384,7168,8192.
-PERF_ROUNDS (environment, default 3) sets the number of alternating rounds; PERF_NO_CHECK=1 times runs that fail
-the checks too (diagnostic variants). D accumulates in place (C = D),
-as DeepGEMM's call does; the scales are in the TMA-aligned M-major layout both kernels read as they are.
+header overlay VARIANT of tests/gpu_gemm_utils.variant_headers (../.dev/hdr_VARIANT/*.cuh over this tree's
+headers). Shapes default to DeepGEMM's 7168,2112,4096 and 16384,7168,8192. PERF_ROUNDS (environment, default 3)
+sets the number of alternating rounds; PERF_NO_CHECK=1 times runs that fail the checks too (diagnostic variants).
+D accumulates in place (C = D), as DeepGEMM's call does; the scales are in the TMA-aligned M-major layout both
+kernels read as they are.
 """
 
 import os
