@@ -24,12 +24,12 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from dgx.bench.suites import DENSE_MNK  # noqa: E402
 from dgx.heuristics import choose_dense  # noqa: E402
 
 NUM_SMS = 132
 ROUNDS = int(os.environ.get("PERF_ROUNDS", "3"))
-DECODE = [(m, n, k) for m in (64, 128) for n, k in
-          ((2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048))]
+DECODE = [s for s in DENSE_MNK if s[0] <= 128]  # the dense suite's decode shapes (ANCHORS.md)
 
 
 def variant_config(name: str, cfg, m: int = 64):

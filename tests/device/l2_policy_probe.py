@@ -25,13 +25,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from dgx.bench.suites import DENSE_MNK  # noqa: E402
 from dgx.heuristics import choose_dense  # noqa: E402
 from dgx.kernels.mqa_logits import paged_config  # noqa: E402
 
 NUM_SMS = 132
 ROUNDS = int(os.environ.get("PERF_ROUNDS", "2"))
-GEMMS = [(m, n, k) for m in (64, 128) for n, k in
-         ((2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048))]
+GEMMS = [s for s in DENSE_MNK if s[0] <= 128]  # the dense suite's decode shapes (ANCHORS.md)
 MASKED = [(16, 64, 4096, 7168), (32, 32, 7168, 2048)]  # groups, rows per group, N, K: the decode MoE sizes
 PAGED = [(64, 8192, 1), (64, 8192, 2), (256, 8192, 1), (1024, 8192, 1), (64, 65536, 1)]
 

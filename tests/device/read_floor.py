@@ -35,41 +35,20 @@ HBM_PEAK_GBPS = 3350.0
 ROUNDS = int(os.environ.get("PERF_ROUNDS", "2"))
 PAGE = 8448  # one paged-cache block: 64 tokens x (128 FP8 values + one FP32 scale)
 
+# ptx/read_stream.cuh's kernel (the benchmark's read floor), with the paged order and the L2 hint as options.
 INTERFACE = KernelInterface(
     "ReadFloorParams",
     (
         Param("src", "const unsigned char*"),
         Param("pages", "const int*"),  # paged: the order of the blocks; contiguous: unused
-        Param("chunks", "int"),  # chunks in all
+        Param("chunks", "long long"),  # chunks in all
     ),
 )
 
-BODY = r"""
+TILE_BODY = r"""
 #include "mbarrier.cuh"
 #include "tma.cuh"
 namespace dgx {
-template <int kStages, int kChunk, bool kHint, bool kPaged, typename View>
-DGX_DEVICE void read_floor_body(const View& p) {
-    extern __shared__ __align__(128) unsigned char smem[];
-    uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kChunk);
-    if (threadIdx.x != 0) return;
-    for (int s = 0; s < kStages; ++s) mbarrier_init(&full[s], 1);
-    fence_barrier_init();
-    const uint64_t policy = kHint ? l2_evict_first_policy() : 0;
-    // This CTA's slice of the chunks: contiguous ranges, as even as they divide.
-    const int begin = static_cast<int>((static_cast<long long>(p.chunks) * blockIdx.x) / gridDim.x);
-    const int end = static_cast<int>((static_cast<long long>(p.chunks) * (blockIdx.x + 1)) / gridDim.x);
-    for (int j = begin; j < end; ++j) {
-        const int i = j - begin, s = i % kStages;
-        if (i >= kStages) mbarrier_wait(&full[s], ((i / kStages) - 1) & 1);
-        const long long chunk = kPaged ? static_cast<long long>(__ldg(p.pages + j)) : j;
-        mbarrier_arrive_expect_tx(&full[s], kChunk);
-        bulk_load_1d<kHint>(smem + s * kChunk, p.src + chunk * kChunk, kChunk, &full[s], policy);
-    }
-    const int n = end - begin;  // drain: every slot's last fill has landed
-    for (int i = n > kStages ? n - kStages : 0; i < n; ++i) mbarrier_wait(&full[i % kStages], (i / kStages) & 1);
-}
-
 // GEMM-like: CTA i reads rows [kRowsB * i, +kRowsB) of B [N, K] one 128-byte k-block at a time through a 2-D tensor
 // map (128B swizzle, the GEMM's boxes), and with kRowsA > 0 also the whole of A [kRowsA, K] (each CTA re-reads it).
 template <int kStages, int kRowsB, int kRowsA, bool kHint, typename View>
@@ -117,7 +96,7 @@ class TileVariant:
 
     def render(self) -> jit.KernelSource:
         body = f"dgx::read_tiles_body<{self.stages}, {self.rows_b}, {self.rows_a}, {str(self.hint).lower()}>"
-        return jit.KernelSource(name=self.name, source=BODY + TILE_INTERFACE.render_entry(self.name, 32, body),
+        return jit.KernelSource(name=self.name, source=TILE_BODY + TILE_INTERFACE.render_entry(self.name, 32, body),
                                 dynamic_smem=self.smem)
 
 
@@ -147,9 +126,10 @@ class Variant:
         return self.stages * self.chunk + 8 * self.stages
 
     def render(self) -> jit.KernelSource:
-        body = (f"dgx::read_floor_body<{self.stages}, {self.chunk}, {str(self.hint).lower()}, "
+        body = (f"dgx::read_stream_body<{self.stages}, {self.chunk}, {str(self.hint).lower()}, "
                 f"{str(self.paged).lower()}>")
-        return jit.KernelSource(name=self.name, source=BODY + INTERFACE.render_entry(self.name, 32, body),
+        return jit.KernelSource(name=self.name,
+                                source='#include "read_stream.cuh"\n' + INTERFACE.render_entry(self.name, 32, body),
                                 dynamic_smem=self.smem)
 
 
