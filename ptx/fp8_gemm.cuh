@@ -6,10 +6,11 @@
 //   (the promotion keeps FP8 tensor-core accumulation error from building up over long K);
 // - their epilogue (fp8_gemm_epilogue.cuh) stores the tile through swizzled shared memory with TMA while the
 //   producer already loads the next tile.
-// The weight gradient (kWgrad) scales B per row too and writes FP32 D = C + A . B^T with TMA reduce-adds; its
-// K-grouped layout runs each group over its own range of K. Split-K (decode shapes): the CTAs of a cluster
-// share one tile's K and sum their partial tiles through distributed shared memory (reduce_split_tile). Compile-time configuration, and the feature flags
-// that choose between measured variants (with their PERFLOG experiments): Fp8GemmTraits in fp8_gemm_traits.cuh.
+// The weight gradient (kWgrad) scales B per row too and writes FP32 D = C + A . B^T with TMA reduce-adds, which
+// the producer issues span by span during the next tile; its K-grouped layout runs each group over its own range
+// of K. Split-K (decode shapes): the CTAs of a cluster share one tile's K and sum their partial tiles through
+// distributed shared memory (reduce_split_tile). Compile-time configuration, and the feature flags that choose
+// between measured variants (with their PERFLOG experiments): Fp8GemmTraits in fp8_gemm_traits.cuh.
 #pragma once
 #include "cluster.cuh"
 #include "common.cuh"
@@ -67,8 +68,8 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const Params& params) {
     uint8_t* smem_sfb = smem_sfa + kNumStages * T::kSmemSfa;
     uint64_t* full = reinterpret_cast<uint64_t*>(smem_sfb + kNumStages * T::kSmemSfbSlot);
     uint64_t* empty = full + kNumStages;
-    uint64_t* split_bars = empty + kNumStages;  // split-K: partials published, partials read (kSmemBytes has them)
-    const Fp8GemmSmem buffers{smem_d, smem_a, smem_b, smem_sfa, smem_sfb, full, empty};
+    uint64_t* tile_bars = empty + kNumStages;  // T::kTileBars (kSmemBytes has them)
+    const Fp8GemmSmem buffers{smem_d, smem_a, smem_b, smem_sfa, smem_sfb, full, empty, tile_bars};
 
     const uint32_t warp = warp_id();
     const uint32_t lane = lane_id();
@@ -85,8 +86,12 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const Params& params) {
         }
         if constexpr (kSplit > 1) {
             // One arrival per math thread of every CTA of the cluster (each publishes its own accesses).
-            mbarrier_init(&split_bars[0], kSplit * T::kMathThreads);
-            mbarrier_init(&split_bars[1], kSplit * T::kMathThreads);
+            mbarrier_init(&tile_bars[0], kSplit * T::kMathThreads);
+            mbarrier_init(&tile_bars[1], kSplit * T::kMathThreads);
+        }
+        if constexpr (T::kStoreByProducer) {
+            mbarrier_init(&tile_bars[0], T::kMathThreads);  // every math thread, after its part of the tile
+            mbarrier_init(&tile_bars[1], 1);                // the producer thread, once its stores have read it
         }
         fence_barrier_init();
     }
@@ -101,13 +106,13 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const Params& params) {
     // Each role builds its scheduler after its register reallocation: built before, its state stayed live across
     // setmaxnreg, and ptxas spilled it (PERFLOG exp. 35).
     if (threadIdx.x >= T::kMathThreads) {
-        fp8_gemm_producer<T, Scheduler>(buffers, tmap_a, tmap_b, tmap_sfa, tmap_sfb, sfb, sfa, sfa_rows, sfa_stride,
-                                        m, grouped_layout, num_groups, group_maps, warp, lane);
+        fp8_gemm_producer<T, Scheduler>(buffers, tmap_a, tmap_b, tmap_sfa, tmap_sfb, tmap_d, sfb, sfa, sfa_rows,
+                                        sfa_stride, m, grouped_layout, num_groups, group_maps, accumulate, warp, lane);
     } else {
         if constexpr (T::kNumMathWG == 2) setmaxnreg_inc<T::kMathRegs>();
         Scheduler scheduler(m, grouped_layout, num_groups);
         fp8_gemm_math<T, Scheduler>(
-            scheduler, smem_d, smem_a, smem_b, smem_sfa, smem_sfb, full, empty, split_bars, tmap_d, sfb, d_ptr, ld_d,
+            scheduler, smem_d, smem_a, smem_b, smem_sfa, smem_sfb, full, empty, tile_bars, tmap_d, sfb, d_ptr, ld_d,
             accumulate, warp, lane);
     }
     // No CTA may leave while its peer can still multicast into it, arrive on its barriers or read its partial.

@@ -110,13 +110,38 @@ DGX_DEVICE void write_slice_bf16(const float (&result)[T::kMmaPerWG][T::kAccum],
     }
 }
 
+// Where a tile's output goes, as the producer keeps it for the stores it issues during the next tile.
+struct TileOut {
+    int d_row, d_row_end, n_start;
+};
+
+// Span `span` of warpgroup `wg`'s slice of the staged weight-gradient tile out to D with TMA: a reduce-add with
+// `accumulate` (D += tile; D holds C), else a store. Spans wholly past the rows to store or past N are skipped.
+template <typename T>
+DGX_DEVICE void store_span(const TensorMap& tmap_d, const uint8_t* smem_d, const TileOut& out, int wg, int span,
+                           bool accumulate) {
+    static_assert(T::kWgrad, "FP32 spans of the weight gradient's staged tile");
+    constexpr int kSpanCols = T::kDSpan / 4;
+    const int wg_row = out.d_row + wg * T::kWGRows;
+    const int col = out.n_start + span * kSpanCols;
+    if (wg_row < out.d_row_end && col < T::kN) {
+        const uint8_t* src = smem_d + (wg * T::kBlockN * 4 / T::kDSpan + span) * T::kWGRows * T::kDSpan;
+        if (accumulate)
+            tma_reduce_add_2d(&tmap_d, src, col, wg_row);
+        else
+            tma_store_2d(&tmap_d, src, col, wg_row);
+    }
+}
+
 // A math warpgroup's rows of the tile out to D: into its slice of the staged tile, then out with one TMA
 // operation per swizzle span, asynchronously (the next tile's MMAs start meanwhile): a store, or for the weight
 // gradient with `accumulate` a reduce-add (D += tile; D holds C). Masked partial blocks: store_rows.
+// T::kStoreByProducer: the slice is only staged (`bars[0]`, once `bars[1]` says the producer's stores have read
+// the previous tile; `tiles` counts the tiles staged before); the producer thread issues the spans.
 template <typename T, typename Scheduler>
 DGX_DEVICE void store_tile(const Tile& tile, int n_start, const float (&result)[T::kMmaPerWG][T::kAccum],
                            const MathThread& t, uint8_t* smem_d, const TensorMap& tmap_d, void* d_ptr, int64_t ld_d,
-                           bool accumulate) {
+                           bool accumulate, uint64_t* bars, uint32_t tiles) {
     const int wg_row = tile.d_row + static_cast<int>(t.wg * T::kWGRows);
     if (Scheduler::kLayout == kLayoutMasked && wg_row + T::kWGRows > tile.d_row_end) {
         store_rows<T>(result, t, wg_row, tile.d_row_end, n_start, d_ptr, ld_d);
@@ -125,6 +150,13 @@ DGX_DEVICE void store_tile(const Tile& tile, int n_start, const float (&result)[
     constexpr uint32_t kOutBytes = T::kWgrad ? 4 : 2;
     uint8_t* region = smem_d + t.wg * T::kWGRows * T::kBlockN * kOutBytes;
     const uint32_t region_addr = smem_addr(region);
+    if constexpr (T::kStoreByProducer) {
+        mbarrier_wait(&bars[1], (tiles & 1) ^ 1);
+        write_slice_fp32<T>(result, t, region_addr);
+        fence_proxy_async_shared();  // each thread's stores, before the producer's TMA reads them
+        mbarrier_arrive(&bars[0]);
+        return;
+    }
     const bool leader = threadIdx.x % 128 == 0;
     if (leader) tma_store_wait_read();  // the previous tile's store has left this buffer
     named_barrier_sync(1 + t.wg, 128);

@@ -462,7 +462,7 @@ struct Fp8GemmKLoop {
 template <typename T, typename Scheduler>
 __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* smem_d, uint8_t* smem_a, uint8_t* smem_b,
                                               uint8_t* smem_sfa, uint8_t* smem_sfb, uint64_t* full, uint64_t* empty,
-                                              uint64_t* split_bars,
+                                              uint64_t* tile_bars,
                                               const TensorMap& tmap_d, const float* __restrict__ sfb, void* d_ptr,
                                               int64_t ld_d, bool accumulate, uint32_t warp, uint32_t lane) {
     Tile tile;
@@ -490,7 +490,7 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
             sfa_offset[mm][h] = (wg * T::kWGRows + mm * 64 + row_in_wg + h * 8) * 4;
     const uint32_t sfa_base = smem_addr(smem_sfa);
     const uint32_t sfb_base = smem_addr(smem_sfb) + col_in_8 * 4;
-    uint32_t split_tiles = 0;  // split-K: tiles reduced so far (the parities of split_bars)
+    uint32_t tiles = 0;  // tiles stored so far (the parities of tile_bars)
 
     while (scheduler.next_tile(tile)) {
         const int n_start = tile.n_block * T::kBlockN;
@@ -514,12 +514,13 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
             .run();
         if constexpr (T::kSplit > 1)
             reduce_split_tile<T>(tile, n_start, result, MathThread{wg, warp, lane, row_in_wg, col_in_8}, smem_d,
-                                 split_bars, scheduler.rank, split_tiles++, d_ptr, ld_d, accumulate);
+                                 tile_bars, scheduler.rank, tiles++, d_ptr, ld_d, accumulate);
         else
             store_tile<T, Scheduler>(tile, n_start, result, MathThread{wg, warp, lane, row_in_wg, col_in_8}, smem_d,
-                                     tmap_d, d_ptr, ld_d, accumulate);
+                                     tmap_d, d_ptr, ld_d, accumulate, tile_bars, tiles++);
     }
-    if (threadIdx.x % 128 == 0) tma_store_wait_all();
+    if constexpr (!T::kStoreByProducer)
+        if (threadIdx.x % 128 == 0) tma_store_wait_all();
 }
 
 }  // namespace dgx

@@ -1,7 +1,9 @@
 // The producer warpgroup of the FP8 GEMM kernel (ptx/fp8_gemm.cuh): one elected thread that fills the ring of
-// stages with TMA, and (kSfaTimesSfb) one warp per stage that stores the A scales times the B scale.
+// stages with TMA (and writes the weight gradient's tiles out), and (kSfaTimesSfb) one warp per stage that stores
+// the A scales times the B scale.
 #pragma once
 #include "common.cuh"
+#include "fp8_gemm_epilogue.cuh"
 #include "fp8_gemm_traits.cuh"
 #include "mbarrier.cuh"
 #include "scheduler.cuh"
@@ -83,10 +85,73 @@ DGX_DEVICE void sfa_times_sfb(Scheduler& scheduler, const Fp8GemmSmem& smem, uin
     }
 }
 
+// T::kStoreByProducer: the producer thread's part in writing the weight gradient's tiles out. Each tile staged
+// by the math warps (smem.tile_bars[0]) is stored span by span during the next tile's loads: the first once the
+// math warps have started that tile, the rest evenly over its k-blocks, so that the CTAs' reduce-adds (each reads
+// C in the L2) spread over a tile's time. (One span every 3, 4, 6 or 7 k-blocks ran alike; every 1 or 2 was 3-5%
+// slower.) Once the stores have read the staged tile, smem.tile_bars[1] lets the math warps stage the next one.
+template <typename T, bool kOn = T::kStoreByProducer>
+struct TileStores {
+    const Fp8GemmSmem& smem;
+    const TensorMap& tmap_d;
+    bool accumulate;
+    TileOut out{};         // the place in D of the tile the math warps stage next, or have staged
+    bool pending = false;  // whether there is such a tile (none before the first tile's loads end)
+    int next = 0;          // its next span to store
+    int every = 1;         // k-blocks of the tile being loaded between two spans
+    uint32_t staged = 0;   // tiles stored before it (the parity of both barriers)
+
+    // Before a tile's loads: how far apart its k-blocks take the spans.
+    DGX_DEVICE void before_tile(int num_kb) { every = max(1, (num_kb - T::kNumStages) / T::kStoreSpans); }
+
+    // After k-block `kb` of the tile has been loaded: a span of the staged tile, if one is due.
+    DGX_DEVICE void after_load(int kb) {
+        if (pending && next < T::kStoreSpans && kb >= T::kNumStages + next * every) issue_next();
+    }
+
+    DGX_DEVICE void issue_next() {
+        // Loading k-block kNumStages of a tile waited for its first k-block's stage, so the math warps have
+        // staged the tile before it: this wait returns at once unless the tile is shorter.
+        if (next == 0) mbarrier_wait(&smem.tile_bars[0], staged & 1);
+        store_span<T>(tmap_d, smem.d, out, next / (T::kStoreSpans / T::kNumMathWG),
+                      next % (T::kStoreSpans / T::kNumMathWG), accumulate);
+        tma_store_commit();
+        ++next;
+    }
+
+    // At the end of a tile's loads: the rest of the staged tile's spans, and once they have read it, the staged
+    // tile handed back; then `tile`'s place is kept for its stores. The math warps stage `tile` only after they
+    // have had the stages this tile's loads wait for, so the hand-back comes before any later wait of ours.
+    DGX_DEVICE void after_tile(const TileOut& tile) {
+        if (pending) {
+            while (next < T::kStoreSpans) issue_next();
+            tma_store_wait_read();
+            mbarrier_arrive(&smem.tile_bars[1]);
+            ++staged;
+        }
+        out = tile;
+        pending = true;
+        next = 0;
+    }
+
+    // After the last tile's loads: its spans, complete before the CTA leaves.
+    DGX_DEVICE void finish() {
+        if (pending)
+            while (next < T::kStoreSpans) issue_next();
+        tma_store_wait_all();
+    }
+};
+
+// Kernels whose math warps store their tiles themselves hold nothing. (Built from its arguments, or with its
+// calls left in, even the empty type changed their SASS.)
+template <typename T>
+struct TileStores<T, false> {};
+
 // The producer warpgroup. One elected thread of its first warp issues every TMA load: for each k-block of each
 // tile it waits for the next stage of the ring to be handed back and loads A, B and the scales that travel with
-// the stage into it. The ring runs on across tiles, but lean-round tiles start at stage 0. With kSfaTimesSfb the
-// next kNumStages warps run sfa_times_sfb. The scheduler is built after the register reallocation: built
+// the stage into it; with T::kStoreByProducer it also issues the weight gradient's stores (TileStores). The ring
+// runs on across tiles, but lean-round tiles start at stage 0. With kSfaTimesSfb the next kNumStages warps run
+// sfa_times_sfb. The scheduler is built after the register reallocation: built
 // before, its state stayed live across setmaxnreg and ptxas spilled it (PERFLOG exp. 35). (The TMA loop stays in
 // the function that builds the scheduler: moved into a function of its own, it changed the SASS.)
 // `tmap_sfb`: the weight gradient's per-column B scales, or for kSfbInStage the B scales `sfb` seen as one row
@@ -94,10 +159,10 @@ DGX_DEVICE void sfa_times_sfb(Scheduler& scheduler, const Fp8GemmSmem& smem, uin
 // B, made on the host, since each group's A_g [M, k_g] and B_g [N, k_g] has its own row stride.
 template <typename T, typename Scheduler>
 DGX_DEVICE void fp8_gemm_producer(const Fp8GemmSmem& smem, const TensorMap& tmap_a, const TensorMap& tmap_b,
-                                  const TensorMap& tmap_sfa, const TensorMap& tmap_sfb, const float* __restrict__ sfb,
-                                  const float* __restrict__ sfa, int sfa_rows, int sfa_stride, int m,
-                                  const int* grouped_layout, int num_groups, const TensorMap* group_maps, uint32_t warp,
-                                  uint32_t lane) {
+                                  const TensorMap& tmap_sfa, const TensorMap& tmap_sfb, const TensorMap& tmap_d,
+                                  const float* __restrict__ sfb, const float* __restrict__ sfa, int sfa_rows,
+                                  int sfa_stride, int m, const int* grouped_layout, int num_groups,
+                                  const TensorMap* group_maps, bool accumulate, uint32_t warp, uint32_t lane) {
     constexpr bool kKGrouped = Scheduler::kLayout == kLayoutKGrouped;
     Tile tile;
     if constexpr (T::kNumMathWG == 2) setmaxnreg_dec<T::kProducerRegs>();
@@ -105,11 +170,18 @@ DGX_DEVICE void fp8_gemm_producer(const Fp8GemmSmem& smem, const TensorMap& tmap
     if (warp == T::kProducerWarp && elect_one()) {
         uint32_t it = 0;  // k-blocks loaded so far
         const uint64_t b_policy = T::kStreamB ? l2_evict_first_policy() : 0;
+        auto stores = [&] {  // (built only where used)
+            if constexpr (T::kStoreByProducer)
+                return TileStores<T>{smem, tmap_d, accumulate};
+            else
+                return TileStores<T>{};
+        }();
         while (scheduler.next_tile(tile)) {
             const int num_kb = kKGrouped ? tile.num_kb : T::kTileKBlocks;
             const TensorMap* map_a = kKGrouped ? group_maps + 2 * tile.group : &tmap_a;
             const TensorMap* map_b = kKGrouped ? group_maps + 2 * tile.group + 1 : &tmap_b;
             const int k_first = kKGrouped ? 0 : tile.kb0;  // K restarts at 0 in each group's maps
+            if constexpr (T::kStoreByProducer) stores.before_tile(num_kb);
             // B scales in the stage: the element of `tmap_sfb` that starts the tile's row of its first block, and
             // how far on lies the row of the block the tile ends in (0 when both are one).
             int sfb_lo = 0, sfb_hi_offset = 0;
@@ -145,7 +217,10 @@ DGX_DEVICE void fp8_gemm_producer(const Fp8GemmSmem& smem, const TensorMap& tmap
                     if constexpr (!T::kSingleSfb)
                         tma_load_2d(&tmap_sfb, &smem.full[s], slot + 128, (sfb_lo + kb + sfb_hi_offset) & ~3, 0);
                 }
+                if constexpr (T::kStoreByProducer) stores.after_load(kb);
             }
+            if constexpr (T::kStoreByProducer)
+                stores.after_tile(TileOut{tile.d_row, tile.d_row_end, tile.n_block * T::kBlockN});
             // Lean rounds start every tile at stage 0: the stages this tile's last round leaves unused are
             // completed with a bare arrival (no bytes) once the math warps have handed them back.
             if constexpr (T::kLeanRounds) {
@@ -156,6 +231,7 @@ DGX_DEVICE void fp8_gemm_producer(const Fp8GemmSmem& smem, const TensorMap& tmap
                 }
             }
         }
+        if constexpr (T::kStoreByProducer) stores.finish();
     } else if (warp > T::kProducerWarp && warp <= T::kProducerWarp + T::kNumStages) {
         if constexpr (T::kSfaTimesSfb)
             sfa_times_sfb<T, Scheduler>(scheduler, smem, warp - T::kProducerWarp - 1, sfa, sfa_rows, sfa_stride, sfb,

@@ -115,6 +115,12 @@ struct Fp8GemmTraits {
     // B-scale load and no scale product (PERFLOG exp. 35).
     static constexpr bool kSfaTimesSfb = kLeanRounds && !kWgrad && kTileKBlocks >= 32;
     static_assert(!kSfaTimesSfb || kNumStages <= 3, "the producer warpgroup has three idle warps, one per stage");
+    // The weight gradient's tiles are written out by the producer thread, one swizzle span of the staged tile at
+    // a time, spread over the next tile's k-blocks (fp8_gemm_producer.cuh TileStores). Issued by the math warps
+    // at the tile's end, every CTA's reduce-adds reached the L2 at once, and the next tile's loads queued behind
+    // them: its fifth k-block waited 1.6 us instead of 0.5 (7-10% of the time; PERFLOG 2026-11-24 sixth session).
+    static constexpr bool kStoreByProducer = kWgrad && kSplit == 1;
+    static constexpr int kStoreSpans = kNumMathWG * kBlockN * 4 / kDSpan;  // FP32 spans of the whole tile
 
     // ---- Shared memory: the output tile, then per stage A, B, the A scales and the B-scale slot, then the
     // full and empty barriers (and split-K's two).
@@ -133,8 +139,11 @@ struct Fp8GemmTraits {
     // TMA destinations are 128-byte aligned: the hi block's box lies 128 bytes after the lo block's.
     static constexpr uint32_t kSmemSfbSlot =
         kWgrad ? (kSmemSfb + 127) / 128 * 128 : (kSfbInStage ? (kSingleSfb ? 128 : 256) : 0);
+    // Two barriers per tile follow the stages' (tile_bars): split-K's partials published / read, or the staged
+    // tile written by the math warps / read by the producer's stores (kStoreByProducer).
+    static constexpr bool kTileBars = kSplit > 1 || kStoreByProducer;
     static constexpr uint32_t kSmemBytes =
-        kSmemD + kNumStages * (kSmemA + kSmemB + kSmemSfa + kSmemSfbSlot) + kNumStages * 2 * 8 + (kSplit > 1 ? 16 : 0);
+        kSmemD + kNumStages * (kSmemA + kSmemB + kSmemSfa + kSmemSfbSlot) + kNumStages * 2 * 8 + (kTileBars ? 16 : 0);
     // What TMA lands per stage (the A-scale warps of kSfaTimesSfb store their products themselves).
     static constexpr uint32_t kStageBytes = kSmemA + kSmemB + (kSfaTimesSfb ? 0 : kSmemSfa) + kSmemSfb;
 
@@ -172,6 +181,7 @@ struct Fp8GemmSmem {
     uint8_t* sfb;  // kNumStages x kSmemSfbSlot
     uint64_t* full;   // per stage: its data has landed
     uint64_t* empty;  // per stage: every reader has handed it back
+    uint64_t* tile_bars;  // kTileBars: split-K's two, or [0] the tile is staged in `d`, [1] its stores have read it
 };
 
 }  // namespace dgx

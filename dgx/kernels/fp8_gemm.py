@@ -48,7 +48,7 @@ INTERFACE = KernelInterface(
 )
 SMEM_LIMIT = 232448  # bytes of shared memory one block may use on Hopper (227 KB)
 BARRIER_BYTES = 16  # full + empty mbarrier per stage
-SPLIT_BARRIER_BYTES = 16  # split-K: partials published, partials read
+TILE_BARRIER_BYTES = 16  # split-K: partials published / read; weight gradient: tile staged / read by its stores
 SFA_SLOT_BYTES_PER_ROW = 4  # A scales per stage: BLOCK_M floats
 SFB_BOX_SLOT_BYTES = 128  # BF16 tiles of 64 or 128 rows: a 128-byte aligned TMA box of B scales per block spanned
 
@@ -265,13 +265,13 @@ def smem_bytes(
 ) -> int:
     """Dynamic shared memory of a config (ptx/fp8_gemm.cuh Fp8GemmTraits::kSmemBytes). Stage counts are chosen
     for the plain tile (defer False), so a deferred tile runs its plain twin's count in a little less.
-    Split-K keeps an FP32 partial tile (rows padded by 8 floats, 1 KB aligned) instead of the output tile, and
-    two more barriers."""
+    Split-K keeps an FP32 partial tile (rows padded by 8 floats, 1 KB aligned) instead of the output tile; it and
+    the weight gradient (whose tiles the producer stores) have two more barriers."""
     per_stage = block_m * 128 + block_n * 128 + block_m * SFA_SLOT_BYTES_PER_ROW + BARRIER_BYTES
     if split_k > 1:
-        out_tile, extra = round_up(block_m * (block_n + 8) * 4, 1024), SPLIT_BARRIER_BYTES
+        out_tile, extra = round_up(block_m * (block_n + 8) * 4, 1024), TILE_BARRIER_BYTES
     else:
-        out_tile, extra = block_m * block_n * (4 if wgrad else 2), 0
+        out_tile, extra = block_m * block_n * (4 if wgrad else 2), TILE_BARRIER_BYTES if wgrad else 0
     if wgrad:  # B scales per stage (128-byte aligned slot)
         return out_tile + stages * (per_stage + round_up(block_n * 4, 128)) + extra
     if b_scales_in_stage(block_m, wgrad, defer):

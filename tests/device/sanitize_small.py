@@ -4,7 +4,8 @@ selected at run time or compiled in, 256-row tiles as two m64 slices per warpgro
 and without unused stages), an odd number of
 8-column groups ending the stmatrix epilogue with a two-matrix store, deferred promotion with one or two
 math warpgroups, alone or in a cluster, and on 16- and 32-column tiles whose whole k-loop is one chunk; split-K
-clusters; weight gradients dense (deferred, 256-row, plain 128x128 in stage rounds) and K-grouped)."""
+clusters; weight gradients dense (deferred, 256-row, plain 128x128 in stage rounds, several tiles per CTA stored by
+the producer) and K-grouped)."""
 
 import torch
 
@@ -147,6 +148,19 @@ for k_w, rounds in ((1024, True), (1152, False)):
     ref = dequantize(*a_q, 1).double() @ dequantize(*b_q2, 1).double().T
     assert float((d.double() - ref).norm() / ref.norm()) < 5e-4
     print("ok wgrad plain 128x128,", "stage rounds" if rounds else "rounds inside the ring")
+# Several tiles per CTA (288 tiles, partial along M and N), each written out by the producer during the CTA's next
+# tile: 5 k-blocks (a span after the fifth, the rest at the tile's end) and 16 (a span a k-block from the fifth on),
+# added to a C that is not zero.
+for k_w in (640, 2048):
+    a_q = dgx.per_token_cast_to_fp8(torch.randn(2200, k_w, device="cuda", dtype=torch.bfloat16))
+    b_q2 = dgx.per_token_cast_to_fp8(torch.randn(2000, k_w, device="cuda", dtype=torch.bfloat16))
+    c = torch.randn(2200, 2000, device="cuda")
+    d = c.clone()
+    dgx.fp8_gemm_nt(a_q, b_q2, d, c=d, config=GemmConfig(2000, k_w, 128, 128, 4, wgrad=True))
+    torch.cuda.synchronize()
+    ref = dequantize(*a_q, 1).double() @ dequantize(*b_q2, 1).double().T + c.double()
+    assert float((d.double() - ref).norm() / ref.norm()) < 5e-4
+    print("ok wgrad plain 128x128, several tiles per CTA, K", k_w)
 
 ks = [256, 0, 128]
 a16 = torch.randn(72, sum(ks), device="cuda", dtype=torch.bfloat16)
