@@ -1,6 +1,7 @@
 // The epilogue of the FP8 GEMM kernel (ptx/fp8_gemm.cuh): a math warpgroup's promoted results out to D, through
-// its swizzled slice of the staged output tile and TMA (a store, or the weight gradient's reduce-add), while the
-// next tile's MMAs start; or, split-K, the cluster's partial tiles summed and stored.
+// its swizzled slice of the staged output tile and TMA (a store, or the weight gradient's reduce-add, issued by
+// the producer during the next tile), while the next tile's MMAs start; or, split-K, the cluster's partial tiles
+// summed and stored.
 #pragma once
 #include "cluster.cuh"
 #include "common.cuh"
@@ -133,52 +134,45 @@ DGX_DEVICE void store_span(const TensorMap& tmap_d, const uint8_t* smem_d, const
     }
 }
 
-// A math warpgroup's rows of the tile out to D: into its slice of the staged tile, then out with one TMA
-// operation per swizzle span, asynchronously (the next tile's MMAs start meanwhile): a store, or for the weight
-// gradient with `accumulate` a reduce-add (D += tile; D holds C). Masked partial blocks: store_rows.
-// T::kStoreByProducer: the slice is only staged (`bars[0]`, once `bars[1]` says the producer's stores have read
-// the previous tile; `tiles` counts the tiles staged before); the producer thread issues the spans.
+// A math warpgroup's rows of the tile out to D through its slice of the staged tile.
+// - Weight gradient (T::kStoreByProducer): the slice is only staged, once `bars[1]` says the producer's stores have
+//   read the previous tile (`tiles`: the tiles staged before), and `bars[0]` told; the producer thread issues its
+//   TMA reduce-adds or stores (fp8_gemm_producer.cuh TileStores).
+// - BF16: stored with one TMA store per swizzle span, asynchronously (the next tile's MMAs start meanwhile).
+//   Masked partial blocks: store_rows.
 template <typename T, typename Scheduler>
 DGX_DEVICE void store_tile(const Tile& tile, int n_start, const float (&result)[T::kMmaPerWG][T::kAccum],
                            const MathThread& t, uint8_t* smem_d, const TensorMap& tmap_d, void* d_ptr, int64_t ld_d,
-                           bool accumulate, uint64_t* bars, uint32_t tiles) {
-    const int wg_row = tile.d_row + static_cast<int>(t.wg * T::kWGRows);
-    if (Scheduler::kLayout == kLayoutMasked && wg_row + T::kWGRows > tile.d_row_end) {
-        store_rows<T>(result, t, wg_row, tile.d_row_end, n_start, d_ptr, ld_d);
-        return;
-    }
-    constexpr uint32_t kOutBytes = T::kWgrad ? 4 : 2;
-    uint8_t* region = smem_d + t.wg * T::kWGRows * T::kBlockN * kOutBytes;
-    const uint32_t region_addr = smem_addr(region);
+                           uint64_t* bars, uint32_t tiles) {
     if constexpr (T::kStoreByProducer) {
         mbarrier_wait(&bars[1], (tiles & 1) ^ 1);
-        write_slice_fp32<T>(result, t, region_addr);
+        write_slice_fp32<T>(result, t, smem_addr(smem_d + t.wg * T::kWGRows * T::kBlockN * 4));
         fence_proxy_async_shared();  // each thread's stores, before the producer's TMA reads them
         mbarrier_arrive(&bars[0]);
-        return;
-    }
-    const bool leader = threadIdx.x % 128 == 0;
-    if (leader) tma_store_wait_read();  // the previous tile's store has left this buffer
-    named_barrier_sync(1 + t.wg, 128);
-    if constexpr (T::kWgrad)
-        write_slice_fp32<T>(result, t, region_addr);
-    else
-        write_slice_bf16<T>(result, t, region_addr);
-    fence_proxy_async_shared();
-    named_barrier_sync(1 + t.wg, 128);
-    if (leader && wg_row < tile.d_row_end && n_start < T::kN) {
-        constexpr int kSpanCols = T::kDSpan / kOutBytes;
-#pragma unroll
-        for (int span = 0; span < T::kBlockN / kSpanCols; ++span) {
-            if (n_start + span * kSpanCols < T::kN) {
-                const uint8_t* src = region + span * T::kWGRows * T::kDSpan;
-                if (T::kWgrad && accumulate)
-                    tma_reduce_add_2d(&tmap_d, src, n_start + span * kSpanCols, wg_row);
-                else
-                    tma_store_2d(&tmap_d, src, n_start + span * kSpanCols, wg_row);
-            }
+    } else {
+        static_assert(!T::kWgrad, "the weight gradient's tiles are stored by the producer");
+        const int wg_row = tile.d_row + static_cast<int>(t.wg * T::kWGRows);
+        if (Scheduler::kLayout == kLayoutMasked && wg_row + T::kWGRows > tile.d_row_end) {
+            store_rows<T>(result, t, wg_row, tile.d_row_end, n_start, d_ptr, ld_d);
+            return;
         }
-        tma_store_commit();
+        uint8_t* region = smem_d + t.wg * T::kWGRows * T::kBlockN * 2;
+        const bool leader = threadIdx.x % 128 == 0;
+        if (leader) tma_store_wait_read();  // the previous tile's store has left this buffer
+        named_barrier_sync(1 + t.wg, 128);
+        write_slice_bf16<T>(result, t, smem_addr(region));
+        fence_proxy_async_shared();
+        named_barrier_sync(1 + t.wg, 128);
+        if (leader && wg_row < tile.d_row_end && n_start < T::kN) {
+            constexpr int kSpanCols = T::kDSpan / 2;
+#pragma unroll
+            for (int span = 0; span < T::kBlockN / kSpanCols; ++span) {
+                if (n_start + span * kSpanCols < T::kN)
+                    tma_store_2d(&tmap_d, region + span * T::kWGRows * T::kDSpan, n_start + span * kSpanCols,
+                                 wg_row);
+            }
+            tma_store_commit();
+        }
     }
 }
 

@@ -517,7 +517,7 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
                                  tile_bars, scheduler.rank, tiles++, d_ptr, ld_d, accumulate);
         else
             store_tile<T, Scheduler>(tile, n_start, result, MathThread{wg, warp, lane, row_in_wg, col_in_8}, smem_d,
-                                     tmap_d, d_ptr, ld_d, accumulate, tile_bars, tiles++);
+                                     tmap_d, d_ptr, ld_d, tile_bars, tiles++);
     }
     if constexpr (!T::kStoreByProducer)
         if (threadIdx.x % 128 == 0) tma_store_wait_all();

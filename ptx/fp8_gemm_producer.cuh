@@ -113,8 +113,8 @@ struct TileStores {
         // Loading k-block kNumStages of a tile waited for its first k-block's stage, so the math warps have
         // staged the tile before it: this wait returns at once unless the tile is shorter.
         if (next == 0) mbarrier_wait(&smem.tile_bars[0], staged & 1);
-        store_span<T>(tmap_d, smem.d, out, next / (T::kStoreSpans / T::kNumMathWG),
-                      next % (T::kStoreSpans / T::kNumMathWG), accumulate);
+        constexpr int kWGSpans = T::kStoreSpans / T::kNumMathWG;  // spans of one warpgroup's slice
+        store_span<T>(tmap_d, smem.d, out, next / kWGSpans, next % kWGSpans, accumulate);
         tma_store_commit();
         ++next;
     }
