@@ -88,8 +88,9 @@ DGX_DEVICE void sfa_times_sfb(Scheduler& scheduler, const Fp8GemmSmem& smem, uin
 // T::kStoreByProducer: the producer thread's part in writing the weight gradient's tiles out. Each tile staged
 // by the math warps (smem.tile_bars[0]) is stored span by span during the next tile's loads: the first once the
 // math warps have started that tile, the rest evenly over its k-blocks, so that the CTAs' reduce-adds (each reads
-// C in the L2) spread over a tile's time. (One span every 3, 4, 6 or 7 k-blocks ran alike; every 1 or 2 was 3-5%
-// slower.) Once the stores have read the staged tile, smem.tile_bars[1] lets the math warps stage the next one.
+// C in the L2) spread over a tile's time. (One span every 3, 4, 6 or 7 k-blocks ran alike; every k-block was
+// 3-5% slower, every second up to 3.5%.) Once the stores have read the staged tile, smem.tile_bars[1] lets the
+// math warps stage the next one.
 template <typename T, bool kOn = T::kStoreByProducer>
 struct TileStores {
     const Fp8GemmSmem& smem;
