@@ -18,11 +18,12 @@ import click
 
 import dgx
 from dgx import env, interrupts, problems, user_errors, warmup as warmup_mod
-from dgx.kinds import KIND_NAMES, M_GROUPED_CONTIGUOUS_PSUM, MQA_KIND_NAMES, SHORT_NAMES, VARIANT_KIND_NAMES, GemmKind
+from dgx import families
+from dgx.kinds import SHORT_NAMES
 
-# `dgx inspect --kind`: the short names (as the benchmark's suites) or the shapes-file kinds (the layout variants
-# such as m_grouped_contiguous_psum included).
-INSPECT_KINDS = SHORT_NAMES + tuple(k for k in KIND_NAMES if k not in SHORT_NAMES) + VARIANT_KIND_NAMES + MQA_KIND_NAMES
+# `dgx inspect --kind`: every family's kinds (dgx/families), by their short names (the benchmark's suites) or their
+# shapes-file names.
+INSPECT_KINDS = families.inspect_names()
 BENCH_SUITES = SHORT_NAMES + ("mqa", "paged_mqa", "all")  # dgx.bench.SUITES, then "all" (a test checks)
 BENCH_TIMERS = ("events", "kernel")  # dgx.bench.TIMERS (a test checks); dgx.bench is imported when bench runs
 MAX_ERROR_LINES = 40
@@ -150,7 +151,7 @@ def collect_info() -> dict:
     info["cache_entries"] = 0
     if root.exists():
         try:
-            from cache import KernelCache
+            from dgx.cache import KernelCache
 
             info["cache_entries"] = len(KernelCache(root).entries())
         except Exception as exc:
@@ -162,8 +163,7 @@ def collect_info() -> dict:
             info["cache_entries"] = None
             info["cache_error"] = f"it cannot be created: {blocker} is a file, not a directory"
     try:
-        import sass_tools
-
+        from dgx import sass_tools
         info["nvdisasm"] = sass_tools.nvdisasm_path()
     except Exception:
         info["nvdisasm"] = None
@@ -331,7 +331,7 @@ def cache_clear(yes: bool) -> None:
 @click.argument("file", type=click.Path(dir_okay=False))
 def cache_export(file: str) -> None:
     """Write every verified entry to FILE (.tar.gz, .tgz, .tar.xz or .txz)."""
-    from cache import CacheError, export_bundle
+    from dgx.cache import CacheError, export_bundle
 
     from dgx import jit
 
@@ -349,7 +349,7 @@ def cache_export(file: str) -> None:
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 def cache_import(file: str) -> None:
     """Import a bundle written by `dgx cache export`: all entries verified first, or nothing."""
-    from cache import BundleError, CacheError, import_bundle
+    from dgx.cache import BundleError, CacheError, import_bundle
 
     from dgx import install
 
@@ -382,7 +382,7 @@ def cache_import(file: str) -> None:
 
 def _sass_tools(needed: str):
     try:
-        import sass_tools
+        from dgx import sass_tools
     except Exception as exc:
         raise click.ClickException(f"dgx inspect needs sass_tools, which failed to import: {exc}") from None
     if not hasattr(sass_tools, needed):
@@ -456,25 +456,35 @@ def _print_report(r: dict) -> None:
 def inspect(cubin_path, key, gemm, kind, groups, num_sms, heads, head_dim, next_n, arch, sass, as_json) -> None:
     """Registers, shared/local memory, spills, QGMMA and FFMA interleaving of a kernel (no GPU needed).
 
-    With --kind mqa_logits or paged_mqa_logits (and --heads, --head-dim, --next-n), the indexer's logits kernel
-    of that shape; the other kinds take --gemm M N K, or give --cubin or --key."""
-    given = [name for name, v in (("--cubin", cubin_path), ("--key", key), ("--gemm", gemm)) if v]
-    mqa = kind in MQA_KIND_NAMES
-    if mqa and given:
-        raise click.UsageError(f"--kind {kind} builds its kernel from --heads/--head-dim/--next-n; got {', '.join(given)}")
-    if not mqa and len(given) != 1:
-        raise click.UsageError(f"expected exactly one of --cubin, --key, --gemm; got {', '.join(given) or 'none'}")
+    A kind's kernel comes from the options that kind reads (the GEMM kinds: --gemm M N K, --groups, --num-sms; the
+    MQA-logits kinds: --heads, --head-dim, --next-n); or give --cubin or --key."""
+    ctx = click.get_current_context()
+    chosen = families.kind(kind)
+    values = {"gemm": gemm, "groups": groups, "num_sms": num_sms, "heads": heads, "head_dim": head_dim,
+              "next_n": next_n}
+    given = {name for name in values if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE}
+    sources = [name for name, v in (("--cubin", cubin_path), ("--key", key)) if v]
+    if sources and given:
+        raise click.UsageError(
+            f"expected {sources[0]} alone or the options of --kind {kind}; got {sources[0]} with "
+            f"{', '.join(families.base.INSPECT_OPTIONS[n].flag for n in sorted(given))}")
+    if len(sources) > 1:
+        raise click.UsageError(f"expected one of --cubin, --key; got {', '.join(sources)}")
+    if not sources:
+        unused = sorted(given - set(chosen.inspect_options))
+        if unused:
+            raise click.UsageError(
+                f"--kind {kind} reads {', '.join(families.base.INSPECT_OPTIONS[n].flag for n in chosen.inspect_options)}; "
+                f"got {', '.join(families.base.INSPECT_OPTIONS[n].flag for n in unused)}")
+        if "gemm" in chosen.inspect_options and gemm is None:
+            raise click.UsageError("expected exactly one of --cubin, --key, --gemm; got none")
     if sass and as_json:
         raise click.UsageError("expected --sass or --json, got both")
     problems.check_arch(arch)
-    if gemm:
-        _check_gemm(gemm, kind, groups)
     header = None
     if cubin_path:
         with open(cubin_path, "rb") as f:
             cubin = f.read()
-    elif mqa:
-        cubin, header = _mqa_cubin(kind, heads, head_dim, next_n, arch)
     elif key:
         kc = _kernel_cache()
         full = _resolve_key(kc, key)
@@ -483,7 +493,7 @@ def inspect(cubin_path, key, gemm, kind, groups, num_sms, heads, head_dim, next_
             raise click.ClickException(f"--key: the entry {full} failed verification and was removed")
         header = f"cache entry {full}"
     else:
-        cubin, header = _gemm_cubin(gemm, kind, groups, num_sms or _default_num_sms(), arch)
+        cubin, header = _kind_cubin(chosen, values, num_sms or _default_num_sms(), arch)
     if sass:
         tools = _sass_tools("disassemble")
         try:
@@ -510,102 +520,17 @@ def inspect(cubin_path, key, gemm, kind, groups, num_sms, heads, head_dim, next_
         _print_report(r)
 
 
-_GEMM_LABELS = {"m": "--gemm M", "n": "--gemm N", "k": "--gemm K", "groups": "--groups", "kind": "--kind"}
-
-
-def _check_gemm(gemm, kind: str, groups: int) -> None:
-    """The rules dgx warmup applies to a shapes-file entry, applied to --gemm M N K (dgx/problems.py)."""
-    m, n, k = gemm
-    problem_kind = kind if kind in VARIANT_KIND_NAMES else GemmKind.parse(kind).value  # M is M_sum for contiguous
-    problems.check_problem(
-        problem_kind,
-        n=n,
-        k=k,
-        groups=groups if problem_kind in problems.GROUPED_KINDS else None,
-        m=m,
-        m_field="m",
-        m_is_sum=True,
-        label=lambda f: _GEMM_LABELS.get(f, f),
-    )
-
-
-def _mqa_cubin(kind: str, heads: int, head_dim: int, next_n: int, arch: str) -> tuple[bytes, str]:
-    """The FP32-logits kernel of an MQA-logits kind for (H, D[, next_n]), and a header line."""
+def _kind_cubin(chosen, values: dict, num_sms: int, arch: str) -> tuple[bytes, str]:
+    """The kernel the options select for `chosen` (a dgx.families Kind), compiled for `arch`, and its header line."""
     from dgx import jit
     from dgx.errors import DgxError
-    from dgx.kernels.mqa_logits import check_shape, paged_config, prefill_config
-
-    options = {"heads": "--heads", "head_dim": "--head-dim", "next_n": "--next-n"}
-    try:
-        check_shape(heads, head_dim, next_n, label=options.get)
-        c = paged_config(heads, head_dim, next_n, False) if kind == "paged_mqa_logits" else prefill_config(
-            heads, head_dim, False, False)
-        src = c.render()
-        cubin = jit.get_cubin(src, arch)
-    except (ValueError, DgxError) as exc:
-        raise click.ClickException(str(exc)) from None
-    header = (
-        f"{kind} H={heads} D={head_dim}" + (f" next_n={next_n}" if kind == "paged_mqa_logits" else "")
-        + f" ({arch}): {c.block_q} query tokens x {heads} heads per wgmma (N={c.n}), {c.math_wgs} math warpgroups, "
-        f"{c.kv_stages} KV stages, {src.dynamic_smem} bytes of dynamic shared memory; key {jit.kernel_key(src, arch)[:16]}"
-    )
-    return cubin, header
-
-
-def _gemm_cubin(gemm, kind: str, groups: int, num_sms: int, arch: str) -> tuple[bytes, str]:
-    from dgx import jit
-    from dgx.errors import DgxError
-    from dgx.heuristics import choose_dense, choose_grouped, choose_wgrad
-
-    m, n, k = gemm
-    if kind == M_GROUPED_CONTIGUOUS_PSUM:
-        return _psum_cubin(m, n, k, groups, num_sms, arch)
-    gemm_kind = GemmKind.parse(kind)
-    try:
-        if gemm_kind == GemmKind.DENSE:
-            choice = choose_dense(m, n, k, num_sms)
-        elif gemm_kind.wgrad:  # K-grouped: K is one group's
-            choice = choose_wgrad(m, n, k, num_sms, gemm_kind.layout, groups if gemm_kind.grouped else 1)
-        else:
-            choice = choose_grouped(gemm_kind.layout, m, n, k, groups, num_sms)
-        src = choice.config.render()
-        cubin = jit.get_cubin(src, arch)
-    except (ValueError, DgxError) as exc:
-        raise click.ClickException(str(exc)) from None
-    c = choice.config
-    what = {GemmKind.DENSE: "fp8_gemm_nt", GemmKind.WGRAD: "weight gradient"}.get(
-        gemm_kind, f"{gemm_kind.short_name} ({groups} groups)")
-    header = (
-        f"{what} M={m} N={n} K={k} on {num_sms} SMs ({arch}): block {c.block_m}x{c.block_n}, "
-        f"{c.stages} stages, pair {c.pair}, {'deferred promotion, ' if c.defer else ''}"
-        f"{'B evict-first, ' if c.stream_b else ''}{src.dynamic_smem} bytes of dynamic shared memory; "
-        f"{choice.num_tiles} units in {choice.waves} wave(s); "
-        f"key {jit.kernel_key(src, arch)[:16]}"
-    )
-    return cubin, header
-
-
-def _psum_cubin(m: int, n: int, k: int, groups: int, num_sms: int, arch: str) -> tuple[bytes, str]:
-    """The prefix-sum contiguous kernel dgx.grouped_psum picks for M rows in all (alignment 128), and a header."""
-    from dgx import jit
-    from dgx.errors import DgxError
-    from dgx.grouped_psum import psum_config
-    from dgx.heuristics import CONTIGUOUS_ALIGNMENT
 
     try:
-        c = psum_config(m, n, k, groups, num_sms, CONTIGUOUS_ALIGNMENT)
-        src = c.render()
-        cubin = jit.get_cubin(src, arch)
+        found = chosen.inspect(values, num_sms, arch)
+        cubin = jit.get_cubin(found.source, arch)
     except (ValueError, DgxError) as exc:
         raise click.ClickException(str(exc)) from None
-    units = c.units(m)
-    header = (
-        f"contiguous_psum ({groups} groups, alignment {CONTIGUOUS_ALIGNMENT}) M={m} N={n} K={k} on {num_sms} SMs "
-        f"({arch}): block {c.block_m}x{c.block_n}, {c.stages} stages, pair {c.pair}, "
-        f"{'deferred promotion, ' if c.defer else ''}{src.dynamic_smem} bytes of dynamic shared memory; "
-        f"{units} units in {-(-units // num_sms)} wave(s); key {jit.kernel_key(src, arch)[:16]}"
-    )
-    return cubin, header
+    return cubin, found.header
 
 
 # --- warmup ---------------------------------------------------------------------------------------

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-import ptx
-
+from . import ptx
 from . import env
 from .errors import CompileError, CudaError
 
@@ -65,13 +64,14 @@ def compile_options(arch: str, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
 
 
 def compile_cubin(source: str, kernel: str, options: tuple[str, ...], want_ptx: bool = False) -> CompileResult:
-    """Compiles `source` with the in-memory headers of ptx/ and returns the cubin.
+    """Compiles `source` with the in-memory headers of ptx/ it includes (the ones its cache key covers) and
+    returns the cubin.
 
     Raises CompileError (with the NVRTC log and the path of a saved copy of the source) on failure.
     """
     from cuda.bindings import nvrtc
 
-    headers = ptx.headers()
+    headers = ptx.included(source)
     names = [n.encode() for n in headers]
     contents = [c for c in headers.values()]
     if env.print_compiler_command():
@@ -108,7 +108,7 @@ def save_failed_source(kernel: str, source: str) -> str:
     path = folder / f"{kernel}-{digest}.cu"
     path.write_text(source)
     # The headers are needed to rebuild; put them beside the source.
-    for name, content in ptx.headers().items():
+    for name, content in ptx.included(source).items():
         (folder / name).write_bytes(content)
     return str(path)
 

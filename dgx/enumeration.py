@@ -1,17 +1,21 @@
-"""Which kernels the heuristics can pick for a shape over a range of M, asked window by window.
+"""Which kernels the heuristics can pick for a GEMM-like shape over a range of M, asked window by window.
 
 The M values asked (:func:`m_samples`) are cut into windows of :data:`WINDOW` consecutive M, so a long
 range is enumerated in pieces: pieces run in parallel, report progress as they end and can be
 interrupted between them. Memory stays bounded whatever the range (nothing holds every M at once).
+How a kind's M is counted is its *M space* (:data:`ROWS`, :data:`CONTIGUOUS_SUM`, :data:`PSUM`); the kinds
+themselves (and their heuristics) are the families' (dgx/families), whose registry runs one piece of any kind's
+warm-up in a worker process (dgx.families.run_piece).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from . import jit
-from .jit import KernelSource
-from .kinds import M_GROUPED_CONTIGUOUS_PSUM
+
+#: M spaces: the rows of one problem (dense, masked: per group; weight gradients), every M_sum of the contiguous
+#: layout (multiples of the alignment), and the prefix-sum layout's heuristic M (any integer up to the groups' rows).
+ROWS, CONTIGUOUS_SUM, PSUM = "rows", "contiguous_sum", "psum"
 
 # Every M up to here is asked of the heuristics; beyond it, only the M at which some block count
 # changes (see m_samples).
@@ -60,85 +64,46 @@ def m_samples(max_m: int, block_ms: Sequence[int] | None = None) -> list[int]:
 
 
 def psum_top(groups: int | None, limit: int) -> int:
-    """The largest heuristic M of ``m_grouped_contiguous_psum``: the rows of all groups, each padded to the
-    alignment (groups x limit rounded up), capped at CONTIGUOUS_WARM_LIMIT as for the contiguous kind."""
+    """The largest heuristic M of the prefix-sum layout: the rows of all groups, each padded to the alignment
+    (groups x limit rounded up), capped at CONTIGUOUS_WARM_LIMIT as for the contiguous layout."""
     from .heuristics import CONTIGUOUS_ALIGNMENT as align
 
     return max(min((groups or 1) * (-(-limit // align) * align), CONTIGUOUS_WARM_LIMIT), 1)
 
 
-def m_values(kind: str, groups: int | None, limit: int, lo: int, hi: int) -> list[int]:
-    """The M asked of the heuristics for one shape, within [lo, hi): for ``m_grouped_contiguous`` every
-    M_sum that is a multiple of the alignment up to groups x limit (capped at CONTIGUOUS_WARM_LIMIT: the
-    choice settles on large tiles long before); for ``m_grouped_contiguous_psum``, whose M (the rows of A, or
-    groups x DeepGEMM's expected_m_for_psum_layout) is any integer, :func:`m_samples_between` of
-    :func:`psum_top` (the same range); else :func:`m_samples_between` of ``limit``."""
-    if kind == "m_grouped_contiguous":
+def m_values(space: str, groups: int | None, limit: int, lo: int, hi: int) -> list[int]:
+    """The M asked of the heuristics for one shape, within [lo, hi): in :data:`CONTIGUOUS_SUM` every M_sum that is
+    a multiple of the alignment up to groups x limit (capped at CONTIGUOUS_WARM_LIMIT: the choice settles on large
+    tiles long before); in :data:`PSUM`, whose M (the rows of A, or groups x DeepGEMM's
+    expected_m_for_psum_layout) is any integer, :func:`m_samples_between` of :func:`psum_top` (the same range);
+    in :data:`ROWS` :func:`m_samples_between` of ``limit``."""
+    if space == CONTIGUOUS_SUM:
         from .heuristics import CONTIGUOUS_ALIGNMENT as align
 
         top = max(min((groups or 1) * limit, CONTIGUOUS_WARM_LIMIT), align)
         start = -(-max(lo, align) // align) * align
         return list(range(start, min(hi, top + 1), align))
-    if kind == M_GROUPED_CONTIGUOUS_PSUM:
+    if space == PSUM:
         return m_samples_between(psum_top(groups, limit), lo, hi)
-    return m_samples_between(limit, lo, hi)
+    if space == ROWS:
+        return m_samples_between(limit, lo, hi)
+    raise ValueError(f"M space: expected one of {ROWS}, {CONTIGUOUS_SUM}, {PSUM}; got {space!r}")
 
 
-def m_range(kind: str, groups: int | None, limit: int) -> int:
+def m_range(space: str, groups: int | None, limit: int) -> int:
     """One past the largest M :func:`m_values` can return for this shape."""
-    if kind == "m_grouped_contiguous":
+    if space == CONTIGUOUS_SUM:
         return CONTIGUOUS_WARM_LIMIT + 1
-    if kind == M_GROUPED_CONTIGUOUS_PSUM:
+    if space == PSUM:
         return psum_top(groups, limit) + 1
     return limit + 1
 
 
-def windows(kind: str, groups: int | None, limit: int) -> Iterator[tuple[int, int, int]]:
+def windows(space: str, groups: int | None, limit: int) -> Iterator[tuple[int, int, int]]:
     """(lo, hi, number of M asked) for each window of the shape's range that has some M to ask."""
-    top = m_range(kind, groups, limit)
+    top = m_range(space, groups, limit)
     for lo in range(1, top, WINDOW):
         hi = min(lo + WINDOW, top)
-        count = len(m_values(kind, groups, limit, lo, hi))
+        count = len(m_values(space, groups, limit, lo, hi))
         if count:
             yield lo, hi, count
-
-
-def config_for(kind: str, n: int, k: int, groups: int | None, m: int, num_sms: int):
-    """The GemmConfig the heuristics pick for one problem of a shapes-file kind."""
-    from .heuristics import choose_dense, choose_grouped, choose_wgrad
-    from .kernels.fp8_gemm import LAYOUT_CONTIGUOUS, LAYOUT_DENSE, LAYOUT_K_GROUPED, LAYOUT_MASKED
-
-    g = groups or 1
-    if kind == "dense":
-        return choose_dense(m, n, k, num_sms).config
-    if kind == "m_grouped_contiguous":
-        return choose_grouped(LAYOUT_CONTIGUOUS, m, n, k, g, num_sms).config
-    if kind == "m_grouped_masked":
-        return choose_grouped(LAYOUT_MASKED, m, n, k, g, num_sms).config
-    if kind == M_GROUPED_CONTIGUOUS_PSUM:  # as dgx.grouped_psum chooses, for the default alignment (128 rows)
-        from .grouped_psum import psum_config
-        from .heuristics import CONTIGUOUS_ALIGNMENT
-
-        return psum_config(m, n, k, g, num_sms, CONTIGUOUS_ALIGNMENT)
-    if kind == "wgrad":
-        return choose_wgrad(m, n, k, num_sms, LAYOUT_DENSE, 1).config
-    if kind == "k_grouped":
-        return choose_wgrad(m, n, k, num_sms, LAYOUT_K_GROUPED, g).config
-    raise ValueError(f"kind: expected a shapes-file kind, got {kind!r}")
-
-
-def configs_for(kind: str, n: int, k: int, groups: int | None, ms, num_sms: int) -> list:
-    """The distinct configs picked for the M in ``ms``, in order of first appearance."""
-    seen: dict = {}
-    for m in ms:
-        seen.setdefault(config_for(kind, n, k, groups, m, num_sms), m)
-    return list(seen)
-
-
-def enumerate_window(
-    kind: str, n: int, k: int, groups: int | None, limit: int, lo: int, hi: int, num_sms: int, arch: str
-) -> list[tuple[str, KernelSource]]:
-    """(cache key, source) of each distinct kernel picked for the shape's M within [lo, hi) (runs in a
-    worker process too)."""
-    configs = configs_for(kind, n, k, groups, m_values(kind, groups, limit, lo, hi), num_sms)
-    return [(jit.kernel_key(src, arch), src) for src in (c.render() for c in configs)]

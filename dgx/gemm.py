@@ -20,16 +20,11 @@ from .checks import (
 )
 from .kernels.fp8_gemm import GemmConfig
 from .kinds import GemmKind
-from .launch import GemmPlan, Operands, launch_plan, scales_for_tma
+from .launch import Operands, scales_for_tma
 from .streams import resolve_stream
 from .wgrad import dense_fp32 as wgrad_dense
 
-# Earlier names, kept for code that imported them from here.
-DensePlan = GemmPlan
-pack_params = launch.pack
-sfa_for_tma = scales_for_tma
-__all__ = ["DensePlan", "Operands", "fp8_gemm_nt", "gemm_fp8_fp8_bf16_nt", "launch_plan", "pack_params", "sfa_for_tma",
-           "wgrad_gemm_fp8_fp8_fp32_nt"]
+__all__ = ["fp8_gemm_nt", "gemm_fp8_fp8_bf16_nt", "wgrad_gemm_fp8_fp8_fp32_nt"]
 
 
 # Per-call fast path for torch tensors (dgx.fastpath): hint key (rows of A, shape of B, whether c is None, thread)

@@ -4,14 +4,12 @@ layout (ptx/scheduler.cuh kLayoutContiguousPsum), which finds each tile's group 
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from . import launch
 from .checks import expect_positive_int, unpack_pair, views_on_one_device
 from .device import get_num_sms
 from .grouped import check_contiguous_operands
-from .heuristics import _best, candidates, pipeline_stages, with_deferred_promotion, with_stage_rounds
-from .kernels.fp8_gemm import SHARE_NONE, GemmConfig
+from .heuristics import expect_psum_alignment, psum_config
+from .kernels.fp8_gemm import GemmConfig
 from .kinds import Layout
 from .launch import GemmPlan, Operands, scales_for_tma
 from .streams import resolve_stream
@@ -19,35 +17,6 @@ from .streams import resolve_stream
 __all__ = ["m_grouped_fp8_gemm_nt_contiguous_psum", "psum_config"]
 
 _plans: dict[tuple, GemmPlan] = {}
-
-
-def _expect_alignment(alignment: int) -> None:
-    if alignment % 64:
-        raise ValueError(
-            f"alignment: the prefix-sum layout needs the groups aligned to a multiple of 64 rows (dgx's tiles are 64 "
-            f"or 128 rows high); got {alignment}"
-        )
-
-
-def psum_config(m: int, n: int, k: int, groups: int, num_sms: int, alignment: int) -> GemmConfig:
-    """The prefix-sum layout's config for M rows in all (the heuristic's M), N, K and `groups`: the contiguous
-    layout's heuristic with tiles as high as the groups' alignment allows (128 rows for a multiple of 128, else 64:
-    the kernel starts each group at its predecessor's end rounded up to the tile height, so a tile lower than the
-    alignment would also run tiles of gap rows, as DeepGEMM's sm_90 kernel, whose tile height is the alignment,
-    does not) and without 2-CTA clusters (the prefix-sum layout runs single CTAs)."""
-    _expect_alignment(alignment)
-    block_m = 128 if alignment % 128 == 0 else 64
-
-    def options():
-        for bm, bn, pair in candidates(max(m, block_m + 1), n):  # (candidates drops 128-row tiles for M <= 64)
-            if bm != block_m or pair != SHARE_NONE:
-                continue
-            config = GemmConfig(n, k, bm, bn, pipeline_stages(bm, bn), layout=int(Layout.CONTIGUOUS))
-            units = config.units(m)
-            yield with_stage_rounds(with_deferred_promotion(config, units, num_sms)), units
-
-    config = _best(f"grouped (contiguous, prefix sums) M={m} N={n} K={k} groups={groups}", options(), k, num_sms).config
-    return replace(config, layout=int(Layout.CONTIGUOUS_PSUM))
 
 
 def _plan(m: int, n: int, k: int, groups: int, device: int, heuristic_m: int, alignment: int,
@@ -107,7 +76,7 @@ def m_grouped_fp8_gemm_nt_contiguous_psum(a, b, d, psum_m, *, alignment: int = 1
             f"grouped_layout: with use_psum_layout=True, expected one prefix sum per group, shape ({groups},); got "
             f"{tuple(pv.shape)}"
         )
-    _expect_alignment(alignment)
+    expect_psum_alignment(alignment)
     if n == 0 or m == 0:
         return
     if m >= 2**31:

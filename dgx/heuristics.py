@@ -341,3 +341,39 @@ def choose_wgrad(m: int, n: int, k: int, num_sms: int, layout: int = Layout.DENS
 
     kind = "wgrad (K-grouped)" if layout == Layout.K_GROUPED else "wgrad"
     return _best(f"{kind} M={m} N={n} K={k} groups={groups}", options(), k, num_sms)
+
+
+def expect_psum_alignment(alignment: int) -> None:
+    if alignment % 64:
+        raise ValueError(
+            f"alignment: the prefix-sum layout needs the groups aligned to a multiple of 64 rows (dgx's tiles are 64 "
+            f"or 128 rows high); got {alignment}"
+        )
+
+
+def psum_config(m: int, n: int, k: int, groups: int, num_sms: int, alignment: int = CONTIGUOUS_ALIGNMENT) -> GemmConfig:
+    """The prefix-sum layout's config for M rows in all (the heuristic's M), N, K and `groups`: the contiguous
+    layout's heuristic with tiles as high as the groups' alignment allows (128 rows for a multiple of 128, else 64:
+    the kernel starts each group at its predecessor's end rounded up to the tile height, so a tile lower than the
+    alignment would also run tiles of gap rows, as DeepGEMM's sm_90 kernel, whose tile height is the alignment,
+    does not) and without 2-CTA clusters (the prefix-sum layout runs single CTAs)."""
+    return choose_contiguous_psum(m, n, k, groups, num_sms, alignment).config
+
+
+@lru_cache(maxsize=4096)
+def choose_contiguous_psum(m: int, n: int, k: int, groups: int, num_sms: int,
+                           alignment: int = CONTIGUOUS_ALIGNMENT) -> Choice:
+    """:func:`psum_config` with the choice's units and waves."""
+    expect_psum_alignment(alignment)
+    block_m = 128 if alignment % 128 == 0 else 64
+
+    def options():
+        for bm, bn, pair in candidates(max(m, block_m + 1), n):  # (candidates drops 128-row tiles for M <= 64)
+            if bm != block_m or pair != SHARE_NONE:
+                continue
+            config = GemmConfig(n, k, bm, bn, pipeline_stages(bm, bn), layout=int(Layout.CONTIGUOUS))
+            units = config.units(m)
+            yield with_stage_rounds(with_deferred_promotion(config, units, num_sms)), units
+
+    best = _best(f"grouped (contiguous, prefix sums) M={m} N={n} K={k} groups={groups}", options(), k, num_sms)
+    return replace(best, config=replace(best.config, layout=int(Layout.CONTIGUOUS_PSUM)))

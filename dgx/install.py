@@ -51,7 +51,7 @@ def mismatch_note(foreign: Mapping[str | None, int], total: int, where: str) -> 
 def strict_mismatch_note() -> str:
     """For a strict-mode miss: the cache's kernels that another NVRTC built, if any, as a sentence."""
     from . import env
-    from cache import KernelCache
+    from .cache import KernelCache
 
     root = env.cache_root()
     if not root.is_dir():

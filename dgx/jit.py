@@ -1,7 +1,7 @@
 """Kernel JIT: rendered source -> cache key -> cubin (compiled on a miss, SASS-patched) -> loaded kernel.
 
-The cache key is computed here, from one place: the rendered source, the content of every header, the
-NVRTC version, the options, the arch and the SASS pass (off, or its version and parameters: see
+The cache key is computed here, from one place: the rendered source, the content of every header it includes
+(directly or through other headers; ``ptx.included``), the NVRTC version, the options, the arch and the SASS pass (off, or its version and parameters: see
 :func:`sass_pass_settings`). Nothing machine-specific enters it, so a cache built on one machine or install
 path hits on another. Cubins are remembered in memory by the KernelCache (one layer, one set of hit
 counters); loaded kernels per device here.
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
-import ptx
-from cache import CacheMissError, KernelCache, compute_key
+from . import ptx
+from .cache import CacheMissError, KernelCache, compute_key
 
 from . import compiler, env, runtime
 from .errors import JitStrictError
@@ -129,17 +129,16 @@ def kernel_cache() -> KernelCache:
     return kc
 
 
-def sass_pass_settings(src: KernelSource | None = None) -> SassPassSettings:
+def sass_pass_settings() -> SassPassSettings:
     """Whether the FFMA pass applies, and with which parameters (the same for every kernel).
 
     DGX_SASS_INTERLEAVE=on applies it with sass_tools' defaults; off and auto (the default) leave it off:
     NVRTC 13 already interleaves the promotion FFMAs, and forcing the pass on measured slower
-    (docs/SASS_PASS.md). `src` is accepted for callers that resolve the settings per kernel.
+    (docs/SASS_PASS.md).
     """
     if env.sass_interleave() != "on":
         return SassPassSettings(False)
-    import sass_tools
-
+    from . import sass_tools
     return SassPassSettings(True, str(sass_tools.PASS_VERSION), sass_tools.DEFAULT_MIN_RUN, sass_tools.DEFAULT_FRACTION)
 
 
@@ -150,13 +149,13 @@ def key_inputs(src: KernelSource, arch: str, sass: SassPassSettings | None = Non
     :func:`sass_pass_settings`), so that the key and the build see the same settings.
     """
     if sass is None:
-        sass = sass_pass_settings(src)
+        sass = sass_pass_settings()
     major, minor = compiler.nvrtc_version()
     return {
         "jit_format": JIT_FORMAT,
         "kernel": src.name,
         "source": src.source,
-        "headers": dict(ptx.headers()),
+        "headers": ptx.included(src.source),
         "nvrtc": f"{major}.{minor}",
         "options": list(compiler.compile_options(arch)),
         "arch": arch,
@@ -179,15 +178,14 @@ def build_cubin(
     (.cu), NVRTC's PTX (.ptx), the cubin (.cubin) and, where nvdisasm is installed, its SASS (.sass) there.
     """
     if sass is None:
-        sass = sass_pass_settings(src)
+        sass = sass_pass_settings()
     debug, dump = env.jit_debug(), env.dump_dir()
     options = compiler.compile_options(arch)
     result = compiler.compile_cubin(src.source, src.name, options, want_ptx=dump is not None)
     cubin = result.cubin
     pass_report = None
     if sass.enabled:
-        import sass_tools
-
+        from . import sass_tools
         cubin, report = sass_tools.interleave_ffma(
             cubin, min_run=sass.min_run, fraction=sass.fraction, skip_interleaved=sass.skip_interleaved
         )
@@ -222,8 +220,7 @@ def build_cubin(
 def dump_kernel(folder: Path, src: KernelSource, ptx_text: str | None, cubin: bytes) -> list[Path]:
     """Writes <name>.cu, .ptx (when given), .cubin and .sass (when nvdisasm is installed) into `folder`;
     returns the paths written."""
-    import sass_tools
-
+    from . import sass_tools
     folder.mkdir(parents=True, exist_ok=True)
     files = {".cu": src.source.encode(), ".cubin": cubin}
     if ptx_text is not None:
@@ -243,7 +240,7 @@ def dump_kernel(folder: Path, src: KernelSource, ptx_text: str | None, cubin: by
 
 def get_cubin(src: KernelSource, arch: str) -> bytes:
     """The cubin of `src` for `arch`: from the cache (memory, then disk), or compiled (unless DGX_JIT_STRICT=1)."""
-    sass = sass_pass_settings(src)  # resolved once: the key and a build on a miss use the same settings
+    sass = sass_pass_settings()  # resolved once: the key and a build on a miss use the same settings
     key = kernel_key(src, arch, sass)
     kc = kernel_cache()
 
@@ -285,11 +282,14 @@ def get_kernel(src: KernelSource, device: int) -> runtime.LoadedKernel:
 
 
 def key_fingerprint(arch: str) -> str:
-    """16 hex digits: a digest of every cache-key input shared by all kernels (NVRTC version, headers,
-    options, arch, JIT format, SASS-pass setting). Equal fingerprints mean equal keys for equal kernels."""
+    """16 hex digits: a digest of every cache-key input a kernel's own source does not decide (NVRTC version,
+    options, arch, JIT format, SASS-pass setting) and of every header. Equal fingerprints mean equal keys for
+    equal kernels (a kernel's key covers only the headers it includes, so unequal fingerprints can still share
+    keys)."""
     inputs = key_inputs(KernelSource(name="", source=""), arch)
     for own in ("kernel", "source"):
         inputs.pop(own, None)
+    inputs["headers"] = ptx.headers()
     return compute_key(inputs)[:16]
 
 

@@ -1,9 +1,11 @@
 """The launch layer under every GEMM entry point: check -> plan -> launch.
 
-One plan cache (a config chosen or given, its kernel compiled and loaded, its persistent grid sized) for
-every kind of GEMM, one cache of packed kernel parameters, and the per-row scales brought into the layout
-TMA reads. The entry points (dgx.gemm, dgx.grouped, dgx.wgrad) check their inputs, then call :func:`plan`,
-:func:`pack` and the plan's launcher; they import this module and not each other.
+One plan cache (a config chosen by the kind's heuristic in dgx/families, or given; its kernel compiled and
+loaded, its persistent grid sized) for the GEMM kinds (the prefix-sum layout sizes its grid for the rows of A and
+keeps its plans in dgx.grouped_psum), one cache of packed kernel parameters, and the per-row scales brought into
+the layout TMA reads. The entry points (dgx.gemm, dgx.grouped, dgx.grouped_psum, dgx.wgrad) check their inputs,
+then call :func:`plan`, :func:`pack` and the plan's launcher (dgx.gemm hands a float32 output to dgx.wgrad's
+dense weight gradient, which shares its arguments).
 """
 
 from __future__ import annotations
@@ -11,10 +13,10 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from . import jit, runtime
+from . import families, jit, runtime
 from . import scales as scales_module
 from .device import get_num_sms
-from .heuristics import CONTIGUOUS_ALIGNMENT, choose_dense, choose_grouped, choose_wgrad
+from .heuristics import CONTIGUOUS_ALIGNMENT
 from .kernels.fp8_gemm import GemmConfig
 from .kernels.fp8_gemm_args import Operands, pack_operands
 from .kinds import GemmKind
@@ -69,7 +71,7 @@ def plan(kind: GemmKind, m: int, n: int, k: int, device: int, config: GemmConfig
     found = _plans.get(key)
     if found is None:
         if config is None:
-            config = _choose(kind, m, n, k, groups, num_sms)
+            config = families.kind(kind.value).choose(m, n, k, groups, num_sms).config
         else:
             _expect_config_fits(kind, config, n, k)
         units = config.units(m if units_m is None else units_m)
@@ -78,14 +80,6 @@ def plan(kind: GemmKind, m: int, n: int, k: int, device: int, config: GemmConfig
         found = launch_plan(config, units, device, num_sms)
         _plans[key] = found
     return found
-
-
-def _choose(kind: GemmKind, m: int, n: int, k: int, groups: int, num_sms: int) -> GemmConfig:
-    if kind == GemmKind.DENSE:
-        return choose_dense(m, n, k, num_sms).config
-    if kind.wgrad:
-        return choose_wgrad(m, n, k, num_sms, kind.layout, groups).config
-    return choose_grouped(kind.layout, m, n, k, groups, num_sms).config
 
 
 def _expect_config_fits(kind: GemmKind, config: GemmConfig, n: int, k: int) -> None:

@@ -27,8 +27,6 @@ MAX_TILE = 256
 MAX_DIM = 2**31 - MAX_TILE
 #: TMA: global strides are multiples of this many bytes.
 TMA_STRIDE_ALIGN = 16
-#: TMA: global strides are below this many bytes.
-TMA_MAX_STRIDE_BYTES = 2**40
 #: N is a multiple of this (16-byte rows of the BF16 output).
 N_ALIGN = TMA_STRIDE_ALIGN // 2
 #: K is a multiple of this (16-byte rows of the FP8 operands).

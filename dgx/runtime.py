@@ -166,9 +166,9 @@ class LoadedKernel:
 def waits_for_predecessor(cubin: bytes, name: str) -> bool:
     """Whether kernel `name` of `cubin` runs griddepcontrol.wait (SASS ACQBULK). Only such kernels are launched with
     programmatic dependent launch: one that never waits could read its predecessor's output before it is written."""
-    from sass_tools import Cubin
-    from sass_tools.codec import OPCODE_MASK
-    from sass_tools.opcodes import SM90_OPCODES
+    from .sass_tools import Cubin
+    from .sass_tools.codec import OPCODE_MASK
+    from .sass_tools.opcodes import SM90_OPCODES
 
     wait = {op for op, name in SM90_OPCODES.items() if name == "ACQBULK"}
     return any(low & OPCODE_MASK in wait for low, _ in struct.iter_unpack("<QQ", Cubin(cubin).text(name)))

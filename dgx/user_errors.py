@@ -27,7 +27,7 @@ def _os_message(exc: OSError) -> str:
 
 def user_message(exc: BaseException) -> str | None:
     """The one-line message for an error the user can fix, or None if ``exc`` is not one."""
-    from cache import CacheError
+    from .cache import CacheError
 
     from .errors import ConfigError
     from .problems import ArchError, ProblemError

@@ -7,8 +7,9 @@ parallel (spawned) processes. Each worker goes through :func:`dgx.jit.get_cubin`
 cache under the key's lock, so several warmups (or ranks) sharing one cache compile each kernel once.
 No GPU is needed: the SM count and the architecture are arguments.
 
-A plan with any GEMM entry also holds the shape-independent helper kernels a GEMM call can launch before the
-GEMM itself (:func:`helper_kernels`: the SFA layout conversion, dgx/scales.py, and the UE8M0 unpack of
+The kinds, their fields, how their kernels are enumerated and which helper kernels their calls launch come from
+the families' registry (dgx/families): a plan with a GEMM entry also holds the shape-independent helper kernels a
+GEMM call can launch before the GEMM itself (the SFA layout conversion, dgx/scales.py, and the UE8M0 unpack of
 dgx.deep_gemm's packed scales), labelled with why they are there (``PlannedKernel.helper``, ``used_by``).
 The prefix-sum contiguous layout (DeepGEMM's ``use_psum_layout=True``) has a kind of its own,
 ``m_grouped_contiguous_psum``: its kernels are not the contiguous kind's.
@@ -23,14 +24,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from . import enumeration, interrupts, jit, workpool
+from . import enumeration, families, interrupts, jit, workpool
+from .families import MqaSpec, ShapeSpec
 from .jit import KernelSource
-from .kinds import MQA_KIND_NAMES, Layout
-from .problems import GROUPED_KINDS, KINDS, ProblemError, check_arch, check_problem
+from .kinds import Layout
+from .problems import GROUPED_KINDS, KINDS, ProblemError, check_arch  # KINDS: the GEMM-like kinds (dgx.bench)
 
-FIELDS = ("kind", "n", "k", "groups", "max_m", "m", "note", "heads", "head_dim")
-GEMM_FIELDS = ("n", "k", "groups", "max_m", "m")
-MQA_FIELDS = ("heads", "head_dim")
+#: Every field a shapes-file entry may hold: `kind`, `note` and the fields of every kind (dgx/families).
+FIELDS = ("kind",) + tuple(dict.fromkeys(f for k in families.all_kinds() for f in k.fields)) + ("note",)
 
 DEFAULT_MAX_M = 8192
 DEFAULT_NUM_SMS = 132  # H100 / H800 SXM
@@ -39,48 +40,6 @@ DEFAULT_ARCH = "sm_90a"
 
 class ShapesFileError(ValueError):
     """A shapes file or preset that cannot be used; the message names the entry index and the field."""
-
-
-@dataclass(frozen=True)
-class ShapeSpec:
-    """One entry of a shapes file."""
-
-    kind: str
-    n: int
-    k: int
-    groups: int | None = None
-    max_m: int | None = None
-    note: str = ""
-    m: int | None = None  # the benchmark's M (dgx bench --shapes); stands in for max_m when that is absent
-
-    @property
-    def label(self) -> str:
-        out = f"{self.kind} n={self.n} k={self.k}"
-        if self.groups is not None:
-            out += f" groups={self.groups}"
-        if self.max_m is not None:
-            out += f" max_m={self.max_m}"
-        elif self.m is not None:
-            out += f" m={self.m}"
-        return out
-
-    def m_limit(self, default: int) -> int:
-        """The largest M to warm for: max_m, else m, else ``default``."""
-        return self.max_m or self.m or default
-
-
-@dataclass(frozen=True)
-class MqaSpec:
-    """One MQA-logits entry of a shapes file: every kernel of `kind` for H heads of dimension D."""
-
-    kind: str  # a dgx.kinds.MqaKind value
-    heads: int
-    head_dim: int
-    note: str = ""
-
-    @property
-    def label(self) -> str:
-        return f"{self.kind} heads={self.heads} head_dim={self.head_dim}"
 
 
 # --- shapes files and presets ---------------------------------------------------------------------
@@ -121,50 +80,25 @@ def parse_shapes(data: Any, *, on_unknown_field: Callable[[str], None] | None = 
                 )
             for name in unknown:
                 on_unknown_field(f"entry {idx}: field {name!r}: not one of the fields {', '.join(FIELDS)}; ignored")
-        all_kinds = KINDS + MQA_KIND_NAMES
+        all_kinds = families.kind_names()
         if "kind" not in entry:
             raise ShapesFileError(f"entry {idx}: field 'kind': expected one of {', '.join(all_kinds)}, got nothing (missing)")
-        kind = entry["kind"]
-        if kind not in all_kinds:
-            raise ShapesFileError(f"entry {idx}: field 'kind': expected one of {', '.join(all_kinds)}, got {kind!r}")
+        name = entry["kind"]
+        if name not in all_kinds:
+            raise ShapesFileError(f"entry {idx}: field 'kind': expected one of {', '.join(all_kinds)}, got {name!r}")
+        kind = families.kind(name)
         note = entry.get("note", "")
         if not isinstance(note, str):
             raise ShapesFileError(f"entry {idx}: field 'note': expected a string, got {note!r}")
-        if kind in MQA_KIND_NAMES:
-            specs.append(_mqa_spec(entry, idx, kind, note))
-            continue
-        for name in MQA_FIELDS:
-            if name in entry:
-                raise ShapesFileError(f"entry {idx}: field {name!r}: only the MQA-logits kinds take it (kind {kind!r})")
-        n = _positive_int(entry, idx, "n", True)
-        k = _positive_int(entry, idx, "k", True)
-        groups = _positive_int(entry, idx, "groups", False)
-        max_m = _positive_int(entry, idx, "max_m", False)
-        m = _positive_int(entry, idx, "m", False)
+        for field_name in FIELDS:
+            if field_name in entry and field_name not in kind.fields + ("kind", "note"):
+                raise ShapesFileError(
+                    f"entry {idx}: field {field_name!r}: kind {name!r} takes {', '.join(kind.fields)}, not {field_name}")
         try:
-            check_problem(kind, n=n, k=k, groups=groups, m=max_m, m_field="max_m")
-            if m is not None:
-                check_problem(kind, n=n, k=k, groups=groups, m=m, m_field="m")
+            specs.append(kind.parse(entry, lambda f: f"field {f!r}"))
         except ProblemError as exc:
             raise ShapesFileError(f"entry {idx}: {exc}") from None
-        specs.append(ShapeSpec(kind, n, k, groups, max_m, note, m))
     return specs
-
-
-def _mqa_spec(entry: dict, idx: int, kind: str, note: str) -> MqaSpec:
-    """An MQA-logits entry: heads and head_dim (the kernels' compile-time shape), no GEMM fields."""
-    from .kernels.mqa_logits import check_shape
-
-    for name in GEMM_FIELDS:
-        if name in entry:
-            raise ShapesFileError(f"entry {idx}: field {name!r}: kind {kind!r} takes heads and head_dim, not {name}")
-    heads = _positive_int(entry, idx, "heads", True)
-    head_dim = _positive_int(entry, idx, "head_dim", True)
-    try:
-        check_shape(heads, head_dim, label=lambda f: f"field {f!r}")
-    except ValueError as exc:
-        raise ShapesFileError(f"entry {idx}: {exc}") from None
-    return MqaSpec(kind, heads, head_dim, note)
 
 
 def load_shapes_file(
@@ -219,37 +153,31 @@ POOL_MIN_SAMPLES = 4000
 def dense_configs(n: int, k: int, max_m: int, num_sms: int, exhaustive: bool = False) -> list:
     """The distinct GemmConfigs choose_dense picks for M in 1..max_m (in order of first appearance)."""
     ms = range(1, max_m + 1) if exhaustive else m_samples(max_m)
-    return enumeration.configs_for("dense", n, k, None, ms, num_sms)
+    return families.configs_for("dense", n, k, None, ms, num_sms)
 
 
 def grouped_configs(layout: int, n: int, k: int, groups: int, max_m: int, num_sms: int) -> list:
     """The distinct GemmConfigs choose_grouped picks: contiguous for every M_sum (a multiple of the
     alignment) up to groups x max_m (max_m rows per group, at most CONTIGUOUS_WARM_LIMIT in all),
     masked for every expected M per group up to max_m."""
-    kind = "m_grouped_contiguous" if layout == Layout.CONTIGUOUS else "m_grouped_masked"
-    ms = enumeration.m_values(kind, groups, max_m, 1, enumeration.m_range(kind, groups, max_m))
-    return enumeration.configs_for(kind, n, k, groups, ms, num_sms)
+    kind = families.kind("m_grouped_contiguous" if layout == Layout.CONTIGUOUS else "m_grouped_masked")
+    ms = enumeration.m_values(kind.m_space, groups, max_m, 1, enumeration.m_range(kind.m_space, groups, max_m))
+    return families.configs_for(kind.name, n, k, groups, ms, num_sms)
 
 
 def psum_configs(n: int, k: int, groups: int, max_m: int, num_sms: int) -> list:
-    """The distinct GemmConfigs dgx.grouped_psum.psum_config picks (alignment 128) for every heuristic M up to the
+    """The distinct GemmConfigs dgx.heuristics.psum_config picks (alignment 128) for every heuristic M up to the
     rows of `groups` groups of max_m rows (each padded to the alignment; at most CONTIGUOUS_WARM_LIMIT in all)."""
-    kind = "m_grouped_contiguous_psum"
-    ms = enumeration.m_values(kind, groups, max_m, 1, enumeration.m_range(kind, groups, max_m))
-    return enumeration.configs_for(kind, n, k, groups, ms, num_sms)
+    space = enumeration.PSUM
+    ms = enumeration.m_values(space, groups, max_m, 1, enumeration.m_range(space, groups, max_m))
+    return families.configs_for("m_grouped_contiguous_psum", n, k, groups, ms, num_sms)
 
 
 def wgrad_configs(n: int, k: int, groups: int, max_m: int, num_sms: int, k_grouped: bool) -> list:
     """The distinct GemmConfigs choose_wgrad picks for M in 1..max_m (dense, or K-grouped with `groups`
     outputs and `k` the K of a group)."""
     kind = "k_grouped" if k_grouped else "wgrad"
-    return enumeration.configs_for(kind, n, k, groups if k_grouped else None, m_samples(max_m), num_sms)
-
-
-def _sources(spec: ShapeSpec, max_m: int, num_sms: int) -> list[KernelSource]:
-    limit = spec.m_limit(max_m)
-    ms = enumeration.m_values(spec.kind, spec.groups, limit, 1, enumeration.m_range(spec.kind, spec.groups, limit))
-    return [c.render() for c in enumeration.configs_for(spec.kind, spec.n, spec.k, spec.groups, ms, num_sms)]
+    return families.configs_for(kind, n, k, groups if k_grouped else None, m_samples(max_m), num_sms)
 
 
 @dataclass(frozen=True)
@@ -257,7 +185,7 @@ class PlannedKernel:
     key: str
     source: KernelSource
     used_by: tuple[str, ...]  # labels of the entries that need it (for a helper: why the plan holds it)
-    helper: bool = False  # a shape-independent helper every GEMM entry brings (see helper_kernels)
+    helper: bool = False  # a shape-independent helper kernel the entries' calls can launch (Kind.helpers)
 
 
 @dataclass
@@ -283,30 +211,6 @@ class PlanProgress:
         return self.elapsed / self.done * max(self.total - self.done, 0)
 
 
-def _mqa_kernels(spec: MqaSpec, arch: str) -> list[tuple[str, KernelSource]]:
-    """(key, source) of every kernel an MQA-logits entry needs."""
-    from .kernels.mqa_logits import warmup_configs
-
-    sources = [c.render() for c in warmup_configs(spec.kind, spec.heads, spec.head_dim)]
-    return [(jit.kernel_key(src, arch), src) for src in sources]
-
-
-#: Why a plan holds each helper kernel (its ``used_by``).
-SFA_LAYOUT_HELPER = "helper for every GEMM entry: SFA layout conversion (an SFA not in the TMA-aligned M-major layout)"
-UE8M0_HELPER = "helper for every GEMM entry: UE8M0 unpack (dgx.deep_gemm with packed int32 scales)"
-
-
-def helper_kernels(arch: str) -> list[tuple[str, str, KernelSource]]:
-    """(why, key, source) of each shape-independent helper kernel a GEMM call can launch: the scale-layout kernel
-    (dgx/scales.py converts an SFA given in another layout, for every GEMM kind) and the UE8M0 unpack kernel
-    (dgx.deep_gemm's packed int32 scales). One kernel each, whatever the shapes, so every plan with a GEMM entry
-    holds both: a strict-mode server never has to compile them."""
-    from .kernels import scale_layout, ue8m0
-
-    helpers = ((SFA_LAYOUT_HELPER, scale_layout.CONFIG.render()), (UE8M0_HELPER, ue8m0.Ue8m0UnpackConfig().render()))
-    return [(why, jit.kernel_key(src, arch), src) for why, src in helpers]
-
-
 def _check_positive(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{name}: expected a positive integer, got {value!r}")
@@ -321,32 +225,28 @@ def plan(
     jobs: int = 1,
     progress: Callable[[PlanProgress], None] | None = None,
 ) -> Plan:
-    """Every distinct kernel (by cache key) the heuristics can choose for the entries, and, where some entry is a
-    GEMM, the helper kernels of :func:`helper_kernels` (last, ``helper=True``).
+    """Every distinct kernel (by cache key) the heuristics can choose for the entries, and the helper kernels their
+    kinds' calls can launch (last, ``helper=True``).
 
-    ``max_m`` applies to entries that set neither ``max_m`` nor ``m``. Each entry's range of M is asked in
-    windows (dgx/enumeration.py); with ``jobs`` > 1 and enough of them, in that many spawned processes.
-    ``progress`` is called as windows end. A SIGINT or SIGTERM stops the enumeration at once and raises
-    :class:`dgx.interrupts.Interrupted` (nothing has been written by then).
+    ``max_m`` applies to entries that set neither ``max_m`` nor ``m``. Each entry's kernels are enumerated in the
+    pieces its kind cuts it into (dgx/enumeration.py: windows of M for the GEMM-like kinds); with ``jobs`` > 1 and
+    enough of them, in that many spawned processes. ``progress`` is called as pieces end. A SIGINT or SIGTERM
+    stops the enumeration at once and raises :class:`dgx.interrupts.Interrupted` (nothing has been written by then).
     """
     for name, value in (("max_m", max_m), ("num_sms", num_sms), ("jobs", jobs)):
         _check_positive(name, value)
     check_arch(arch)
     t0 = time.perf_counter()
     tasks: list[tuple] = []
-    owners: list[ShapeSpec] = []
+    owners: list[ShapeSpec | MqaSpec] = []
     counts: list[int] = []
-    fixed: list[tuple[MqaSpec, list[tuple[str, KernelSource]]]] = []  # entries whose kernels need no search
-    any_gemm = False
+    helpers: dict[str, Callable[[], KernelSource]] = {}  # why -> source, in order of first appearance
     for spec in entries:
-        if isinstance(spec, MqaSpec):
-            fixed.append((spec, _mqa_kernels(spec, arch)))
-            continue
-        any_gemm = True
-        limit = spec.m_limit(max_m)
-        check_problem(spec.kind, n=spec.n, k=spec.k, groups=spec.groups, m=limit, m_field="max_m")
-        for lo, hi, count in enumeration.windows(spec.kind, spec.groups, limit):
-            tasks.append((spec.kind, spec.n, spec.k, spec.groups, limit, lo, hi, num_sms, arch))
+        kind = families.kind(spec.kind)
+        for why, source in kind.helpers:
+            helpers.setdefault(why, source)
+        for piece, count in kind.pieces(spec, max_m):
+            tasks.append((kind.name, spec, piece, num_sms, arch))
             owners.append(spec)
             counts.append(count)
     total = sum(counts)
@@ -365,7 +265,7 @@ def plan(
     with interrupts.guard() as state:
         if jobs > 1 and total >= POOL_MIN_SAMPLES and len(tasks) > 1:
             outcome = workpool.run_tasks(
-                enumeration.enumerate_window, tasks, jobs=jobs, on_done=finished, state=state, finish_running=False
+                families.run_piece, tasks, jobs=jobs, on_done=finished, state=state, finish_running=False
             )
             if outcome.interrupted:
                 raise interrupts.Interrupted(outcome.signum)
@@ -373,21 +273,22 @@ def plan(
             for index, task in enumerate(tasks):
                 if state.requested:
                     raise state.interrupted()
-                finished(index, enumeration.enumerate_window(*task), None)
+                finished(index, families.run_piece(*task), None)
             if state.requested:
                 raise state.interrupted()
     by_key: dict[str, tuple[KernelSource, list[str]]] = {}
-    for spec, kernels in list(zip(owners, found)) + fixed:
+    for spec, kernels in zip(owners, found):
         for key, src in kernels or ():
             if key not in by_key:
                 by_key[key] = (src, [])
             if spec.label not in by_key[key][1]:
                 by_key[key][1].append(spec.label)
     helper_keys: set[str] = set()
-    if any_gemm:  # its calls can launch the helpers
-        for why, key, src in helper_kernels(arch):
-            helper_keys.add(key)
-            by_key.setdefault(key, (src, []))[1].append(why)
+    for why, source in helpers.items():
+        src = source()
+        key = jit.kernel_key(src, arch)
+        helper_keys.add(key)
+        by_key.setdefault(key, (src, []))[1].append(why)
     kernels = [PlannedKernel(key, src, tuple(used), key in helper_keys) for key, (src, used) in by_key.items()]
     return Plan(arch, num_sms, kernels, time.perf_counter() - t0)
 

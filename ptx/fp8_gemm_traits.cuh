@@ -1,5 +1,5 @@
 // Compile-time configuration of the FP8 GEMM kernel (ptx/fp8_gemm.cuh): tile, warpgroups, feature flags,
-// shared-memory layout and barrier counts, all derived from the eleven template arguments that
+// shared-memory layout and barrier counts, all derived from the twelve template arguments that
 // dgx/kernels/fp8_gemm.py renders. Every role of the kernel takes this struct as `T`.
 #pragma once
 #include "common.cuh"

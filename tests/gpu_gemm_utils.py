@@ -179,15 +179,14 @@ _BASE: list = []
 def _base_headers() -> dict:
     """The working tree's headers, read once (before any variant replaces `ptx.headers`)."""
     if not _BASE:
-        import ptx
-
+        from dgx import ptx
         _BASE.append(ptx.headers())
     return _BASE[0]
 
 
 def use_headers(headers: dict) -> None:
     """Make dgx compile with `headers` from now on, dropping the launch plans made with others."""
-    import ptx
+    from dgx import ptx
     from dgx import gemm, grouped, launch
 
     _base_headers()

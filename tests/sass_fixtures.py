@@ -19,7 +19,7 @@ def nvdisasm_exe() -> str | None:
     nvdisasm), else the one sass_tools finds."""
     import os
 
-    from sass_tools import nvdisasm_path
+    from dgx.sass_tools import nvdisasm_path
 
     return os.environ.get("NVDISASM") or nvdisasm_path()
 
@@ -411,7 +411,7 @@ def nvdisasm_text(cubin_bytes: bytes, *args: str) -> str:
     import os
     import tempfile
 
-    from sass_tools import nvdisasm_path
+    from dgx.sass_tools import nvdisasm_path
 
     exe = nvdisasm_exe()
     if exe is None:
@@ -465,7 +465,7 @@ def disasm_info_records(cubin_bytes: bytes) -> list[DisasmInfoRecord]:
 
 
 def _nvdisasm_missing() -> bool:
-    from sass_tools import nvdisasm_path
+    from dgx.sass_tools import nvdisasm_path
 
     return nvdisasm_exe() is None
 
@@ -501,7 +501,7 @@ def disasm_raw(words: list[tuple[int, int]]) -> list[str | None]:
     import struct
     import tempfile
 
-    from sass_tools import nvdisasm_path
+    from dgx.sass_tools import nvdisasm_path
 
     exe = nvdisasm_exe()
     result: list[str | None] = [None] * len(words)

@@ -137,7 +137,7 @@ def test_unavailable_reason_names_what_is_missing(monkeypatch):
 
 def test_cli_bench_only_unavailable_suite_exits_3_without_gpu(monkeypatch):
     """Nothing requested can run: exit 3 saying why, without needing (or asking for) a GPU."""
-    import cli
+    from dgx import cli
     import dgx
     from click.testing import CliRunner
 
@@ -153,7 +153,7 @@ def test_cli_bench_only_unavailable_suite_exits_3_without_gpu(monkeypatch):
 
 
 def test_cli_bench_runs_what_is_available_then_exits_3(monkeypatch, tmp_path):
-    import cli
+    from dgx import cli
     import dgx
     from click.testing import CliRunner
     from test_bench_report import make_results

@@ -116,8 +116,7 @@ def test_suite_selection():
 
 
 def test_cli_suite_choices_are_the_bench_suites():
-    import cli
-
+    from dgx import cli
     assert tuple(cli.BENCH_SUITES) == tuple(bench.SUITES) + ("all",)
 
 
@@ -149,7 +148,7 @@ def test_shapes_file_does_not_apply_to_fixed_suites(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("suite", ["mqa", "paged_mqa"])
 def test_cli_bench_mqa_without_gpu_exits_1(monkeypatch, suite):
-    import cli
+    from dgx import cli
     from click.testing import CliRunner
 
     from dgx.bench.runner import NO_GPU_PREFIX

@@ -10,7 +10,7 @@ from dgx.bench import load_json, render_markdown, render_table, summarize, write
 from dgx.bench.read_floor import CONFIG, ReadFloor, ReadStreamConfig
 from dgx.bench.results import BenchResults, CaseResult, ImplResult, RepeatResult
 from dgx.bench.suites import make_shape
-from sass_tools import disassemble
+from dgx.sass_tools import disassemble
 
 CEIL = {"fp8_tflops": 1000.0, "copy_gbps": 2000.0, "bf16_tflops": 700.0}
 COMPUTE = make_shape("dense", 4096, 4096, 7168)

@@ -17,15 +17,13 @@ from bench_echo import Echo
 
 
 def test_cli_timer_choices_are_the_bench_timers():
-    import cli
-
+    from dgx import cli
     assert cli.BENCH_TIMERS == bench.TIMERS
 
 
 @pytest.mark.parametrize("args, timer", [(["--timer", "kernel"], "kernel"), (["--timer", "events"], "events"), ([], "events")])
 def test_cli_bench_passes_the_timer(monkeypatch, runner, args, timer):
-    import cli
-
+    from dgx import cli
     got = {}
 
     def main(**kwargs):
@@ -39,8 +37,7 @@ def test_cli_bench_passes_the_timer(monkeypatch, runner, args, timer):
 
 
 def test_cli_bench_rejects_a_bad_timer(monkeypatch, runner):
-    import cli
-
+    from dgx import cli
     monkeypatch.setattr(bench, "main", lambda **k: pytest.fail("must not run"))
     result = runner.invoke(cli.main, ["bench", "--timer", "wall"])
     assert result.exit_code == 2

@@ -10,7 +10,7 @@ import tarfile
 
 import pytest
 
-from cache import (
+from dgx.cache import (
     BundleError,
     CacheCorruptionWarning,
     CacheMissError,

@@ -9,7 +9,7 @@ import queue
 import time
 import traceback
 
-from cache import KernelCache, compute_key, export_bundle, import_bundle
+from dgx.cache import KernelCache, compute_key, export_bundle, import_bundle
 
 N_PROCS = 8
 TIMEOUT = 60

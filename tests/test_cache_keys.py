@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-import cache
-from cache import compute_key
+from dgx import cache
+from dgx.cache import compute_key
 
 INPUTS = {
     "source": 'extern "C" __global__ void k() {}\n',

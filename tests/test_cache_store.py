@@ -15,8 +15,8 @@ import warnings
 
 import pytest
 
-import cache
-from cache import (
+from dgx import cache
+from dgx.cache import (
     CacheCorruptionWarning,
     CacheError,
     CacheMissError,
@@ -254,7 +254,7 @@ def test_failing_build_leaves_nothing(root):
 
 def test_failing_write_leaves_nothing(root, monkeypatch):
     c = KernelCache(root)
-    import cache.store as store_mod
+    from dgx.cache import store as store_mod
 
     real = store_mod.write_file
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import cli
-from cache import KernelCache
+from dgx import cli
+from dgx.cache import KernelCache
 from dgx import env, jit, runtime, warmup
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _sass_analyzer_available() -> bool:
     try:
-        import sass_tools
+        from dgx import sass_tools
     except Exception:
         return False
     return hasattr(sass_tools, "analyze_cubin")
@@ -179,9 +179,10 @@ def test_cache_import_refuses_bad_bundles(runner, tmp_cache, tmp_path):
 # --- inspect --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind, groups", [("contiguous", 4), ("masked", 8), ("wgrad", 1), ("k_grouped", 4)])
+@pytest.mark.parametrize("kind, groups", [("contiguous", 4), ("masked", 8), ("wgrad", None), ("k_grouped", 4)])
 def test_inspect_grouped_kinds(runner, tmp_cache, kind, groups):
-    result = runner.invoke(cli.main, ["inspect", "--gemm", "256", "512", "256", "--kind", kind, "--groups", str(groups), "--json"])
+    grouping = ["--groups", str(groups)] if groups else []
+    result = runner.invoke(cli.main, ["inspect", "--gemm", "256", "512", "256", "--kind", kind, *grouping, "--json"])
     assert result.exit_code == 0, result.output
     (report,) = json.loads(result.stdout)
     prefix = {"wgrad": "dgx_fp8_gemm_nt_wgrad_n512_k256", "k_grouped": "dgx_fp8_gemm_nt_k_grouped_n512_k0"}.get(
@@ -373,6 +374,6 @@ def test_readme_documents_env_and_commands():
 def test_console_script_entry_point():
     tomllib = pytest.importorskip("tomllib")
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert project["project"]["scripts"]["dgx"] == "cli:main"
+    assert project["project"]["scripts"]["dgx"] == "dgx.cli:main"
     assert set(cli.main.commands) == {"info", "cache", "inspect", "warmup", "bench"}
     assert set(cli.main.commands["cache"].commands) == {"path", "list", "verify", "clear", "export", "import"}

@@ -19,8 +19,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import cli
-
+from dgx import cli
 ROOT = Path(__file__).resolve().parents[1]
 IS_ROOT = os.geteuid() == 0
 NOBODY = 65534
@@ -33,7 +32,8 @@ INSPECT_TINY = ["inspect", "--gemm", "64", "256", "256", "--json"]
 DRIVER = r"""
 import difflib, importlib.metadata, json, os, sys, traceback, warnings
 from click.testing import CliRunner
-import cli, cache, cache.bundle, sass_tools, sass_tools.inspect
+from dgx import cli, cache, sass_tools
+import dgx.cache.bundle, dgx.sass_tools.inspect
 from dgx import compiler, enumeration, heuristics, install, jit, problems, user_errors, warmup, workpool
 from dgx.kernels import fp8_gemm
 compiler.nvrtc_version()

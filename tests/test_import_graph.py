@@ -1,9 +1,10 @@
 """The modules inside dgx/ import each other without a circle (function-level imports included), and the leaf
-packages (cache, sass_tools, ptx) never import dgx."""
+packages (cache, sass_tools, ptx; installed as dgx.cache, dgx.sass_tools, dgx.ptx) never import the rest of dgx."""
 
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,8 +44,14 @@ def _imports(path: Path, modules: set[str]) -> set[str]:
     return found
 
 
+def _python_files(folder: Path) -> list[Path]:
+    """Every .py file below `folder`, through the links inside dgx/ to the leaf packages too."""
+    return [Path(top, name) for top, _, names in os.walk(folder, followlinks=True) for name in names
+            if name.endswith(".py")]
+
+
 def _graph(package: str) -> dict[str, set[str]]:
-    files = [p for p in (ROOT / package).rglob("*.py")]
+    files = _python_files(ROOT / package)
     modules = {_module_name(p) for p in files}
     return {_module_name(p): _imports(p, modules) for p in files}
 
@@ -98,7 +105,17 @@ def test_api_modules_share_the_launch_layer_not_each_other():
 def test_leaf_packages_do_not_import_dgx():
     for leaf in ("cache", "sass_tools", "ptx"):
         for path in (ROOT / leaf).rglob("*.py"):
+            depth = len(path.relative_to(ROOT / leaf).parts)  # levels of relative import that stay inside the leaf
             for node in ast.walk(ast.parse(path.read_text())):
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                     [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
                 assert not any(n == "dgx" or n.startswith("dgx.") for n in names), f"{path} imports dgx"
+                if isinstance(node, ast.ImportFrom):
+                    assert node.level <= depth, f"{path} imports from outside its package"
+
+
+def test_leaf_packages_are_reached_inside_dgx():
+    # The installed distribution has only `dgx`: the leaves are dgx.ptx, dgx.cache, dgx.sass_tools and dgx.cli.
+    for leaf in ("ptx", "cache", "sass_tools", "cli.py"):
+        link = ROOT / "dgx" / leaf
+        assert link.is_symlink() and link.resolve() == (ROOT / leaf).resolve(), link

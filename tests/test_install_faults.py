@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import cli
-from cache import KernelCache, export_bundle
+from dgx import cli
+from dgx.cache import KernelCache, export_bundle
 from dgx import install, jit, warmup
 from dgx.errors import JitStrictError
 from dgx.kernels.fp8_gemm import GemmConfig
@@ -51,7 +51,7 @@ def test_bundle_records_this_install(runner, tmp_path, tmp_cache):
     foreign_cache(tmp_cache, 1)
     out = tmp_path / "b.tar.gz"
     assert runner.invoke(cli.main, ["cache", "export", str(out)]).exit_code == 0
-    from cache.bundle import read_bundle_metadata
+    from dgx.cache.bundle import read_bundle_metadata
 
     assert read_bundle_metadata(out)["built_by"] == jit.install_summary()
 

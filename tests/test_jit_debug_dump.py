@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-import sass_tools
+from dgx import sass_tools
 from dgx import jit
 
 SRC = jit.KernelSource(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import ptx
+from dgx import ptx
 from dgx import jit
 from dgx.kernels.fp8_gemm import GemmConfig
 
@@ -58,3 +58,32 @@ def test_key_inputs_hold_nothing_machine_specific():
     for s in strings(inputs):
         assert here not in s and str(Path.home()) not in s, s
     assert all(not Path(name).is_absolute() for name in inputs["headers"])
+
+
+def test_key_covers_only_the_headers_a_kernel_includes(monkeypatch):
+    gemm = CONFIGS[0].render()
+    original = ptx.headers()
+    gemm_headers = ptx.included(gemm.source)
+    assert "fp8_gemm.cuh" in gemm_headers and "tma.cuh" in gemm_headers  # through fp8_gemm.cuh
+    assert "mqa_logits.cuh" not in gemm_headers and "smoke.cuh" not in gemm_headers
+    keys = {src.name: jit.kernel_key(src, "sm_90a") for src in (gemm, CONFIGS[1].render())}
+
+    # A new header, and an edit of a header no GEMM includes: no GEMM key changes.
+    changed = dict(original, **{"brand_new_family.cuh": b"#pragma once\n"})
+    changed["mqa_logits.cuh"] = original["mqa_logits.cuh"] + b"\n// edited\n"
+    monkeypatch.setattr(ptx, "headers", lambda: dict(changed))
+    assert {src.name: jit.kernel_key(src, "sm_90a") for src in (gemm, CONFIGS[1].render())} == keys
+
+    # An edit of a header the GEMM includes only through another header changes its key.
+    changed = dict(original)
+    changed["mbarrier.cuh"] = original["mbarrier.cuh"] + b"\n// edited\n"
+    monkeypatch.setattr(ptx, "headers", lambda: dict(changed))
+    assert jit.kernel_key(gemm, "sm_90a") != keys[gemm.name]
+
+
+def test_included_follows_includes_transitively():
+    available = {"a.cuh": b'#include "b.cuh"\n', "b.cuh": b'#pragma once\n  #  include "c.cuh"\n',
+                 "c.cuh": b'#include "a.cuh"\n', "d.cuh": b""}
+    assert list(ptx.included('#include "a.cuh"\n', available)) == ["a.cuh", "b.cuh", "c.cuh"]
+    assert ptx.included("// no include\n", available) == {}
+    assert list(ptx.included('#include "missing.cuh"\n#include "d.cuh"', available)) == ["d.cuh"]

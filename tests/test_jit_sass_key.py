@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-import sass_tools
-from cache import KernelCache
+from dgx import sass_tools
+from dgx.cache import KernelCache
 from dgx import compiler, jit
 
 ARCH = "sm_90a"
@@ -31,16 +31,16 @@ def mode(monkeypatch):
 
 
 def test_resolution(mode):
-    assert jit.sass_pass_settings(PLAIN) == jit.SassPassSettings(False)  # auto: off
+    assert jit.sass_pass_settings() == jit.SassPassSettings(False)  # auto: off
     mode("on")
-    on = jit.sass_pass_settings(PLAIN)
+    on = jit.sass_pass_settings()
     assert on.enabled and on.version == sass_tools.PASS_VERSION
     assert (on.min_run, on.fraction) == (sass_tools.DEFAULT_MIN_RUN, sass_tools.DEFAULT_FRACTION)
     mode("off")
-    assert not jit.sass_pass_settings(PLAIN).enabled
+    assert not jit.sass_pass_settings().enabled
     mode("sometimes")
     with pytest.raises(ValueError, match="DGX_SASS_INTERLEAVE=.sometimes.: expected auto, on or off"):
-        jit.sass_pass_settings(PLAIN)
+        jit.sass_pass_settings()
 
 
 def test_key_follows_the_mode(mode):

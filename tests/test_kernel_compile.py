@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import ptx
+from dgx import ptx
 from dgx import compiler
 from dgx.errors import CompileError
 from dgx.kernels.fp8_gemm import LAYOUT_CONTIGUOUS, LAYOUT_CONTIGUOUS_PSUM, LAYOUT_MASKED, SHARE_A, SHARE_B, GemmConfig
@@ -41,8 +41,7 @@ REPRESENTATIVE = [
 
 
 def _nvdisasm() -> str:
-    import sass_tools
-
+    from dgx import sass_tools
     path = sass_tools.nvdisasm_path()
     if path is None:
         pytest.fail("nvdisasm not found: the [test] extra installs nvidia-cuda-nvdisasm")

@@ -95,7 +95,7 @@ def test_shapes_files_round_trip_through_the_enum():
 def test_inspect_takes_the_short_and_the_shapes_file_name(name, tmp_cache, monkeypatch):
     from click.testing import CliRunner
 
-    import cli
+    from dgx import cli
     from dgx import jit
 
     monkeypatch.setattr(jit, "_caches", {})
@@ -108,7 +108,7 @@ def test_inspect_takes_the_prefix_sum_kind(tmp_cache, monkeypatch):
     """`dgx inspect --kind m_grouped_contiguous_psum` builds the kernel dgx.grouped_psum picks (alignment 128)."""
     from click.testing import CliRunner
 
-    import cli
+    from dgx import cli
     from dgx import jit
     from dgx.grouped_psum import psum_config
 

@@ -6,7 +6,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-import cli
+from dgx import cli
 import dgx
 from dgx import warmup
 from dgx.kernels import mqa_logits as M

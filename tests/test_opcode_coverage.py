@@ -3,9 +3,9 @@ opcode the table lacks as unknown."""
 
 from __future__ import annotations
 
-from sass_tools import analyze_cubin
-from sass_tools.inspect import unknown_label
-from sass_tools.opcodes import SM90_OPCODES, mnemonic
+from dgx.sass_tools import analyze_cubin
+from dgx.sass_tools.inspect import unknown_label
+from dgx.sass_tools.opcodes import SM90_OPCODES, mnemonic
 
 # Every opcode in the kernels of the deepseek-v3 and qwen3-235b-a22b presets, compiled by NVRTC 13.0.88
 # and 13.5.37 for sm_90a (the caches of `dgx warmup --preset ...` under each NVRTC, every cubin decoded).
@@ -36,8 +36,8 @@ def test_opcodes_nvdisasm_names_that_the_sweep_missed():
 def test_unknown_opcodes_show_as_unknown_in_reports(monkeypatch):
     from sass_fixtures import cubin
 
-    import sass_tools.codec as codec
-    import sass_tools.inspect as inspect_mod
+    from dgx.sass_tools import codec
+    from dgx.sass_tools import inspect as inspect_mod
 
     blob = cubin("ffma")
     known = analyze_cubin(blob)[0].histogram

@@ -8,10 +8,10 @@ import re
 import pytest
 
 import dgx
-import ptx
+from dgx import ptx
 from dgx import compiler, pdl, runtime
-from sass_tools import Cubin, decode, disassemble
-from sass_tools.opcodes import mnemonic
+from dgx.sass_tools import Cubin, decode, disassemble
+from dgx.sass_tools.opcodes import mnemonic
 
 from test_launcher_cpu import FakeDriver
 

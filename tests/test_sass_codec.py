@@ -10,9 +10,9 @@ from dataclasses import replace
 import pytest
 from sass_fixtures import SOURCES, cubin, disasm_instructions, disasm_raw, needs_nvdisasm, split_operands
 
-from sass_tools import OP_CLASSES, Control, Cubin, Instruction, classify, decode, encode
-from sass_tools.codec import HIGH_CONTROL_MASK, HIGH_REUSE_MASK, HIGH_YIELD_MASK, NO_BARRIER, OTHER
-from sass_tools.opcodes import SM90_OPCODES
+from dgx.sass_tools import OP_CLASSES, Control, Cubin, Instruction, classify, decode, encode
+from dgx.sass_tools.codec import HIGH_CONTROL_MASK, HIGH_REUSE_MASK, HIGH_YIELD_MASK, NO_BARRIER, OTHER
+from dgx.sass_tools.opcodes import SM90_OPCODES
 
 ALL = sorted(SOURCES)
 _U64 = (1 << 64) - 1

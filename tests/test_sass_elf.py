@@ -9,8 +9,8 @@ import subprocess
 import pytest
 from sass_fixtures import KERNELS, SOURCES, compiled, cubin, disasm_info_records, needs_nvdisasm, ptxas_resources
 
-from sass_tools import Cubin, CubinError
-from sass_tools.elf import EIATTR, INSTRUCTION_BYTES, SHT_NOBITS
+from dgx.sass_tools import Cubin, CubinError
+from dgx.sass_tools.elf import EIATTR, INSTRUCTION_BYTES, SHT_NOBITS
 
 ALL = sorted(SOURCES)
 
@@ -161,8 +161,7 @@ def test_sass_tools_is_a_leaf():
     import sys
     from pathlib import Path
 
-    import sass_tools
-
+    from dgx import sass_tools
     allowed = set(sys.stdlib_module_names) | {"numpy"}
     for path in Path(sass_tools.__file__).parent.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):

@@ -9,15 +9,15 @@ from collections import Counter
 import pytest
 from sass_fixtures import SOURCES, compiled, cubin, disasm_instructions, needs_nvdisasm, ptxas_resources
 
-import sass_tools.inspect as inspect_mod
-from sass_tools import (
+from dgx.sass_tools import inspect as inspect_mod
+from dgx.sass_tools import (
     NvdisasmNotFoundError,
     analyze_cubin,
     disassemble,
     interleave_ffma,
     nvdisasm_path,
 )
-from sass_tools.interleave import DEFAULT_MIN_RUN
+from dgx.sass_tools.interleave import DEFAULT_MIN_RUN
 
 ALL = sorted(SOURCES)
 REQUIRED_KEYS = {

@@ -8,9 +8,9 @@ import struct
 import pytest
 from sass_fixtures import cubin, disasm_instructions, needs_nvdisasm
 
-from sass_tools import PASS_VERSION, Cubin, CubinError, analyze_cubin, decode, ffma_runs, interleave_ffma
-from sass_tools.codec import FFMA, HIGH_REUSE_MASK, HIGH_YIELD_MASK
-from sass_tools.interleave import DEFAULT_MIN_RUN, looks_interleaved, selected_positions
+from dgx.sass_tools import PASS_VERSION, Cubin, CubinError, analyze_cubin, decode, ffma_runs, interleave_ffma
+from dgx.sass_tools.codec import FFMA, HIGH_REUSE_MASK, HIGH_YIELD_MASK
+from dgx.sass_tools.interleave import DEFAULT_MIN_RUN, looks_interleaved, selected_positions
 
 ALLOWED_HIGH_BITS = HIGH_YIELD_MASK | HIGH_REUSE_MASK  # bit 109 and bits 122..125, in the high word
 

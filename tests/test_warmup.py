@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from dgx import jit, warmup
+from dgx import families, jit, warmup
 from dgx.errors import JitStrictError
 from dgx.heuristics import choose_dense
 from dgx.kernels.fp8_gemm import GemmConfig
 from dgx.kernels import scale_layout, ue8m0
 from dgx.kinds import KIND_NAMES, GemmKind, Layout
+from dgx.families.fp8_gemm import SFA_LAYOUT_HELPER, UE8M0_HELPER
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -149,7 +150,7 @@ def test_every_package_is_shipped():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     listed = set(project["tool"]["setuptools"]["packages"])
     found = {
-        ".".join(p.parent.relative_to(ROOT).parts)
+        ".".join(("dgx",) * (top != "dgx") + p.parent.relative_to(ROOT).parts)  # the leaves install under dgx
         for top in ("dgx", "ptx", "cache", "sass_tools")
         for p in (ROOT / top).rglob("__init__.py")
         if "__pycache__" not in p.parts
@@ -246,8 +247,8 @@ _SMALL = {
 
 def _helper_keys(arch: str = "sm_90a") -> dict[str, str]:
     return {
-        jit.kernel_key(scale_layout.CONFIG.render(), arch): warmup.SFA_LAYOUT_HELPER,
-        jit.kernel_key(ue8m0.Ue8m0UnpackConfig().render(), arch): warmup.UE8M0_HELPER,
+        jit.kernel_key(scale_layout.CONFIG.render(), arch): SFA_LAYOUT_HELPER,
+        jit.kernel_key(ue8m0.Ue8m0UnpackConfig().render(), arch): UE8M0_HELPER,
     }
 
 
@@ -283,9 +284,9 @@ def test_psum_kind_enumerates_what_grouped_psum_picks():
 
     n, k, groups, max_m, sms = 4096, 7168, 4, 1000, 132
     top = enumeration.psum_top(groups, max_m)
-    assert top == 4 * 1024 and enumeration.m_range("m_grouped_contiguous_psum", groups, max_m) == top + 1
+    assert top == 4 * 1024 and enumeration.m_range(enumeration.PSUM, groups, max_m) == top + 1
     sampled = warmup.psum_configs(n, k, groups, max_m, sms)
-    exhaustive = enumeration.configs_for("m_grouped_contiguous_psum", n, k, groups, range(1, top + 1), sms)
+    exhaustive = families.configs_for("m_grouped_contiguous_psum", n, k, groups, range(1, top + 1), sms)
     assert set(sampled) == set(exhaustive) and len(sampled) == len(set(sampled)) >= 2
     assert all(c.layout == Layout.CONTIGUOUS_PSUM and c.block_m == 128 and c.pair == 0 for c in sampled)
     entry = {"kind": "m_grouped_contiguous_psum", "n": n, "k": k, "groups": groups, "max_m": max_m}
@@ -422,7 +423,7 @@ def test_concurrent_warmups_compile_each_kernel_once(tmp_path):
     assert all(s["kernels"] == total and s["failed"] == 0 for s in summaries), summaries
     assert sum(s["compiled"] for s in summaries) == total, summaries  # each kernel compiled by exactly one
     assert all(s["compiled"] + s["cached"] == total for s in summaries), summaries
-    from cache import KernelCache
+    from dgx.cache import KernelCache
 
     entries = KernelCache(root).entries()
     assert len(entries) == total
@@ -432,7 +433,7 @@ def test_concurrent_warmups_compile_each_kernel_once(tmp_path):
 
 _KEYS_SCRIPT = """
 import json, dgx
-from dgx import jit, warmup
+from dgx import families, jit, warmup
 specs = warmup.parse_shapes([{"kind": "dense", "n": 2112, "k": 7168, "max_m": 300}])
 plan = warmup.plan(specs, arch="sm_90a")
 print(json.dumps({"file": dgx.__file__, "keys": sorted(pk.key for pk in plan.kernels)}))

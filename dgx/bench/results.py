@@ -32,7 +32,6 @@ FP8_TENSOR = "fp8_tensor"
 TORCH_MQA = "torch"
 
 IMPLS = (DGX, CUBLASLT, TRITON, BF16, FP8_TENSOR, TORCH_MQA)
-PEERS = IMPLS[1:]
 
 IMPL_LABELS = {
     DGX: "dgx",
@@ -56,7 +55,6 @@ FAILED = "failed"
 UNAVAILABLE = "unavailable"
 NOT_RUN = "not run"
 
-CEILING_KEYS = ("fp8_tflops", "copy_gbps", "bf16_tflops")
 
 
 # --------------------------------------------------------------------------------------------------

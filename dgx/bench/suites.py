@@ -425,10 +425,6 @@ def load_shapes_file(path: str, seed: int = DEFAULT_SEED) -> tuple[list[Shape], 
 # anchors: DeepGEMM on this workplace's H100 (ANCHORS.md)
 
 ANCHOR_DEVICE = "NVIDIA H100 80GB HBM3 (SXM, 132 SMs)"
-ANCHOR_SOURCE = (
-    "ANCHORS.md: DeepGEMM git 3fc6728, driver 580, CUDA 13.0, torch 2.11, measured 2026-11-22 "
-    "(weight gradients 2026-11-24)"
-)
 
 ANCHOR_CEILINGS = {
     "bf16_tflops": 787.0,

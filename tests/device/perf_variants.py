@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 import dgx
-import ptx
+from dgx import ptx
 from dgx import launch
 from dgx.heuristics import choose_dense, max_stages
 from dgx.kernels.fp8_gemm import GemmConfig

@@ -1,14 +1,15 @@
-"""SASS identity check for source-only changes to ptx/fp8_gemm*.cuh (CPU only: NVRTC builds sm_90a cubins
-without a GPU).
+"""SASS identity of every family's representative kernels (CPU only: NVRTC builds sm_90a cubins without a GPU).
 
-Renders and compiles a fixed set of representative fp8_gemm_nt configs and prints, per kernel, the sha256 of
-its .text section with its instruction count, registers and stack frame. A restructuring of the kernel source
-that is meant to change nothing must leave every line of this table unchanged:
+Compiles each family's representative kernels (dgx/families: ``Family.representatives``) and prints, per kernel,
+the sha256 of its .text section with its instruction count, registers and stack frame. A change that is meant to
+change no kernel must leave every line unchanged:
 
     python tests/device/sass_identity.py --save before.json     # on the old source
     python tests/device/sass_identity.py --compare before.json  # on the new source: exit 1 on any difference
+    python tests/device/sass_identity.py --update-manifest      # record this tree in tests/sass_manifest.json
 
-Not a pytest module (no test_ prefix): a full run compiles 17 kernels, about a minute on two cores.
+CI compares the tree with tests/sass_manifest.json for the NVRTC it runs (tests/test_sass_manifest.py); a
+deliberate change of a kernel is one reviewed update of that file (with the old and new cubins timed on a GPU).
 """
 
 from __future__ import annotations
@@ -19,101 +20,97 @@ import json
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
-NUM_SMS = 132
-
-
-def configs():
-    """(label, GemmConfig) pairs covering every k-loop variant and feature flag of the kernel."""
-    from dgx.heuristics import choose_dense, choose_grouped, choose_wgrad, pipeline_stages
-    from dgx.kernels.fp8_gemm import (
-        LAYOUT_CONTIGUOUS,
-        LAYOUT_K_GROUPED,
-        LAYOUT_MASKED,
-        PAIR_M,
-        PAIR_N,
-        PAIR_NONE,
-        GemmConfig,
-    )
-
-    s256 = pipeline_stages(256, 128)
-    out = [
-        ("256x128 N7168 K16384 pair none", GemmConfig(7168, 16384, 256, 128, s256, pair=PAIR_NONE)),
-        ("256x128 N7168 K16384 pair N", GemmConfig(7168, 16384, 256, 128, s256, pair=PAIR_N)),
-        ("256x128 N7168 K16384 pair M", GemmConfig(7168, 16384, 256, 128, s256, pair=PAIR_M)),
-        ("dense N24576 K1536", choose_dense(4096, 24576, 1536, NUM_SMS).config),
-        ("256x128 N7168 K2048", GemmConfig(7168, 2048, 256, 128, s256)),
-        ("contiguous 128x160 pair M", GemmConfig(7168, 2048, 128, 160, 4, pair=PAIR_M, layout=LAYOUT_CONTIGUOUS)),
-        ("contiguous (heuristic)", choose_grouped(LAYOUT_CONTIGUOUS, 32768, 4096, 7168, 8, NUM_SMS).config),
-        ("masked 128x128", GemmConfig(4096, 7168, 128, 128, pipeline_stages(128, 128), layout=LAYOUT_MASKED)),
-        ("deferred 64x56", GemmConfig(7168, 2048, 64, 56, pipeline_stages(64, 56), defer=True)),
-        ("wgrad dense (heuristic)", choose_wgrad(7168, 2112, 4096, NUM_SMS).config),
-        ("wgrad dense plain 128x128", GemmConfig(2112, 4096, 128, 128, 4, wgrad=True)),
-        ("wgrad K-grouped (heuristic)", choose_wgrad(4096, 7168, 2048, NUM_SMS, LAYOUT_K_GROUPED, 8).config),
-        ("wgrad K-grouped plain 128x128", GemmConfig(7168, 0, 128, 128, 4, layout=LAYOUT_K_GROUPED, wgrad=True)),
-        ("256x96", GemmConfig(7168, 4096, 256, 96, pipeline_stages(256, 96))),
-        ("128x144", GemmConfig(7168, 4096, 128, 144, pipeline_stages(128, 144))),
-        ("64x128 B scales in stage", GemmConfig(7168, 4096, 64, 128, pipeline_stages(64, 128))),
-        ("64x128 rounds", GemmConfig(7168, 4096, 64, 128, 4)),
-    ]
-    return out
+MANIFEST = ROOT / "tests" / "sass_manifest.json"
+FIELDS = ("kernel", "sha256", "registers", "frame_bytes")  # what must stay equal
 
 
-def measure(item):
+def representatives() -> list[tuple[str, object]]:
+    """("family: label", config) of every family's representative kernels, in registry order."""
+    from dgx import families
+
+    return [(f"{family.name}: {label}", config) for family in families.FAMILIES
+            for label, config in family.representatives()]
+
+
+def measure(item) -> tuple[str, dict]:
     label, config = item
     from dgx import jit
-    from sass_tools.elf import Cubin
+    from dgx.sass_tools.elf import Cubin
 
     src = config.render()
     cubin, _ = jit.build_cubin(src, "sm_90a", jit.SassPassSettings(False))
-    k = Cubin(cubin).kernel(src.name)
-    text = Cubin(cubin).text(src.name)
+    elf = Cubin(cubin)
+    k = elf.kernel(src.name)
     return label, {
         "kernel": src.name,
-        "sha256": hashlib.sha256(text).hexdigest(),
+        "sha256": hashlib.sha256(elf.text(src.name)).hexdigest(),
         "instructions": k.instruction_count,
         "registers": k.registers,
         "frame_bytes": k.local_bytes,
-        "flags": {
-            "sfb_in_stage": config.b_scales_in_stage,
-            "sfa_times_sfb": config.sfa_times_sfb,
-            "defer": config.defer,
-        },
     }
+
+
+def measure_all(items, jobs: int) -> dict[str, dict]:
+    if jobs <= 1:
+        return dict(map(measure, items))
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        return dict(pool.map(measure, items))
+
+
+def nvrtc_label() -> str:
+    from dgx import compiler
+
+    return "NVRTC {}.{}".format(*compiler.nvrtc_version())
+
+
+def differences(table: dict[str, dict], base: dict[str, dict]) -> list[str]:
+    """One line per representative whose kernel differs from `base` (or is missing on either side)."""
+    lines = []
+    for label in sorted(set(table) | set(base)):
+        new, old = table.get(label), base.get(label)
+        if new is None or old is None:
+            lines.append(f"{label}: {'not in this tree' if new is None else 'not in the manifest'}")
+        elif any(old[f] != new[f] for f in FIELDS):
+            lines.append(f"{label}: {new['kernel']} {new['sha256'][:16]} ({new['instructions']} instr, "
+                         f"{new['registers']} regs) was {old['kernel']} {old['sha256'][:16]} ({old['instructions']} "
+                         f"instr, {old['registers']} regs)")
+    return lines
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--save", help="write the table as JSON to this file")
     ap.add_argument("--compare", help="compare with a table saved earlier; exit 1 on any difference")
+    ap.add_argument("--update-manifest", action="store_true", help=f"record the table in {MANIFEST.name}")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--only", default="", help="only the configs whose label contains this text")
+    ap.add_argument("--only", default="", help="only the representatives whose label contains this text")
     args = ap.parse_args()
 
-    items = [c for c in configs() if args.only in c[0]]
-    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        table = dict(pool.map(measure, items))
-    base = json.load(open(args.compare)) if args.compare else {}
-    differ = 0
+    items = [c for c in representatives() if args.only in c[0]]
+    table = measure_all(items, args.jobs)
+    base = json.loads(Path(args.compare).read_text()) if args.compare else {}
     for label, row in table.items():
-        mark = ""
-        if args.compare:
-            old = base.get(label)
-            same = old is not None and all(old[f] == row[f] for f in ("kernel", "sha256", "registers", "frame_bytes"))
-            mark = "same" if same else f"DIFFERS (was {old and old['sha256'][:16]}, {old and old['instructions']} instr)"
-            differ += not same
-        print(f"{label:30s} {row['sha256'][:16]} {row['instructions']:6d} instr {row['registers']:3d} regs "
-              f"{row['frame_bytes']:3d} B stack  {row['kernel']} {mark}")
+        print(f"{label:48s} {row['sha256'][:16]} {row['instructions']:6d} instr {row['registers']:3d} regs "
+              f"{row['frame_bytes']:3d} B stack  {row['kernel']}")
     if args.save:
-        with open(args.save, "w") as f:
-            json.dump(table, f, indent=1, sort_keys=True)
+        Path(args.save).write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+    if args.update_manifest:
+        manifest = json.loads(MANIFEST.read_text()) if MANIFEST.exists() else {}
+        manifest[nvrtc_label()] = {label: {f: row[f] for f in FIELDS + ("instructions",)}
+                                   for label, row in sorted(table.items())}
+        MANIFEST.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+        print(f"recorded {len(table)} kernels for {nvrtc_label()} in {MANIFEST}")
     if args.compare:
-        print(f"{len(table) - differ} of {len(table)} identical")
-    return 1 if differ else 0
+        lines = differences(table, {k: v for k, v in base.items() if k in table or not args.only})
+        print("\n".join(lines) or f"{len(table)} of {len(table)} identical")
+        return 1 if lines else 0
+    return 0
 
 
 if __name__ == "__main__":

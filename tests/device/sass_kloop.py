@@ -75,8 +75,7 @@ class Kernel:
 
 
 def _nvdisasm() -> str:
-    import sass_tools
-
+    from dgx import sass_tools
     path = sass_tools.nvdisasm_path()
     if path is None:
         raise SystemExit("nvdisasm not found: install the [test] or [inspect] extra (nvidia-cuda-nvdisasm)")

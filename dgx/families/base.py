@@ -1,0 +1,145 @@
+"""What a kernel family tells the tools: the kinds of problem it runs, each as one :class:`Kind`.
+
+A kind is a shapes-file ``kind`` of ``dgx warmup`` and a ``dgx inspect --kind``. Its description says which
+fields an entry holds and how they are checked (:attr:`Kind.parse`), how warm-up cuts the kernels an entry needs
+into pieces of work (:attr:`Kind.pieces`, run in worker processes as :func:`dgx.enumeration.run_piece`), which
+kernels a piece needs (:attr:`Kind.kernels`), which ``dgx inspect`` options it reads and the kernel they select
+(:attr:`Kind.inspect`), and which shape-independent helper kernels its calls may launch (:attr:`Kind.helpers`).
+The tools read these and name no family; a new family is its own modules plus one line in dgx/families/__init__.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..jit import KernelSource
+from ..problems import ProblemError, default_label
+
+Label = Callable[[str], str]
+
+
+@dataclass(frozen=True)
+class ShapeSpec:
+    """One entry of a shapes file of a GEMM-like kind: N, K (and groups) fixed, M up to ``max_m`` (or ``m``)."""
+
+    kind: str
+    n: int
+    k: int
+    groups: int | None = None
+    max_m: int | None = None
+    note: str = ""
+    m: int | None = None  # the benchmark's M (dgx bench --shapes); stands in for max_m when that is absent
+
+    @property
+    def label(self) -> str:
+        out = f"{self.kind} n={self.n} k={self.k}"
+        if self.groups is not None:
+            out += f" groups={self.groups}"
+        if self.max_m is not None:
+            out += f" max_m={self.max_m}"
+        elif self.m is not None:
+            out += f" m={self.m}"
+        return out
+
+    def m_limit(self, default: int) -> int:
+        """The largest M to warm for: max_m, else m, else ``default``."""
+        return self.max_m or self.m or default
+
+
+@dataclass(frozen=True)
+class MqaSpec:
+    """One MQA-logits entry of a shapes file: every kernel of `kind` for H heads of dimension D."""
+
+    kind: str
+    heads: int
+    head_dim: int
+    note: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} heads={self.heads} head_dim={self.head_dim}"
+
+
+@dataclass(frozen=True)
+class InspectOption:
+    """An option of ``dgx inspect`` a kind may read: its parameter name and how the user writes it."""
+
+    name: str
+    flag: str
+
+
+#: Every option a kind may read (``dgx inspect`` refuses the ones the chosen kind does not).
+INSPECT_OPTIONS: dict[str, InspectOption] = {
+    o.name: o
+    for o in (
+        InspectOption("gemm", "--gemm"),
+        InspectOption("groups", "--groups"),
+        InspectOption("num_sms", "--num-sms"),
+        InspectOption("heads", "--heads"),
+        InspectOption("head_dim", "--head-dim"),
+        InspectOption("next_n", "--next-n"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Inspected:
+    """The kernel ``dgx inspect`` options select, with a header line that says why it is that kernel."""
+
+    source: KernelSource
+    header: str
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of problem a family runs (see the module docstring)."""
+
+    name: str  # the shapes-file kind
+    family: str
+    fields: tuple[str, ...]  # the entry's fields beside `kind` and `note`
+    parse: Callable[[Mapping[str, Any], Label], Any]  # entry -> spec; ProblemError naming the field through Label
+    pieces: Callable[[Any, int], list[tuple[Any, int]]]  # (spec, default max M) -> [(piece, heuristic calls)]
+    kernels: Callable[[Any, Any, int], list[KernelSource]]  # (spec, piece, SM count) -> kernels (in workers too)
+    inspect_options: tuple[str, ...]  # names in INSPECT_OPTIONS
+    inspect: Callable[[Mapping[str, Any], int, str], Inspected]  # (options, SM count, arch)
+    aliases: tuple[str, ...] = ()  # other names `dgx inspect --kind` takes (the benchmark suites' names)
+    helpers: tuple[tuple[str, Callable[[], KernelSource]], ...] = ()  # (why, source) launched beside its kernels
+    # GEMM-like kinds: the heuristic, (m, n, k, groups, SM count) -> a choice with `.config`, and how warm-up
+    # counts their M (a dgx.enumeration M space).
+    choose: Callable[[int, int, int, int | None, int], Any] | None = None
+    m_space: str | None = None
+
+    def __post_init__(self) -> None:
+        unknown = [o for o in self.inspect_options if o not in INSPECT_OPTIONS]
+        if unknown:
+            raise ValueError(f"kind {self.name}: inspect options {unknown} are not among {sorted(INSPECT_OPTIONS)}")
+
+
+@dataclass(frozen=True)
+class Family:
+    """A kernel family: its name, the kinds of problem it runs, and its representative kernels: (label, config)
+    pairs covering its variants and feature flags, whose SASS CI compares with a reviewed manifest
+    (tests/test_sass_manifest.py), so a change that was meant to change no kernel cannot change one silently."""
+
+    name: str
+    kinds: tuple[Kind, ...] = field(default=())
+    representatives: Callable[[], list[tuple[str, Any]]] = field(default=lambda: [])
+
+
+def positive_field(entry: Mapping[str, Any], name: str, label: Label = default_label, required: bool = True) -> int | None:
+    """The positive integer `entry[name]`, or None if absent and not `required` (else ProblemError)."""
+    if name not in entry:
+        if required:
+            raise ProblemError(label(name), "expected a positive integer, got nothing (missing)")
+        return None
+    value = entry[name]
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ProblemError(label(name), f"expected a positive integer, got {value!r}")
+    return value
+
+
+def sources_of(configs: Sequence[Any]) -> list[KernelSource]:
+    """The rendered kernels of `configs`, in order."""
+    return [c.render() for c in configs]

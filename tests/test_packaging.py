@@ -1,0 +1,75 @@
+"""The installed distribution exposes the package `dgx` alone, for wheel and editable installs alike: the
+repository's ptx/, cache/, sass_tools/ and cli.py are reached as dgx.ptx, dgx.cache, dgx.sass_tools and dgx.cli,
+and `import ptx` (or cache, sass_tools, cli) fails outside the source tree (CPU only; builds both wheels)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LEAVES = ("ptx", "cache", "sass_tools", "cli")
+
+# Run in a fresh interpreter whose only view of dgx is the unpacked wheel (a site dir, so .pth files apply).
+PROBE = r"""
+import importlib, json, site, sys
+site.addsitedir(sys.argv[1])
+import dgx, dgx.ptx, dgx.cache, dgx.sass_tools, dgx.cli
+found = {}
+for name in ("ptx", "cache", "sass_tools", "cli"):
+    try:
+        importlib.import_module(name)
+        found[name] = True
+    except ImportError:
+        found[name] = False
+print(json.dumps({"fp8_gemm_nt": hasattr(dgx, "fp8_gemm_nt"), "headers": len(dgx.ptx.headers()),
+                  "main": callable(dgx.cli.main), "leaked": found}))
+"""
+
+
+def _build(kind: str, out: Path) -> Path:
+    setuptools = pytest.importorskip("setuptools")
+    del setuptools
+    code = (f"import sys; from setuptools import build_meta as b; "
+            f"print(b.build_{kind}(sys.argv[1]))")
+    done = subprocess.run([sys.executable, "-c", code, str(out)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out / done.stdout.strip().splitlines()[-1]
+
+
+def _probe(site_dir: Path, cwd: Path) -> dict:
+    import json
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-c", PROBE, str(site_dir)], cwd=cwd, capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("kind", ["wheel", "editable"])
+def test_the_distribution_installs_dgx_alone(kind, tmp_path):
+    wheel = _build(kind, tmp_path / "dist")
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        zf.extractall(tmp_path / "site")
+    top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    if kind == "wheel":
+        assert top == {"dgx"}, top
+        for leaf in ("dgx/ptx/fp8_gemm.cuh", "dgx/cache/store.py", "dgx/sass_tools/codec.py", "dgx/cli.py"):
+            assert leaf in names
+    else:  # an editable wheel holds a path hook and its finder, which map `dgx` to the source tree
+        assert not top & set(LEAVES) and not any(n.startswith("dgx/") for n in names), top
+    entry = [n for n in names if n.endswith("entry_points.txt")]
+    assert entry and "dgx = dgx.cli:main" in zipfile.ZipFile(wheel).read(entry[0]).decode()
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    seen = _probe(tmp_path / "site", outside)
+    assert seen["fp8_gemm_nt"] and seen["main"] and seen["headers"] > 5, seen
+    assert seen["leaked"] == dict.fromkeys(LEAVES, False), seen
