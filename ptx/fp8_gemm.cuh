@@ -38,22 +38,8 @@ namespace dgx {
 template <int kLayout, int kN, int kK, int kBlockM, int kBlockN, int kNumStages, int kGroupN, int kDSpan, int kPair,
           bool kWgrad, bool kDefer, int kSplit, bool kStreamB, typename Params>
 __device__ __forceinline__ void fp8_gemm_nt_body(const Params& params) {
-    // The kernel's parameters by name (dgx.kernels.fp8_gemm.INTERFACE lists them and renders the struct), bound
-    // to the names the body uses.
-    const TensorMap& tmap_a = params.tmap_a;
-    const TensorMap& tmap_b = params.tmap_b;
-    const TensorMap& tmap_d = params.tmap_d;
-    const TensorMap& tmap_sfa = params.tmap_sfa;
-    const TensorMap& tmap_sfb = params.tmap_sfb;
-    const float* __restrict__ sfb = params.sfb;
-    const float* __restrict__ sfa = params.sfa;
-    int sfa_rows = params.sfa_rows, sfa_stride = params.sfa_stride, m = params.m;
-    const int* grouped_layout = params.grouped_layout;
-    int num_groups = params.num_groups;
-    void* d_ptr = params.d_ptr;
-    int64_t ld_d = params.ld_d;
-    bool accumulate = params.accumulate != 0;
-    const TensorMap* group_maps = params.group_maps;
+    // `params` holds the kernel's parameters by name (dgx.kernels.fp8_gemm.INTERFACE lists them and renders the
+    // struct); every role takes it whole.
     using T = Fp8GemmTraits<kN, kK, kBlockM, kBlockN, kNumStages, kGroupN, kDSpan, kPair, kWgrad, kDefer, kSplit,
                             kStreamB>;
     using Scheduler =
@@ -75,11 +61,11 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const Params& params) {
     const uint32_t lane = lane_id();
 
     if (warp == T::kProducerWarp && lane == 0) {
-        prefetch_tensor_map(&tmap_a);
-        prefetch_tensor_map(&tmap_b);
-        prefetch_tensor_map(&tmap_sfa);
-        prefetch_tensor_map(&tmap_d);
-        if constexpr (kWgrad || T::kSfbInStage) prefetch_tensor_map(&tmap_sfb);
+        prefetch_tensor_map(&params.tmap_a);
+        prefetch_tensor_map(&params.tmap_b);
+        prefetch_tensor_map(&params.tmap_sfa);
+        prefetch_tensor_map(&params.tmap_d);
+        if constexpr (kWgrad || T::kSfbInStage) prefetch_tensor_map(&params.tmap_sfb);
         for (int s = 0; s < kNumStages; ++s) {
             mbarrier_init(&full[s], T::kFullArrivals);
             mbarrier_init(&empty[s], T::kEmptyArrivals);
@@ -106,14 +92,11 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const Params& params) {
     // Each role builds its scheduler after its register reallocation: built before, its state stayed live across
     // setmaxnreg, and ptxas spilled it (PERFLOG exp. 35).
     if (threadIdx.x >= T::kMathThreads) {
-        fp8_gemm_producer<T, Scheduler>(buffers, tmap_a, tmap_b, tmap_sfa, tmap_sfb, tmap_d, sfb, sfa, sfa_rows,
-                                        sfa_stride, m, grouped_layout, num_groups, group_maps, accumulate, warp, lane);
+        fp8_gemm_producer<T, Scheduler>(buffers, params, warp, lane);
     } else {
         if constexpr (T::kNumMathWG == 2) setmaxnreg_inc<T::kMathRegs>();
-        Scheduler scheduler(m, grouped_layout, num_groups);
-        fp8_gemm_math<T, Scheduler>(
-            scheduler, smem_d, smem_a, smem_b, smem_sfa, smem_sfb, full, empty, tile_bars, tmap_d, sfb, d_ptr, ld_d,
-            accumulate, warp, lane);
+        Scheduler scheduler(params.m, params.grouped_layout, params.num_groups);
+        fp8_gemm_math<T, Scheduler>(scheduler, buffers, params, warp, lane);
     }
     // No CTA may leave while its peer can still multicast into it, arrive on its barriers or read its partial.
     if constexpr (T::kCluster > 1) cluster_sync();

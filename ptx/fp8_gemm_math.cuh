@@ -459,12 +459,21 @@ struct Fp8GemmKLoop {
     }
 };
 // The math warpgroups' role: every tile of the scheduler, k-loop then epilogue.
-template <typename T, typename Scheduler>
-__device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* smem_d, uint8_t* smem_a, uint8_t* smem_b,
-                                              uint8_t* smem_sfa, uint8_t* smem_sfb, uint64_t* full, uint64_t* empty,
-                                              uint64_t* tile_bars,
-                                              const TensorMap& tmap_d, const float* __restrict__ sfb, void* d_ptr,
-                                              int64_t ld_d, bool accumulate, uint32_t warp, uint32_t lane) {
+// `params`: the kernel's parameters (ptx/fp8_gemm.cuh says what each member is).
+template <typename T, typename Scheduler, typename Params>
+__device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, const Fp8GemmSmem& smem, const Params& params,
+                                              uint32_t warp, uint32_t lane) {
+    uint8_t* smem_d = smem.d;
+    uint8_t* smem_a = smem.a;
+    uint8_t* smem_b = smem.b;
+    uint8_t* smem_sfa = smem.sfa;
+    uint8_t* smem_sfb = smem.sfb;
+    uint64_t* full = smem.full;
+    uint64_t* empty = smem.empty;
+    uint64_t* tile_bars = smem.tile_bars;
+    const float* __restrict__ sfb = params.sfb;
+    void* d_ptr = params.d_ptr;
+    const int64_t ld_d = params.ld_d;
     Tile tile;
     // The warpgroup index is broadcast from lane 0 so the compiler knows it is warp-uniform: descriptors derived
     // from it stay in uniform registers and feed wgmma directly (4-10% faster, PERFLOG exp. 9).
@@ -514,10 +523,10 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, uint8_t* sme
             .run();
         if constexpr (T::kSplit > 1)
             reduce_split_tile<T>(tile, n_start, result, MathThread{wg, warp, lane, row_in_wg, col_in_8}, smem_d,
-                                 tile_bars, scheduler.rank, tiles++, d_ptr, ld_d, accumulate);
+                                 tile_bars, scheduler.rank, tiles++, d_ptr, ld_d, params.accumulate != 0);
         else
             store_tile<T, Scheduler>(tile, n_start, result, MathThread{wg, warp, lane, row_in_wg, col_in_8}, smem_d,
-                                     tmap_d, d_ptr, ld_d, tile_bars, tiles++);
+                                     params.tmap_d, d_ptr, ld_d, tile_bars, tiles++);
     }
     if constexpr (!T::kStoreByProducer)
         if (threadIdx.x % 128 == 0) tma_store_wait_all();

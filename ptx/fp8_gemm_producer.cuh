@@ -155,25 +155,28 @@ struct TileStores<T, false> {};
 // sfa_times_sfb. The scheduler is built after the register reallocation: built
 // before, its state stayed live across setmaxnreg and ptxas spilled it (PERFLOG exp. 35). (The TMA loop stays in
 // the function that builds the scheduler: moved into a function of its own, it changed the SASS.)
-// `tmap_sfb`: the weight gradient's per-column B scales, or for kSfbInStage the B scales `sfb` seen as one row
-// of floats from the 16-byte boundary at or below `sfb`. `group_maps` (K-grouped): each group's maps of A and
-// B, made on the host, since each group's A_g [M, k_g] and B_g [N, k_g] has its own row stride.
-template <typename T, typename Scheduler>
-DGX_DEVICE void fp8_gemm_producer(const Fp8GemmSmem& smem, const TensorMap& tmap_a, const TensorMap& tmap_b,
-                                  const TensorMap& tmap_sfa, const TensorMap& tmap_sfb, const TensorMap& tmap_d,
-                                  const float* __restrict__ sfb, const float* __restrict__ sfa, int sfa_rows,
-                                  int sfa_stride, int m, const int* grouped_layout, int num_groups,
-                                  const TensorMap* group_maps, bool accumulate, uint32_t warp, uint32_t lane) {
+// `params` (ptx/fp8_gemm.cuh says what each member is): `tmap_sfb` maps the weight gradient's per-column B scales,
+// or for kSfbInStage the B scales `sfb` seen as one row of floats from the 16-byte boundary at or below `sfb`;
+// `group_maps` (K-grouped) each group's maps of A and B, made on the host, since each group's A_g [M, k_g] and
+// B_g [N, k_g] has its own row stride.
+template <typename T, typename Scheduler, typename Params>
+DGX_DEVICE void fp8_gemm_producer(const Fp8GemmSmem& smem, const Params& params, uint32_t warp, uint32_t lane) {
     constexpr bool kKGrouped = Scheduler::kLayout == kLayoutKGrouped;
+    const TensorMap& tmap_a = params.tmap_a;
+    const TensorMap& tmap_b = params.tmap_b;
+    const TensorMap& tmap_sfa = params.tmap_sfa;
+    const TensorMap& tmap_sfb = params.tmap_sfb;
+    const float* __restrict__ sfb = params.sfb;
+    const TensorMap* group_maps = params.group_maps;
     Tile tile;
     if constexpr (T::kNumMathWG == 2) setmaxnreg_dec<T::kProducerRegs>();
-    Scheduler scheduler(m, grouped_layout, num_groups);
+    Scheduler scheduler(params.m, params.grouped_layout, params.num_groups);
     if (warp == T::kProducerWarp && elect_one()) {
         uint32_t it = 0;  // k-blocks loaded so far
         const uint64_t b_policy = T::kStreamB ? l2_evict_first_policy() : 0;
         auto stores = [&] {  // (built only where used)
             if constexpr (T::kStoreByProducer)
-                return TileStores<T>{smem, tmap_d, accumulate};
+                return TileStores<T>{smem, params.tmap_d, params.accumulate != 0};
             else
                 return TileStores<T>{};
         }();
@@ -235,8 +238,8 @@ DGX_DEVICE void fp8_gemm_producer(const Fp8GemmSmem& smem, const TensorMap& tmap
         if constexpr (T::kStoreByProducer) stores.finish();
     } else if (warp > T::kProducerWarp && warp <= T::kProducerWarp + T::kNumStages) {
         if constexpr (T::kSfaTimesSfb)
-            sfa_times_sfb<T, Scheduler>(scheduler, smem, warp - T::kProducerWarp - 1, sfa, sfa_rows, sfa_stride, sfb,
-                                        lane);
+            sfa_times_sfb<T, Scheduler>(scheduler, smem, warp - T::kProducerWarp - 1, params.sfa, params.sfa_rows,
+                                        params.sfa_stride, sfb, lane);
     }
     __syncwarp();
 }
