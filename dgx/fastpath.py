@@ -25,15 +25,14 @@ The hint key is only a hint: an entry is used only when its check passes, so a c
 the same key, or a tensor changed in place (``.data =``, ``t_()``, ``resize_()``), reaches the full path and its
 checks (which then make that call's entry the key's).
 
-Relocation. When an entry is made, the kernel's parameters are packed three times: with the call's addresses, and
-twice with every tensor's address moved by a distinct amount (multiples of 2 MB and of 8 GB, so that every residue
-stays).
-Each 64-bit word of the parameter struct that differs between the packings must have moved by exactly one
-tensor's amount in both: it holds that tensor's address plus a constant (a raw pointer parameter, or the global
-address of a tensor map, which the sm_90 driver's encode stores as a plain word: learnt from the driver itself
-here, not assumed). Anything else (a driver that stores addresses otherwise) leaves the entry without
-relocations: it then serves only calls with its own addresses, and other calls take the full path, as before
-this module existed.
+Relocation. The kernel's parameters are one struct laid out by its interface (dgx.kernels.interface), so the
+words that hold addresses are known from it: each pointer member, and the global-address word of each tensor map
+(the sm_90 driver's encode stores it as a plain 64-bit word: learnt from the entry's own maps, every map at the
+same position, not assumed). When an entry is made, each such word is attributed to the one call address it lies
+within 16 bytes of (a map of the B scales starts at the 16-byte boundary below them); words that lie near none
+(a null pointer, dgx's own buffers) stay as they are. A map layout without such a word, or a word near two
+addresses (overlapping tensors), leaves the entry without relocations: it then serves only calls with its own
+addresses, and other calls take the full path.
 
 Scales the kernels cannot read as they are (a row-major SFA) are converted on every call, on the fast path too:
 the entry launches the scale-layout kernel into dgx.scales' memory for the stream (allocated on the capturing
@@ -46,7 +45,6 @@ all (device.generation).
 
 from __future__ import annotations
 
-import struct
 import sys
 from typing import Callable, Sequence
 
@@ -55,15 +53,10 @@ from . import pdl as _pdl
 from . import runtime
 from . import scales as scales_module
 from .kernels import scale_layout
-from .kernels.fp8_gemm import INTERFACE
-from .kernels.fp8_gemm_args import Operands, pack_operands
+from .kernels.interface import TENSOR_MAP, KernelInterface
 from .streams import resolve_stream
 
 CACHE_LIMIT = 4096
-_MASK = (1 << 64) - 1
-# Tensor i moves by -(i + 1) << shift in the two probe packings: by 2 MB steps, and by 8 GB steps (up to 64 GB, so
-# the address bits that differ between allocations of one process are moved too).
-_PROBE_SHIFTS = (21, 33)
 
 
 # --- the tensor check ---------------------------------------------------------------------------------
@@ -171,7 +164,7 @@ class Entry:
         # Launcher.launch, inlined: the launcher's own (immutable) config for the stream, from its table for the
         # programmatic-dependent-launch setting in force (dgx.pdl, read per call as Launcher.launch reads it).
         launcher = self.launcher
-        config = (launcher._pdl_configs if _pdl._enabled else launcher._configs).get(s)
+        config = (launcher.pdl_configs if _pdl._enabled else launcher.configs).get(s)
         if config is None:
             config = launcher.config_for(s)
         (err,) = self.launch_kernel(config, self.function, self.params, 0)
@@ -202,105 +195,93 @@ class Entry:
 
 def _relocator(relocations: Sequence[tuple[int, int, int]], residues: Sequence[int], count: int) -> Callable:
     """A function ``(words, p0, p1, ...)`` of the `count` addresses: False if the first len(residues) of them do not
-    have the `residues` modulo 16; else it writes every relocated word into ``words`` (unless None) and returns
-    True. Made as straight-line code (one line per word, the addends inlined), the cheapest form of it in Python."""
-    names = [f"p{i}" for i in range(count)]
-    zero = [names[i] for i, r in enumerate(residues) if r == 0]
-    tests = [f"({' | '.join(zero)}) & 15"] if zero else []
-    tests += [f"{names[i]} & 15 != {r}" for i, r in enumerate(residues) if r]
-    params = names[:len(residues)] + [f"{name}=0" for name in names[len(residues):]]  # converted scales' addresses
-    lines = [f"def relocate(words, {', '.join(params)}):",
-             f"    if {' or '.join(tests) or 'False'}:",
-             "        return False",
-             "    if words is None:",
-             "        return True"]
-    lines += [f"    words[{word}] = {names[index]}{addend:+d}" if addend else f"    words[{word}] = {names[index]}"
-              for word, index, addend in relocations]
-    lines.append("    return True")
-    scope: dict = {}
-    exec("\n".join(lines), scope)  # noqa: S102 - source built above from ints only
-    return scope["relocate"]
+    have the `residues` modulo 16; else it writes every relocated word (word index, address index, addend) into
+    ``words`` (unless None) and returns True."""
+    residues = tuple(residues)
+    relocations = tuple(relocations)
+
+    def relocate(words, *ptrs) -> bool:
+        for ptr, residue in zip(ptrs, residues):
+            if ptr & 15 != residue:
+                return False
+        if words is None:
+            return True
+        ptrs += (0,) * (count - len(ptrs))  # converted scales' addresses not given: 0
+        for word, index, addend in relocations:
+            words[word] = ptrs[index] + addend
+        return True
+
+    return relocate
 
 
-def _image_words(pack: runtime.ParamPack) -> tuple[int, ...]:
-    image = pack.image()
-    return struct.unpack(f"<{len(image) // 8}Q", image)
-
-
-_patchable = True  # False once the driver's tensor maps were found not to hold the address as a plain word
-
-
-def _relocations(config, ops: Operands, sources: dict[str, int], ptrs: tuple[int, ...],
-                 image: tuple[int, ...]) -> tuple[tuple[int, int, int], ...] | None:
-    """(word, pointer index, addend) for every word of the parameters that is an address plus a constant, found
-    by packing with moved addresses (see the module docstring); None if the parameters are not all so (and
-    from then on without packing again: a driver's map layout is the same for every map)."""
-    global _patchable
-    if not _patchable:
-        return None
-    probes = []
-    for shift in _PROBE_SHIFTS:
-        # Each address moves down by its own amount, or up where it lies too low to move down (memory from the
-        # driver's stream-ordered pool, where converted scales live, can sit a few GB into the address space).
-        moves = {}
-        for index in set(sources.values()):
-            move = (index + 1) << shift
-            moves[index] = move if ptrs[index] - move >= (1 << 20) else -move
-        moved = ops._replace(**{field: getattr(ops, field) - moves[index] for field, index in sources.items()})
-        try:
-            words = _image_words(pack_operands(config, moved))
-        except Exception:  # noqa: BLE001 - a driver that refuses an address it never sees used: no relocation
+def _address_words(interface: KernelInterface, image: Sequence[int], addresses: Sequence[int]) -> list[int] | None:
+    """The word indices of the parameter image that hold addresses: every pointer member's, and each tensor map's
+    global-address word (found in the maps themselves: the one word at the same position in every map that lies
+    within 16 bytes of a call address); None if the maps hold no such word."""
+    words = [off // 8 for p, off in zip(interface.params, interface.offsets) if p.ctype.endswith("*")]
+    maps = [off // 8 for p, off in zip(interface.params, interface.offsets) if p.ctype == TENSOR_MAP]
+    if maps:
+        positions = [w for w in range(16) if all(len(_near(image[base + w], addresses)) == 1 for base in maps)]
+        if len(positions) != 1:
             return None
-        probes.append((moves, words))
+        words += [base + positions[0] for base in maps]
+    return sorted(words)
+
+
+def _near(value: int, addresses: Sequence[int]) -> list[int]:
+    """The indices of the addresses `value` lies within 16 bytes of."""
+    return [i for i, a in enumerate(addresses) if -16 < value - a < 16]
+
+
+def _relocations(interface: KernelInterface, image: Sequence[int],
+                 addresses: Sequence[int]) -> tuple[tuple[int, int, int], ...] | None:
+    """(word, address index, addend) for every address word of the parameters that lies at one of the call's
+    `addresses` (see the module docstring); None where the parameters cannot be relocated."""
+    words = _address_words(interface, image, addresses)
+    if words is None:
+        return None
     relocations = []
-    (moves1, words1), (moves2, words2) = probes
-    if len(words1) != len(image) or len(words2) != len(image):
-        return None
-    for word, (w0, w1, w2) in enumerate(zip(image, words1, words2)):
-        if w0 == w1 == w2:
-            continue
-        d1, d2 = (w0 - w1) & _MASK, (w0 - w2) & _MASK
-        owner = [index for index in moves1 if moves1[index] & _MASK == d1 and moves2[index] & _MASK == d2]
-        if len(owner) != 1:
-            _patchable = False
-            return None
-        index = owner[0]
-        relocations.append((word, index, ((w0 - ptrs[index] + (1 << 63)) & _MASK) - (1 << 63)))
+    for word in words:
+        value = image[word]
+        near = _near(value, addresses)
+        if len(near) > 1:
+            return None  # overlapping tensors: which one the word follows is not known
+        if near:
+            relocations.append((word, near[0], value - addresses[near[0]]))
     return tuple(relocations)
 
 
-def register(cache: dict, key: tuple, tensors: Sequence[object], sources: dict[str, int], plan, ops: Operands,
+def register(cache: dict, key: tuple, tensors: Sequence[object], plan, pack: runtime.ParamPack,
              conversions: Sequence[tuple[int, scales_module.Conversion]] = ()) -> None:
-    """Remembers the launch the full path just made for `tensors` (torch tensors, in the entry point's order),
-    under `key`. `sources` names, for each address field of `ops`, the tensor it is the address of (an index
-    into `tensors`; len(tensors) + j for the j-th of `conversions`, the converted copy of tensor `source`).
+    """Remembers the launch the full path just made for `tensors` (torch tensors, in the entry point's order) with
+    the parameters `pack` (laid out by the plan's kernel interface), under `key`. `conversions` are the scales the
+    call converted: (index of the tensor converted, the conversion), whose copies' addresses follow the tensors'.
 
     Called after the launch: a failure here only leaves the call without an entry (the next one takes the full
     path again), it never fails a call that has launched."""
     try:
-        _register(cache, key, tensors, sources, plan, ops, conversions)
+        _register(cache, key, tensors, plan, pack, conversions)
     except Exception:  # noqa: BLE001 - see the docstring
         cache.pop(key, None)
 
 
-def _register(cache: dict, key: tuple, tensors: Sequence[object], sources: dict[str, int], plan, ops: Operands,
+def _register(cache: dict, key: tuple, tensors: Sequence[object], plan, pack: runtime.ParamPack,
               conversions: Sequence[tuple[int, scales_module.Conversion]]) -> None:
     ptrs = tuple(t.data_ptr() for t in tensors)
     addresses = ptrs + tuple(c.address for _, c in conversions)
-    if any(getattr(ops, field) != addresses[index] for field, index in sources.items()):
-        return  # not the addresses this module would supply: leave this call to the full path
+    interface = plan.config.interface
     entry = Entry()
     entry.check = make_check(tensors)
     entry.device = ops_device = _device_of(tensors)
     entry.current_stream = sys.modules["torch"]._C._cuda_getCurrentRawStream
     entry.generation = device_module.generation
-    pack = runtime.ParamPack.of_members(_launched_image(plan.config, ops), INTERFACE.offsets)
-    entry.pack, entry.words = pack, pack.words()
+    own = runtime.ParamPack.of_members(pack.image(), interface.offsets)  # the entry's own copy, relocated in place
+    entry.pack, entry.words = own, own.words()
     entry.launcher = plan.launcher
-    entry.launch_kernel = plan.launcher._drv.cuLaunchKernelEx
-    entry.function, entry.params = plan.launcher.kernel.function, pack.address
+    entry.launch_kernel = plan.launcher.driver_launch
+    entry.function, entry.params = plan.launcher.kernel.function, own.address
     entry.ptrs, entry.addresses = ptrs, addresses
-    relocations = _relocations(plan.config, ops, sources, addresses, tuple(entry.words))
+    relocations = _relocations(interface, tuple(entry.words), addresses)
     entry.relocate = None if relocations is None else _relocator(relocations, [p & 15 for p in ptrs], len(addresses))
     entry.conversions = tuple(_Conversion(source, made, ops_device) for source, made in conversions)
     if entry.conversions and entry.relocate is None:
@@ -308,12 +289,6 @@ def _register(cache: dict, key: tuple, tensors: Sequence[object], sources: dict[
     if len(cache) >= CACHE_LIMIT:
         cache.clear()
     cache[key] = entry
-
-
-def _launched_image(config, ops: Operands) -> bytes:
-    from .launch import pack
-
-    return pack(config, ops).image()
 
 
 def _device_of(tensors) -> int:

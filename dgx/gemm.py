@@ -28,11 +28,8 @@ __all__ = ["fp8_gemm_nt", "gemm_fp8_fp8_bf16_nt", "wgrad_gemm_fp8_fp8_fp32_nt"]
 
 
 # Per-call fast path for torch tensors (dgx.fastpath): hint key (rows of A, shape of B, whether c is None, thread)
-# -> the entry an earlier call of that structure made.
+# -> the entry an earlier call of that structure made, the tensors taken as (A, SFA, B, SFB, d).
 _entries: dict[tuple, fastpath.Entry] = {}
-# Where each address of the kernel's operands comes from: the call's tensors (A, SFA, B, SFB, d), then the
-# converted scales.
-_SOURCES = {"a": 0, "sfa": 1, "b": 2, "sfb": 3, "d": 4}
 
 
 def fp8_gemm_nt(a, b, d, c=None, *, stream=None, config: GemmConfig | None = None) -> None:
@@ -106,14 +103,12 @@ def fp8_gemm_nt(a, b, d, c=None, *, stream=None, config: GemmConfig | None = Non
             launch_stream = resolve_stream(stream, device)
         ops = Operands(a=av.ptr, a_rows=m, lda=av.strides[0], b=bv.ptr, b_rows=n, ldb=bv.strides[0], d=dv.ptr,
                        d_rows=m, ldd=dv.strides[0], sfa=sfav.ptr, sfa_layout=sfa_layout, sfb=sfbv.ptr, m=m)
-        plan.launcher.launch(launch_stream, launch.pack(plan.config, ops))
+        pack = launch.pack(plan.config, ops)
+        plan.launcher.launch(launch_stream, pack)
     finally:
         launch.release(conversion)  # converted scales in capture-owned memory: freed after the kernel
     if fast and fastpath.torch_tensors(A, SFA, B, SFB, d):
-        if conversion is None:
-            fastpath.register(_entries, key, (A, SFA, B, SFB, d), _SOURCES, plan, ops)
-        else:
-            fastpath.register(_entries, key, (A, SFA, B, SFB, d), {**_SOURCES, "sfa": 5}, plan, ops, [(1, conversion)])
+        fastpath.register(_entries, key, (A, SFA, B, SFB, d), plan, pack, [(1, conversion)] if conversion else ())
 
 
 def gemm_fp8_fp8_bf16_nt(lhs, rhs, out) -> None:

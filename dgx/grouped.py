@@ -31,16 +31,11 @@ from .tensors import TensorView
 # that structure made. The tensors are taken as (A, SFA, B, SFB, d, m_indices or masked_m).
 _contiguous: dict[tuple, fastpath.Entry] = {}
 _masked: dict[tuple, fastpath.Entry] = {}
-_SOURCES = {"a": 0, "sfa": 1, "b": 2, "sfb": 3, "d": 4, "grouped_layout": 5}
 
 
-def _register(cache: dict, key: tuple, tensors: tuple, plan, ops: Operands, conversion) -> None:
-    if not fastpath.torch_tensors(*tensors):
-        return
-    if conversion is None:
-        fastpath.register(cache, key, tensors, _SOURCES, plan, ops)
-    else:
-        fastpath.register(cache, key, tensors, {**_SOURCES, "sfa": 6}, plan, ops, [(1, conversion)])
+def _register(cache: dict, key: tuple, tensors: tuple, plan, pack, conversion) -> None:
+    if fastpath.torch_tensors(*tensors):
+        fastpath.register(cache, key, tensors, plan, pack, [(1, conversion)] if conversion else ())
 
 
 def get_mk_alignment_for_contiguous_layout() -> int:
@@ -161,12 +156,13 @@ def m_grouped_fp8_gemm_nt_contiguous(a, b, d, m_indices, *, stream=None, config:
             launch_stream = resolve_stream(stream, device)
         ops = Operands(a=av.ptr, a_rows=m, lda=av.strides[0], b=bv.ptr, b_rows=groups * n, ldb=bv.strides[1],
                        d=dv.ptr, d_rows=m, ldd=dv.strides[0], sfa=sfav.ptr, sfa_layout=sfa_layout, sfb=sfbv.ptr, m=m,
-                       grouped_layout=iv.ptr, groups=groups)
-        plan.launcher.launch(launch_stream, launch.pack(plan.config, ops))
+                       grouped_layout=iv.ptr, num_groups=groups)
+        pack = launch.pack(plan.config, ops)
+        plan.launcher.launch(launch_stream, pack)
     finally:
         launch.release(conversion)  # converted scales in capture-owned memory: freed after the kernel
     if fast:
-        _register(_contiguous, key, (A, SFA, B, SFB, d, m_indices), plan, ops, conversion)
+        _register(_contiguous, key, (A, SFA, B, SFB, d, m_indices), plan, pack, conversion)
 
 
 def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m: int, *, stream=None,
@@ -241,12 +237,13 @@ def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m: int, *, stream=N
         rows = groups * m_max
         ops = Operands(a=av.ptr, a_rows=rows, lda=av.strides[1], b=bv.ptr, b_rows=groups * n, ldb=bv.strides[1],
                        d=dv.ptr, d_rows=rows, ldd=dv.strides[1], sfa=sfav.ptr, sfa_layout=sfa_layout, sfb=sfbv.ptr,
-                       m=m_max, grouped_layout=mv.ptr, groups=groups)
-        plan.launcher.launch(launch_stream, launch.pack(plan.config, ops))
+                       m=m_max, grouped_layout=mv.ptr, num_groups=groups)
+        pack = launch.pack(plan.config, ops)
+        plan.launcher.launch(launch_stream, pack)
     finally:
         launch.release(conversion)
     if fast:
-        _register(_masked, key, (A, SFA, B, SFB, d, masked_m), plan, ops, conversion)
+        _register(_masked, key, (A, SFA, B, SFB, d, masked_m), plan, pack, conversion)
 
 
 def m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(lhs, rhs, out, m_indices) -> None:

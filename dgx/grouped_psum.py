@@ -90,7 +90,7 @@ def m_grouped_fp8_gemm_nt_contiguous_psum(a, b, d, psum_m, *, alignment: int = 1
             launch_stream = resolve_stream(stream, device)
         ops = Operands(a=av.ptr, a_rows=m, lda=av.strides[0], b=bv.ptr, b_rows=groups * n, ldb=bv.strides[1],
                        d=dv.ptr, d_rows=m, ldd=dv.strides[0], sfa=sfav.ptr, sfa_layout=sfa_layout, sfb=sfbv.ptr,
-                       m=m, grouped_layout=pv.ptr, groups=groups)
+                       m=m, grouped_layout=pv.ptr, num_groups=groups)
         plan.launcher.launch(launch_stream, launch.pack(plan.config, ops))
     finally:
         launch.release(conversion)  # converted scales in capture-owned memory: freed after the kernel

@@ -419,6 +419,21 @@ class Launcher:
                 table[stream] = config
         return config
 
+    @property
+    def configs(self) -> dict[int, object]:
+        """The launch configs made so far, by stream (without PDL); read per launch (the table may be replaced)."""
+        return self._configs
+
+    @property
+    def pdl_configs(self) -> dict[int, object]:
+        """The same with the PDL attribute (dgx.set_pdl(True))."""
+        return self._pdl_configs
+
+    @property
+    def driver_launch(self):
+        """The driver's cuLaunchKernelEx, for callers that launch with a config of :meth:`config_for` themselves."""
+        return self._drv.cuLaunchKernelEx
+
     def launch(self, stream: int, params: ParamPack) -> None:
         # One dict lookup (cheaper than setting hStream on a shared config), in the PDL table when PDL is on.
         pdl = _pdl._enabled

@@ -49,9 +49,9 @@ def _c_view(c, dv: TensorView) -> TensorView | None:
 def dense_fp32(SFA, SFB, c, views, *, stream=None, config: GemmConfig | None = None):
     """fp8_gemm_nt with a float32 d (see there): D = C + A . B^T, SFA [M, KB] and SFB [N, KB] per row.
 
-    Returns what the per-call fast path needs to repeat the launch (dgx.fastpath.register's sources, plan,
-    operands and conversions, the tensors taken as (A, SFA, B, SFB, d)), or None where it must not (nothing
-    launched, or C copied into D first)."""
+    Returns what the per-call fast path needs to repeat the launch (dgx.fastpath.register's plan, parameters and
+    conversions, the tensors taken as (A, SFA, B, SFB, d)), or None where it must not (nothing launched, or C
+    copied into D first)."""
     av, sfav, bv, sfbv, dv = views
     m, n, k = expect_fp8_operands(av, sfav, bv, sfbv, dv)
     _expect_fp32_out(dv, "d", (m, n))
@@ -88,18 +88,13 @@ def dense_fp32(SFA, SFB, c, views, *, stream=None, config: GemmConfig | None = N
         ops = Operands(a=av.ptr, a_rows=m, lda=av.strides[0], b=bv.ptr, b_rows=n, ldb=bv.strides[0], d=dv.ptr,
                        d_rows=m, ldd=dv.strides[0], sfa=sfav.ptr, sfa_layout=sfa_layout, sfb=sfbv.ptr, m=m,
                        sfb_layout=sfb_layout, accumulate=cv is not None)
-        plan.launcher.launch(launch_stream, launch.pack(plan.config, ops))
+        pack = launch.pack(plan.config, ops)
+        plan.launcher.launch(launch_stream, pack)
     finally:
         launch.release(conv_a, conv_b)  # converted scales in capture-owned memory: freed after the kernel
     if copied:
         return None
-    sources = {"a": 0, "sfa": 1, "b": 2, "sfb": 3, "d": 4}
-    conversions = []
-    for field, index, conversion in (("sfa", 1, conv_a), ("sfb", 3, conv_b)):
-        if conversion is not None:
-            sources[field] = 5 + len(conversions)
-            conversions.append((index, conversion))
-    return sources, plan, ops, conversions
+    return plan, pack, [(index, conv) for index, conv in ((1, conv_a), (3, conv_b)) if conv is not None]
 
 
 def _ks_on_device(ks: tuple[int, ...], device: int):
@@ -230,7 +225,7 @@ def _k_grouped_launch(av, bv, dv, ks, ks_view, sfav, sfa_layout, sfbv, sfb_layou
     first = next(kg for kg in ks if kg)
     ops = Operands(a=av.ptr, a_rows=m, lda=first, b=bv.ptr, b_rows=n, ldb=first, d=dv.ptr, d_rows=groups * m,
                    ldd=dv.strides[1], sfa=sfav.ptr, sfa_layout=sfa_layout, sfb=sfbv.ptr, m=m,
-                   grouped_layout=ks_view.ptr, groups=groups, sfb_layout=sfb_layout, k=first,
+                   grouped_layout=ks_view.ptr, num_groups=groups, sfb_layout=sfb_layout, k=first,
                    group_maps=group_maps.address, accumulate=True)
     try:
         plan.launcher.launch(launch_stream, launch.pack(plan.config, ops))

@@ -201,13 +201,6 @@ def stand_in(record: bool = True, map_address_word: int = 0, capturing: bool = F
         (device, "_num_sms"): device._num_sms,
         (device, "generation"): device.generation,
     }
-    try:  # what a stand-in driver's map layout teaches the fast path must not outlive it either
-        from dgx import fastpath
-
-        saved[(fastpath, "_patchable")] = fastpath._patchable
-        fastpath._patchable = True
-    except ImportError:  # an older tree
-        pass
     for module, name in _caches():  # plans and packs made here must not outlive the stand-ins
         saved[(module, name)] = getattr(module, name)
         setattr(module, name, type(getattr(module, name))())

@@ -267,10 +267,9 @@ def test_weight_gradient_and_its_legacy_name(si):
         dgx.wgrad_gemm_fp8_fp8_fp32_nt(a, b, torch.zeros(M, N, dtype=BF16))
 
 
-def test_without_patchable_maps_calls_with_new_addresses_take_the_full_path(monkeypatch):
+def test_without_patchable_maps_calls_with_new_addresses_take_the_full_path():
     """A driver whose tensor maps do not hold the address as a plain word: no relocation, the full path re-encodes
-    for new addresses, and the parameters are right; after the first entry, no more probe packings."""
-    monkeypatch.setattr(fastpath, "_patchable", True)
+    for new addresses (only this call's maps), and the parameters are right."""
     with stand_in(map_address_word=15) as s:
         a, b, _ = dense()
         d1, d2 = torch.zeros(M, N, dtype=BF16), torch.zeros(M, N, dtype=BF16)
@@ -281,7 +280,7 @@ def test_without_patchable_maps_calls_with_new_addresses_take_the_full_path(monk
         gemm.fp8_gemm_nt(a, b, d1)
         assert s.driver.encodes == encodes
         gemm.fp8_gemm_nt(a, b, d2)
-        assert s.driver.encodes == encodes + 4 and not fastpath._patchable  # this call's maps, no probes
+        assert s.driver.encodes == encodes + 4  # this call's maps
         raw = gemm_launches(s)[-1].params
         word15 = struct.unpack_from("<Q", raw, INTERFACE.offsets[2] + 8 * 15)[0]
         assert word15 == d2.data_ptr() >> 4

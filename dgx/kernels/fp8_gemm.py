@@ -38,12 +38,12 @@ INTERFACE = KernelInterface(
         Param("sfa_rows", "int"),
         Param("sfa_stride", "int"),
         Param("m", "int"),
-        Param("grouped_layout", "const int*"),
-        Param("num_groups", "int"),
+        Param("grouped_layout", "const int*", default=0),
+        Param("num_groups", "int", default=1),
         Param("d_ptr", "void*"),
         Param("ld_d", "long long"),
-        Param("accumulate", "int"),
-        Param("group_maps", "const dgx::TensorMap*"),
+        Param("accumulate", "int", default=0),
+        Param("group_maps", "const dgx::TensorMap*", default=0),
     ),
 )
 SMEM_LIMIT = 232448  # bytes of shared memory one block may use on Hopper (227 KB)
@@ -97,6 +97,11 @@ class GemmConfig:
             raise ValueError(f"invalid GEMM config {self}: {problems}")
         if self.smem_bytes > SMEM_LIMIT:
             raise ValueError(f"GEMM config {self} needs {self.smem_bytes} bytes of shared memory; the limit is {SMEM_LIMIT}")
+
+    @property
+    def interface(self) -> KernelInterface:
+        """The kernel's parameter struct (the same for every FP8 GEMM config)."""
+        return INTERFACE
 
     @property
     def cluster(self) -> int:

@@ -3,41 +3,33 @@ maps and packed by member name into the kernel's parameters (:data:`dgx.kernels.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections import namedtuple
 
 from .. import runtime
 from ..intmath import ceil_div, round_up
-from ..layout import SfaTma
 from ..runtime import Swizzle
 from .fp8_gemm import INTERFACE, GemmConfig
 
 
-class Operands(NamedTuple):
-    """Addresses and 2-D extents of everything a GEMM kernel reads and writes (the tensor maps' input).
-    A tuple, so that building one and looking it up per call stays cheap; build it with keywords.
+# What a call gives for the tensor maps (and the members derived from them): addresses, extents (leading dimensions
+# in elements), layouts; then those a call may leave out, with their values.
+_MAP_INPUTS = ("a", "a_rows", "lda",  # A [rows, K]
+               "b", "b_rows", "ldb",  # B [groups * N, K]
+               "d", "d_rows", "ldd",  # D [rows, N]
+               "sfa_layout")  # SFA: `sfa_layout.kb` rows of `sfa_layout.m` floats (M-major)
+_MAP_DEFAULTS = {"sfb_layout": None,  # weight gradient: the per-row B scales (N-major), like SFA
+                 "k": 0}  # K extent of the A and B maps when it is not the config's
+# Members pack_operands computes from the map inputs; every other member of INTERFACE is passed through as given.
+_DERIVED = frozenset(("tmap_a", "tmap_b", "tmap_d", "tmap_sfa", "tmap_sfb", "sfa_rows", "sfa_stride", "d_ptr", "ld_d"))
+_PASSED = tuple(p for p in INTERFACE.params if p.name not in _DERIVED)
+_REQUIRED = list(_MAP_INPUTS) + [p.name for p in _PASSED if p.default is None]
+_OPTIONAL = {**_MAP_DEFAULTS, **{p.name: p.default for p in _PASSED if p.default is not None}}
 
-    A and D are seen as [rows, K] / [rows, N], B as [groups * N, K]; SFA as `sfa_layout.kb` rows of
-    `sfa_layout.m` floats (M-major). Leading dimensions are in elements, addresses are device addresses."""
-
-    a: int
-    a_rows: int
-    lda: int
-    b: int
-    b_rows: int
-    ldb: int
-    d: int
-    d_rows: int
-    ldd: int
-    sfa: int
-    sfa_layout: SfaTma
-    sfb: int
-    m: int  # the kernel's m: rows (masked, K-grouped: rows per group)
-    grouped_layout: int = 0  # address of m_indices, masked_m or the K-grouped groups' K
-    groups: int = 1
-    sfb_layout: SfaTma | None = None  # weight gradient: the per-row B scales (N-major), like SFA
-    k: int = 0  # K extent of the A and B maps when it is not the config's
-    group_maps: int = 0  # K-grouped: device address of the groups' tensor maps of A and B
-    accumulate: bool = False  # weight gradient: D holds C and the kernel adds to it (else D is overwritten)
+#: Addresses, extents and run-time values of everything a GEMM kernel reads and writes: the map inputs above, then
+#: every member of the kernel's parameter struct (dgx.kernels.fp8_gemm.INTERFACE) not derived from them, under its
+#: own name and with its default. A tuple, so that building one and looking it up per call stays cheap; build it
+#: with keywords. A new run-time parameter is one INTERFACE line, its value here, and its use in the kernel.
+Operands = namedtuple("Operands", _REQUIRED + list(_OPTIONAL), defaults=list(_OPTIONAL.values()))
 
 
 def pack_operands(config: GemmConfig, ops: Operands) -> runtime.ParamPack:
@@ -68,17 +60,11 @@ def pack_operands(config: GemmConfig, ops: Operands) -> runtime.ParamPack:
         tmap_d=tmap_d,
         tmap_sfa=tmap_sfa,
         tmap_sfb=tmap_sfb,
-        sfb=ops.sfb,
-        sfa=ops.sfa,
         sfa_rows=sfa.m,
         sfa_stride=sfa.row_stride // 4,
-        m=ops.m,
-        grouped_layout=ops.grouped_layout,
-        num_groups=ops.groups,
         d_ptr=ops.d,
         ld_d=ops.ldd,
-        accumulate=int(ops.accumulate),
-        group_maps=ops.group_maps,
+        **{p.name: getattr(ops, p.name) for p in _PASSED},
     )
 
 
@@ -89,5 +75,5 @@ def _sfb_row_map(ops: Operands, n: int, k: int):
     if ops.sfb % 4:
         raise ValueError(f"SFB: expected a float32 address (4-byte aligned); got 0x{ops.sfb:x}")
     lead = ops.sfb % 16
-    count = ops.groups * ceil_div(n, 128) * ceil_div(k, 128) + lead // 4
+    count = ops.num_groups * ceil_div(n, 128) * ceil_div(k, 128) + lead // 4
     return runtime.encode_tensor_map_2d("float32", ops.sfb - lead, count, 1, round_up(count * 4, 16), 4, 1)

@@ -41,10 +41,12 @@ _SCALARS: dict[str, str] = {
 @dataclass(frozen=True)
 class Param:
     """One member of a kernel's parameter struct: its name and C++ type (a scalar of ``_SCALARS``, a
-    pointer, or ``dgx::TensorMap``: a 128-byte CUtensorMap, 64-byte aligned)."""
+    pointer, or ``dgx::TensorMap``: a 128-byte CUtensorMap, 64-byte aligned), and the value a call that does not
+    give it passes (None: every call must give it)."""
 
     name: str
     ctype: str
+    default: int | float | None = None
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier():
