@@ -126,6 +126,34 @@ class Family:
     name: str
     kinds: tuple[Kind, ...] = field(default=())
     representatives: Callable[[], list[tuple[str, Any]]] = field(default=lambda: [])
+    # The module (imported only by dgx.torch_ops, with torch) that lists the family's torch operators as TORCH_OPS
+    # and defines the functions of the plain signatures that call them (its __all__, its LEGACY names).
+    torch_ops: str = ""
+
+
+@dataclass(frozen=True)
+class TorchOp:
+    """One operator ``torch.ops.dgx.<name>``: its schema (arguments and returns, without the name; ``Tensor(a!)``
+    marks an argument written in place), the real implementation on the schema's arguments, and the fake one
+    (the outputs' shapes, dtypes and devices from the inputs' alone, for torch.compile)."""
+
+    name: str
+    schema: str
+    real: Callable[..., Any]
+    fake: Callable[..., Any]
+
+
+def fake_inplace(*args: Any) -> None:
+    """The fake implementation of an operator that only writes an argument in place."""
+    return None
+
+
+def bump_version(result: Any, written: Any) -> Any:
+    """Tell autograd that the tensor `written` was written (what torch's own in-place ops do); returns `result`."""
+    import torch
+
+    torch._C._increment_version((written,))
+    return result
 
 
 def positive_field(entry: Mapping[str, Any], name: str, label: Label = default_label, required: bool = True) -> int | None:

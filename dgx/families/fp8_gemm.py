@@ -175,4 +175,5 @@ def _ue8m0_config():
     return ue8m0.Ue8m0UnpackConfig()
 
 
-FAMILY = Family("fp8_gemm", tuple(_kind(name) for name in CHOOSERS), representatives)
+FAMILY = Family("fp8_gemm", tuple(_kind(name) for name in CHOOSERS), representatives,
+                torch_ops="dgx.families.fp8_gemm_torch")

@@ -87,4 +87,5 @@ def representatives() -> list[tuple[str, Any]]:
     ]
 
 
-FAMILY = Family("mqa_logits", tuple(_kind(k) for k in MqaKind), representatives)
+FAMILY = Family("mqa_logits", tuple(_kind(k) for k in MqaKind), representatives,
+                torch_ops="dgx.families.mqa_logits_torch")
