@@ -582,7 +582,9 @@ def test_transform_sf_into_required_layout():
         dg.transform_sf_into_required_layout(torch.rand(256, 4), 256, 512, (1, 128, 128), is_sfa=False)
     with pytest.raises(ValueError, match="^is_sfa"):
         dg.transform_sf_into_required_layout(sfa, 100, 512, (1, 128, 128))
-    with pytest.raises(ValueError, match="^recipe: expected granularities"):
+    with pytest.raises(Sm100OnlyError, match=r"recipe \(1, 32\) scales per 32 of K .* sm_100 only"):
         dg.transform_sf_into_required_layout(sfa, 100, 512, (1, 32))
+    with pytest.raises(ValueError, match="^recipe: expected granularities"):
+        dg.transform_sf_into_required_layout(sfa, 100, 512, (1, 64))
     with pytest.raises(ValueError, match="CUDA device memory"):  # packed: unpacked on the GPU
         dg.transform_sf_into_required_layout(torch.zeros(100, 1, dtype=torch.int32), 100, 512, (1, 128))

@@ -497,6 +497,9 @@ def transform_sf_into_required_layout(sf, mn, k, recipe, num_groups=None, is_sfa
         gran_mn, gran_k = _as_tuple(recipe, "recipe", 2)
         if is_sfa is not None:
             raise ValueError(f"is_sfa: only with a recipe of three granularities; got is_sfa={is_sfa!r} with {recipe!r}")
+    if gran_k == 32:
+        raise Sm100OnlyError(f"transform_sf_into_required_layout: recipe {tuple(recipe)!r} scales per 32 of K (the FP4 "
+                             f"recipes), sm_100 only (DeepGEMM too); sm_90 scales per 128 of K")
     if gran_k != 128 or gran_mn not in (1, 128):
         raise ValueError(f"recipe: expected granularities 1 or 128 along MN and 128 along K on sm_90; got {recipe!r}")
     if not isinstance(sf, _torch.Tensor):
