@@ -1,5 +1,5 @@
 """DeepGEMM's Python API on dgx's sm_90 kernels: ``import dgx.deep_gemm as deep_gemm`` is the whole switch (or, with
-``DGX_AS_DEEP_GEMM=1`` in the environment, a plain ``import deep_gemm``: see dgx_as_deep_gemm in the docs).
+``DGX_AS_DEEP_GEMM=1`` in the environment, a plain ``import deep_gemm``: see _dgx_as_deep_gemm.py).
 
 Every public name of DeepGEMM's package at the commit recorded in ``api_54e2261.json`` is here, with DeepGEMM's
 parameters and defaults (tests/test_deep_gemm_api.py checks them), in four kinds:
