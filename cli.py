@@ -179,6 +179,12 @@ def collect_info() -> dict:
     }
     for name, problem in env.problems().items():
         info["env"][name]["error"] = problem
+    for name, var in info["env"].items():
+        origin = env.source(name)
+        if origin is not None and origin != name:  # set through one of DeepGEMM's variables
+            var["source"] = origin
+            var["value"] = str(env.dump_dir()) if name == "DGX_JIT_DUMP_DIR" else os.environ.get(origin)
+    info["deep_gemm_env"] = env.deep_gemm_variables()
     return info
 
 
@@ -226,7 +232,12 @@ def info(as_json: bool) -> None:
         value = var["value"]
         shown = "(unset)" if value is None else repr(value)
         flag = f"  INVALID: {var['error']}" if "error" in var else ""
-        click.echo(f"  {name} = {shown}  [default: {var['default'] or 'empty'}]{flag}")
+        origin = f" (from {var['source']})" if "source" in var else ""
+        click.echo(f"  {name} = {shown}{origin}  [default: {var['default'] or 'empty'}]{flag}")
+    if data["deep_gemm_env"]:
+        click.echo("DeepGEMM's variables (a DGX_* value wins):")
+        for var in data["deep_gemm_env"]:
+            click.echo(f"  {var['name']} = {var['value']!r}  {var['effect']}")
 
 
 # --- cache ----------------------------------------------------------------------------------------

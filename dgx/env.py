@@ -30,16 +30,18 @@ VARIABLES: tuple[EnvVar, ...] = (
     EnvVar("DGX_SASS_INTERLEAVE", "auto", "auto|on|off: the FFMA yield/reuse SASS pass (README says what auto does)."),
     EnvVar("DGX_PRINT_CONFIGS", "0", "1: print the kernel config the heuristic picks for each new shape."),
     EnvVar("DGX_NUM_SMS", "", "Use this many SMs (default: all of the device's)."),
+    EnvVar("DGX_AS_DEEP_GEMM", "0", "1: `import deep_gemm` gets dgx.deep_gemm in every process of this environment (the startup hook dgx installs)."),
 )
 
 
 def _flag(name: str) -> bool:
-    return os.environ.get(name, "0").strip().lower() in ("1", "true", "yes", "on")
+    return (lookup(name)[0] or "0").strip().lower() in ("1", "true", "yes", "on")
 
 
 def cache_root() -> Path:
-    """The kernel cache root: $DGX_CACHE_DIR, else $XDG_CACHE_HOME/dgx, else ~/.cache/dgx."""
-    explicit = os.environ.get("DGX_CACHE_DIR", "").strip()
+    """The kernel cache root: $DGX_CACHE_DIR (or DeepGEMM's $DG_JIT_CACHE_DIR), else $XDG_CACHE_HOME/dgx, else
+    ~/.cache/dgx."""
+    explicit = (lookup("DGX_CACHE_DIR")[0] or "").strip()
     if explicit:
         return Path(explicit).expanduser()
     xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
@@ -68,8 +70,13 @@ def ptxas_verbose() -> bool:
 
 
 def dump_dir() -> Path | None:
+    """$DGX_JIT_DUMP_DIR; else, with one of DeepGEMM's DG_JIT_DUMP_PTX/_SASS/_ASM on, <cache root>/dumps."""
     value = os.environ.get("DGX_JIT_DUMP_DIR", "").strip()
-    return Path(value).expanduser() if value else None
+    if value:
+        return Path(value).expanduser()
+    if any(_flag(name) for name in _DUMP_FLAGS):
+        return cache_root() / DEEPGEMM_DUMP_SUBDIR
+    return None
 
 
 def sass_interleave() -> str:
@@ -101,6 +108,11 @@ def num_sms_override() -> int | None:
     return n
 
 
+def as_deep_gemm() -> bool:
+    """DGX_AS_DEEP_GEMM: whether `import deep_gemm` gets dgx.deep_gemm (asked by the startup hook's finder)."""
+    return _flag("DGX_AS_DEEP_GEMM")
+
+
 # Variables whose value is checked, and the function that checks it (raising EnvError).
 _CHECKED = {"DGX_SASS_INTERLEAVE": sass_interleave, "DGX_NUM_SMS": num_sms_override}
 
@@ -114,3 +126,111 @@ def problems() -> dict[str, str]:
         except EnvError as exc:
             out[name] = str(exc)
     return out
+
+
+# --- DeepGEMM's variables (DG_*) ---------------------------------------------------------------------------------
+# Where dgx has the same knob, a DG_* variable stands in for the DGX_* one (read through the same function, so
+# validated the same way); a DGX_* value wins when both are set. The others are accepted and ignored.
+
+
+@dataclass(frozen=True)
+class DeepGemmVar:
+    name: str
+    dgx_name: str | None  # the dgx variable it stands in for; None: ignored, or read as it is (`note` says)
+    note: str
+
+
+DEEPGEMM_DUMP_SUBDIR = "dumps"  # DG_JIT_DUMP_*: dgx writes its dumps under the cache root (DeepGEMM: next to the cubin)
+_DUMP_FLAGS = ("DG_JIT_DUMP_PTX", "DG_JIT_DUMP_SASS", "DG_JIT_DUMP_ASM")
+
+DEEPGEMM_VARIABLES: tuple[DeepGemmVar, ...] = (
+    DeepGemmVar("DG_JIT_CACHE_DIR", "DGX_CACHE_DIR", "the kernel cache root"),
+    DeepGemmVar("DG_JIT_DEBUG", "DGX_JIT_DEBUG", "print compiles, cache misses and loads"),
+    DeepGemmVar("DG_PRINT_CONFIGS", "DGX_PRINT_CONFIGS", "print the config chosen for each new shape"),
+    DeepGemmVar("DG_JIT_PTXAS_VERBOSE", "DGX_JIT_PTXAS_VERBOSE", "print ptxas's register/spill report"),
+    DeepGemmVar("DG_JIT_PRINT_COMPILER_COMMAND", "DGX_JIT_PRINT_COMPILER_COMMAND", "print the NVRTC options"),
+    DeepGemmVar("DG_JIT_WITH_LINEINFO", "DGX_JIT_LINEINFO", "compile with -lineinfo"),
+    DeepGemmVar("DG_JIT_DUMP_PTX", "DGX_JIT_DUMP_DIR", f"1: dump every compiled kernel (source, PTX, cubin, SASS) "
+                f"into <cache root>/{DEEPGEMM_DUMP_SUBDIR}"),
+    DeepGemmVar("DG_JIT_DUMP_SASS", "DGX_JIT_DUMP_DIR", "as DG_JIT_DUMP_PTX (dgx dumps all four)"),
+    DeepGemmVar("DG_JIT_DUMP_ASM", "DGX_JIT_DUMP_DIR", "as DG_JIT_DUMP_PTX (dgx dumps all four)"),
+    DeepGemmVar("DG_USE_NVIDIA_TOOLS", None, "read as it is: 1 makes dgx.deep_gemm.testing.bench_kineto profile nothing"),
+    DeepGemmVar("DG_JIT_USE_NVRTC", None, "ignored: dgx always compiles with NVRTC"),
+    DeepGemmVar("DG_JIT_NVCC_COMPILER", None, "ignored: dgx uses no nvcc"),
+    DeepGemmVar("DG_JIT_CPP_STANDARD", None, "ignored: dgx's kernels fix their NVRTC options (part of the cache key)"),
+    DeepGemmVar("DG_JIT_PTXAS_CHECK", None, "ignored: dgx's CPU tests check every kernel family for local memory"),
+    DeepGemmVar("DG_JIT_PRINT_LOAD_TIME", None, "ignored: DGX_JIT_DEBUG prints each load"),
+    DeepGemmVar("DG_JIT_USE_RUNTIME_API", None, "ignored: dgx loads kernels through the driver API"),
+    DeepGemmVar("DG_USE_PYTORCH_CUBLASLT_HANDLE", None, "ignored: cublaslt_gemm_* run through torch, its handle"),
+    DeepGemmVar("DG_USE_TEMP_CUBLASLT_WORKSPACE", None, "ignored: cublaslt_gemm_* run through torch, its workspace"),
+    DeepGemmVar("DG_COMM_KERNEL_DEBUG", None, "ignored: the Mega MoE kernels are sm_100 only"),
+    DeepGemmVar("DG_SKIP_CUDA_BUILD", None, "ignored: a DeepGEMM build option (dgx compiles nothing at install)"),
+    DeepGemmVar("DG_FORCE_BUILD", None, "ignored: a DeepGEMM build option"),
+    DeepGemmVar("DG_USE_LOCAL_VERSION", None, "ignored: a DeepGEMM build option"),
+)
+
+_ALIASES: dict[str, tuple[str, ...]] = {}
+for _v in DEEPGEMM_VARIABLES:
+    if _v.dgx_name is not None and _v.name not in _DUMP_FLAGS:
+        _ALIASES.setdefault(_v.dgx_name, ())
+        _ALIASES[_v.dgx_name] += (_v.name,)
+
+
+def lookup(name: str) -> tuple[str | None, str | None]:
+    """(value, the variable it came from) for dgx variable `name`: its own value when set (non-empty), else that of
+    the DeepGEMM variable standing in for it, else (None, None)."""
+    for candidate in (name, *_ALIASES.get(name, ())):
+        value = os.environ.get(candidate)
+        if value is not None and value.strip():
+            return value, candidate
+    return None, None
+
+
+def source(name: str) -> str | None:
+    """The variable that sets dgx variable `name` now (itself, a DG_* stand-in, or None when unset)."""
+    if name == "DGX_JIT_DUMP_DIR" and not os.environ.get(name, "").strip():
+        return next((flag for flag in _DUMP_FLAGS if _flag(flag)), None)
+    return lookup(name)[1]
+
+
+def deep_gemm_variables() -> list[dict[str, str]]:
+    """The DeepGEMM variables set in the environment: name, value and what dgx does with it (``dgx info``)."""
+    out = []
+    for v in DEEPGEMM_VARIABLES:
+        value = os.environ.get(v.name)
+        if value is None:
+            continue
+        if v.dgx_name is None:
+            effect = v.note
+        elif source(v.dgx_name) == v.name:
+            effect = f"in force as {v.dgx_name} ({v.note})"
+        elif os.environ.get(v.dgx_name, "").strip():
+            effect = f"overridden by {v.dgx_name}"
+        else:
+            effect = f"off: sets {v.dgx_name} only when 1 ({v.note})" if v.name in _DUMP_FLAGS else f"empty: {v.note}"
+        out.append({"name": v.name, "value": value, "effect": effect})
+    return out
+
+
+def deep_gemm_use_nvidia_tools() -> bool:
+    """DG_USE_NVIDIA_TOOLS: bench_kineto of dgx.deep_gemm.testing profiles nothing (under Nsight, sanitizers)."""
+    return _flag("DG_USE_NVIDIA_TOOLS")
+
+
+def distributed_rendezvous() -> tuple[str, int, int, int]:
+    """(MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK) as dgx.deep_gemm.utils.dist.init_dist reads them (WORLD_SIZE
+    nodes, RANK this node's), with DeepGEMM's defaults 127.0.0.1, 8361, 1, 0."""
+    def integer(name: str, default: int, low: int) -> int:
+        raw = os.environ.get(name, "").strip()
+        if not raw:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            value = low - 1
+        if value < low:
+            raise EnvError(name, raw, f"an integer >= {low}", "unset it for the default")
+        return value
+
+    return (os.environ.get("MASTER_ADDR", "").strip() or "127.0.0.1", integer("MASTER_PORT", 8361, 1),
+            integer("WORLD_SIZE", 1, 1), integer("RANK", 0, 0))

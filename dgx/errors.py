@@ -71,3 +71,13 @@ class JitStrictError(DgxError):
 class LayoutConversionWarning(UserWarning):
     """Scales came in a layout the kernels cannot read as it is, so every call converts them on the GPU first (one
     extra kernel); converting them once ahead (get_mn_major_tma_aligned_tensor) saves it. Shown once per process."""
+
+
+class Sm100OnlyError(DgxError, NotImplementedError):
+    """A DeepGEMM name or argument that exists for sm_100 (Blackwell) only: FP4 operands, the Mega MoE kernels, the
+    MN-major K-grouped GEMM, varlen paged MQA. dgx's kernels are sm_90 (Hopper); the message names what was asked."""
+
+
+class FamilyMissingError(DgxError, NotImplementedError):
+    """A DeepGEMM name whose kernel family dgx does not have yet (BF16 GEMMs, einsum, ...): the message names the
+    family. The name exists with DeepGEMM's signature so that code importing it loads."""

@@ -12,7 +12,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import dgx  # noqa: E402
+from dgx.errors import Sm100OnlyError  # noqa: E402
 import dgx.deep_gemm as dg  # noqa: E402
+from dgx.deep_gemm import fp8 as dg_fp8  # noqa: E402
 from dgx import grouped_psum  # noqa: E402
 from dgx.heuristics import choose_grouped  # noqa: E402
 from dgx.kinds import Layout  # noqa: E402
@@ -20,80 +22,20 @@ from dgx.ue8m0 import get_mn_major_tma_aligned_packed_ue8m0_tensor  # noqa: E402
 
 from fake_views import fake_view  # noqa: E402
 
-# DeepGEMM's public names (deep_gemm/__init__.py and deep_gemm/utils) that apply to FP8 on sm_90 and that dgx has.
-EXPECTED_NAMES = {
-    "fp8_gemm_nt", "fp8_gemm_nn", "fp8_gemm_tn", "fp8_gemm_tt",
-    "fp8_fp4_gemm_nt", "fp8_fp4_gemm_nn", "fp8_fp4_gemm_tn", "fp8_fp4_gemm_tt",
-    "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nn_contiguous",
-    "m_grouped_fp8_fp4_gemm_nt_contiguous", "m_grouped_fp8_fp4_gemm_nn_contiguous",
-    "m_grouped_fp8_gemm_nt_masked", "m_grouped_fp8_fp4_gemm_nt_masked", "fp8_m_grouped_gemm_nt_masked",
-    "k_grouped_fp8_gemm_nt_contiguous",
-    "fp8_mqa_logits", "get_paged_mqa_logits_metadata", "fp8_paged_mqa_logits",
-    "set_num_sms", "get_num_sms", "set_tc_util", "get_tc_util", "set_pdl", "get_pdl",
-    "set_ignore_compile_dims", "set_block_size_multiple_of",
-    "get_tma_aligned_size", "get_mn_major_tma_aligned_tensor", "get_mn_major_tma_aligned_packed_ue8m0_tensor",
-    "transform_sf_into_required_layout",
-    "set_mk_alignment_for_contiguous_layout", "get_mk_alignment_for_contiguous_layout",
-    "get_m_alignment_for_contiguous_layout", "get_k_alignment_for_contiguous_layout",
-    "get_theoretical_mk_alignment_for_contiguous_layout",
-    "ceil_div", "align", "ceil_to_ue8m0", "pack_ue8m0_to_int", "unpack_ue8m0_from_int",
-    "per_token_cast_to_fp8", "per_channel_cast_to_fp8", "per_block_cast_to_fp8", "per_custom_dims_cast_to_fp8",
-}
-
-_E = inspect.Parameter.empty
-# The issue's signatures: (name, default) of the positional parameters, in order.
-GEMM_PARAMS = [("a", _E), ("b", _E), ("d", _E), ("c", None), ("recipe", None), ("recipe_a", None),
-               ("recipe_b", None), ("compiled_dims", "nk"), ("disable_ue8m0_cast", False)]
-SIGNATURES = {
-    "fp8_gemm_nt": GEMM_PARAMS,
-    "fp8_gemm_nn": GEMM_PARAMS,
-    "fp8_gemm_tn": [p if p[0] != "compiled_dims" else ("compiled_dims", "mn") for p in GEMM_PARAMS],
-    "fp8_gemm_tt": [p if p[0] != "compiled_dims" else ("compiled_dims", "mn") for p in GEMM_PARAMS],
-    "m_grouped_fp8_gemm_nt_contiguous": [
-        ("a", _E), ("b", _E), ("d", _E), ("grouped_layout", _E), ("recipe", None), ("compiled_dims", "nk"),
-        ("disable_ue8m0_cast", False), ("use_psum_layout", False), ("expected_m_for_psum_layout", None)],
-    "m_grouped_fp8_gemm_nt_masked": [
-        ("a", _E), ("b", _E), ("d", _E), ("masked_m", _E), ("expected_m", _E), ("recipe", None),
-        ("compiled_dims", "nk"), ("disable_ue8m0_cast", False)],
-    "k_grouped_fp8_gemm_nt_contiguous": [
-        ("a", _E), ("b", _E), ("d", _E), ("ks", _E), ("ks_tensor", _E), ("c", None), ("recipe", (1, 1, 128)),
-        ("compiled_dims", "mn")],
-    "get_theoretical_mk_alignment_for_contiguous_layout": [("expected_m", None)],
-    "get_mn_major_tma_aligned_packed_ue8m0_tensor": [("sf", _E), ("psum_layout", None)],
-    "per_token_cast_to_fp8": [("x", _E), ("use_ue8m0", _E), ("gran_k", 128), ("use_packed_ue8m0", False)],
-    "per_channel_cast_to_fp8": [("x", _E), ("use_ue8m0", _E), ("gran_k", 128)],
-    "per_block_cast_to_fp8": [("x", _E), ("use_ue8m0", _E), ("gran_k", 128)],
-    "per_custom_dims_cast_to_fp8": [("x", _E), ("dims", _E), ("use_ue8m0", _E)],
-    "transform_sf_into_required_layout": [
-        ("sf", _E), ("mn", _E), ("k", _E), ("recipe", _E), ("num_groups", None), ("is_sfa", None),
-        ("disable_ue8m0_cast", False), ("psum_layout", None)],
-}
-# Keyword-only extras: newer DeepGEMM arguments, and the older names of renamed ones.
+# Keyword-only extras beyond DeepGEMM's parameters (tests/test_deep_gemm_api.py checks DeepGEMM's own): the older
+# names of renamed arguments.
 EXTRAS = {
-    "m_grouped_fp8_gemm_nt_contiguous": {"m_indices": None, "recipe_a": None, "recipe_b": None,
-                                         "ensure_zero_padding": True},
-    "m_grouped_fp8_gemm_nt_masked": {"recipe_a": None, "recipe_b": None},
-    "k_grouped_fp8_gemm_nt_contiguous": {"use_psum_layout": False, "ks_cpu": None, "grouped_layout": None},
+    "m_grouped_fp8_gemm_nt_contiguous": {"m_indices": None},
+    "m_grouped_fp8_gemm_nn_contiguous": {"m_indices": None},
+    "k_grouped_fp8_gemm_nt_contiguous": {"ks": None, "ks_tensor": None},
 }
 
 
-def test_the_public_names_are_deepgemms_sm90_api():
-    assert set(dg.__all__) == EXPECTED_NAMES and len(dg.__all__) == len(EXPECTED_NAMES)
-    public = {n for n in vars(dg) if not n.startswith("_")}
-    assert public == EXPECTED_NAMES, "a public name that is not in __all__ (or the reverse)"
-    assert all(callable(getattr(dg, n)) for n in dg.__all__)
-    assert dgx.deep_gemm is dg  # reachable from the package too
-
-
-def test_signatures_are_the_issues():
-    for name, params in SIGNATURES.items():
+def test_keyword_only_extras_are_the_older_names():
+    for name, extras in EXTRAS.items():
         sig = inspect.signature(getattr(dg, name))
-        positional = [(p.name, p.default) for p in sig.parameters.values()
-                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        assert positional == params, name
-        extras = {p.name: p.default for p in sig.parameters.values() if p.kind == p.KEYWORD_ONLY}
-        assert extras == EXTRAS.get(name, {}), name
-        assert not any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in sig.parameters.values()), name
+        assert {p.name: p.default for p in sig.parameters.values() if p.kind == p.KEYWORD_ONLY} == extras, name
+    assert dgx.deep_gemm is dg  # reachable from the package too
 
 
 def test_aliases_are_the_same_functions():
@@ -140,7 +82,7 @@ def recorder(monkeypatch):
         return fake
 
     for name in ("_dgx_dense", "_dgx_contiguous", "_dgx_masked", "_dgx_contiguous_psum", "_dgx_k_grouped"):
-        monkeypatch.setattr(dg, name, make(name))
+        monkeypatch.setattr(dg_fp8, name, make(name))
     return calls
 
 
@@ -175,13 +117,14 @@ def test_weight_gradient_recipe(recorder):
     "kwargs, error, message",
     [
         ({"recipe": (1, 64, 128)}, ValueError, r"^recipe: expected \(1, 128, 128\).*\(1, 1, 128\).*got \(1, 64, 128\)"),
-        ({"recipe": (1, 128, 32)}, ValueError, r"^recipe: .*got \(1, 128, 32\)"),
+        ({"recipe": (1, 128, 32)}, Sm100OnlyError, r"recipe=\(1, 128, 32\) scales per 32 of K.*sm_100"),
         ({"recipe": (128, 128)}, TypeError, r"^recipe: expected a tuple of 3 ints"),
         ({"recipe": "1x128"}, TypeError, r"^recipe: expected a tuple of 3 ints"),
         ({"recipe": (1, 128, 128), "recipe_a": (1, 128), "recipe_b": (128, 128)}, ValueError, "not both"),
         ({"recipe_a": (1, 128)}, ValueError, r"^recipe_a, recipe_b: expected both or neither"),
-        ({"recipe_a": (1, 32), "recipe_b": (128, 128)}, ValueError, r"^recipe_a: expected \(1, 128\).*got \(1, 32\)"),
-        ({"recipe_a": (1, 128), "recipe_b": (32, 32)}, ValueError, r"^recipe_b: .*got \(32, 32\)"),
+        ({"recipe_a": (1, 32), "recipe_b": (128, 128)}, Sm100OnlyError, r"recipe_a=\(1, 32\).*sm_100"),
+        ({"recipe_a": (1, 128), "recipe_b": (32, 32)}, Sm100OnlyError, r"recipe_b=\(32, 32\).*sm_100"),
+        ({"recipe_a": (1, 128), "recipe_b": (64, 128)}, ValueError, r"^recipe_b: .*got \(64, 128\)"),
         ({"recipe": (1, 1, 128)}, ValueError, r"^d: recipe \(1, 1, 128\).*float32 d; got torch.bfloat16"),
         ({"compiled_dims": 3}, TypeError, r"^compiled_dims: expected a str"),
     ],
@@ -403,14 +346,14 @@ def test_k_grouped_c_and_names(recorder):
     [
         ({"recipe": (1, 128, 128)}, ValueError, r"^recipe: the K-grouped GEMM takes \(1, 1, 128\) only.*got \(1, 128, 128\)"),
         ({"use_psum_layout": True}, ValueError, r"^use_psum_layout: the K-grouped prefix-sum layout is sm_100 only"),
-        ({"ks_cpu": [256, 128]}, TypeError, "both ks and ks_cpu"),
+        ({"ks": [256, 128]}, TypeError, "both ks_cpu and ks"),
     ],
 )
 def test_k_grouped_argument_errors(recorder, kwargs, error, message):
     a, b, d, ks, kt = _k_grouped_inputs()
     with pytest.raises(error, match=message):
         dg.k_grouped_fp8_gemm_nt_contiguous(a, b, d, ks, kt, **kwargs)
-    with pytest.raises(TypeError, match="missing the argument ks_tensor"):
+    with pytest.raises(TypeError, match=r"missing the argument grouped_layout \(or ks_tensor\)"):
         dg.k_grouped_fp8_gemm_nt_contiguous(a, b, d, ks)
     with pytest.raises(ValueError, match=r"^SFA: the K-grouped GEMM takes float32 scales"):
         dg.k_grouped_fp8_gemm_nt_contiguous((a[0], torch.zeros(256, 1, dtype=torch.int32)), b, d, ks, kt)
@@ -639,7 +582,9 @@ def test_transform_sf_into_required_layout():
         dg.transform_sf_into_required_layout(torch.rand(256, 4), 256, 512, (1, 128, 128), is_sfa=False)
     with pytest.raises(ValueError, match="^is_sfa"):
         dg.transform_sf_into_required_layout(sfa, 100, 512, (1, 128, 128))
-    with pytest.raises(ValueError, match="^recipe: expected granularities"):
+    with pytest.raises(Sm100OnlyError, match=r"recipe \(1, 32\) scales per 32 of K .* sm_100 only"):
         dg.transform_sf_into_required_layout(sfa, 100, 512, (1, 32))
+    with pytest.raises(ValueError, match="^recipe: expected granularities"):
+        dg.transform_sf_into_required_layout(sfa, 100, 512, (1, 64))
     with pytest.raises(ValueError, match="CUDA device memory"):  # packed: unpacked on the GPU
         dg.transform_sf_into_required_layout(torch.zeros(100, 1, dtype=torch.int32), 100, 512, (1, 128))

@@ -5,6 +5,7 @@ and `import ptx` (or cache, sass_tools, cli) fails outside the source tree (CPU 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -32,12 +33,13 @@ print(json.dumps({"fp8_gemm_nt": hasattr(dgx, "fp8_gemm_nt"), "headers": len(dgx
 """
 
 
-def _build(kind: str, out: Path) -> Path:
-    setuptools = pytest.importorskip("setuptools")
-    del setuptools
-    code = (f"import sys; from setuptools import build_meta as b; "
+def _build(kind: str, out: Path, tree: Path) -> Path:
+    """Builds a wheel (or an editable one) of the copy `tree` of the repository through its own backend, as pip
+    would (the backend's path first on sys.path)."""
+    pytest.importorskip("setuptools")
+    code = (f"import sys; sys.path.insert(0, 'dgx/_build'); import dgx_backend as b; "
             f"print(b.build_{kind}(sys.argv[1]))")
-    done = subprocess.run([sys.executable, "-c", code, str(out)], cwd=ROOT, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", code, str(out)], cwd=tree, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return out / done.stdout.strip().splitlines()[-1]
@@ -55,13 +57,25 @@ def _probe(site_dir: Path, cwd: Path) -> dict:
 
 @pytest.mark.parametrize("kind", ["wheel", "editable"])
 def test_the_distribution_installs_dgx_alone(kind, tmp_path):
-    wheel = _build(kind, tmp_path / "dist")
+    tree = tmp_path / "tree"  # the tracked files (the links inside dgx/ included), as a fresh clone has them
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.split(b"\0")
+    for name in filter(None, files):
+        src, dst = ROOT / name.decode(), tree / name.decode()
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            dst.symlink_to(os.readlink(src))
+        elif src.is_file():
+            shutil.copyfile(src, dst)
+    wheel = _build(kind, tmp_path / "dist", tree)
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
         zf.extractall(tmp_path / "site")
     top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert "dgx-as-deep-gemm.pth" in top  # the DGX_AS_DEEP_GEMM start-up line (it imports nothing unless set)
+    top.discard("dgx-as-deep-gemm.pth")
     if kind == "wheel":
         assert top == {"dgx"}, top
+        assert not any(n.startswith("dgx/_build") for n in names)  # the build backend's path is not installed
         for leaf in ("dgx/ptx/fp8_gemm.cuh", "dgx/cache/store.py", "dgx/sass_tools/codec.py", "dgx/cli.py"):
             assert leaf in names
     else:  # an editable wheel holds a path hook and its finder, which map `dgx` to the source tree

@@ -1,35 +1,32 @@
-"""Runs DeepGEMM's own test files against dgx: ``deep_gemm`` resolves to ``dgx.deep_gemm``.
+"""Runs DeepGEMM's own test files against dgx, unmodified: ``deep_gemm`` resolves to ``dgx.deep_gemm`` through
+DGX_AS_DEEP_GEMM=1, as in any engine's process.
 
-    python tests/device/run_deep_gemm_tests.py PATH/test_core.py [PATH/test_fp8_fp4.py ...] [--only test_gemm]
+    python tests/device/run_deep_gemm_tests.py DIR/test_fp8_fp4.py [DIR/test_layout.py ...] [--only test_gemm]
 
-Before a test file is imported, a package named ``deep_gemm`` is put into ``sys.modules``: every public name of
-``dgx.deep_gemm``, plus what DeepGEMM's test files use beyond the API, written here (not copied): the submodules
-``deep_gemm.testing`` (bench_kineto, calc_diff, count_bytes, ...), ``deep_gemm.utils`` (the quantisation and
-layout helpers; the FP4 ones raise NotImplementedError, FP4 being sm_100 only) and ``deep_gemm.jit_kernels.utils``
-(the 1.x alignment name), the 1.x GEMM names the last pure-Python test file calls (``gemm_fp8_fp8_bf16_nt``, ...,
-``get_col_major_tma_aligned_tensor``) and stand-ins for the cuBLASLt wrappers (``cublaslt_gemm_nt`` ..., torch's
-``_scaled_mm``, for the tests' speed comparisons only). dgx.deep_gemm itself holds only the API's names.
+The runner sets DGX_AS_DEEP_GEMM=1 and installs the ``import deep_gemm`` hook (_dgx_as_deep_gemm.install(), what
+the dgx-as-deep-gemm.pth of an installed dgx does at interpreter start; here for a checkout on PYTHONPATH too), then
+checks that ``import deep_gemm`` gives dgx.deep_gemm. Everything the test files import from ``deep_gemm``,
+``deep_gemm.utils`` and ``deep_gemm.testing`` is dgx.deep_gemm's own; the only helper from outside the package is
+their ``generators.py``, which must sit next to them.
 
 Each test file's folder goes first on ``sys.path`` (its ``generators`` module), the file is imported under another
 name, and the statements of its ``if __name__ == '__main__':`` block run in order (seeds, prints), except that
 each call of a ``test_*`` function is run on its own: a failure is printed with its traceback and the next test
 runs. A file without such a block has its ``test_*`` functions run in order. The last lines say which tests passed
-and failed (``RESULT <file>::<test> PASS|FAIL <seconds>``); the exit status is 1 if any failed.
+and failed (``RESULT <file>::<test> PASS|FAIL <seconds>``) and count them; the exit status is 1 if any failed.
+A test of a family dgx has not yet fails with FamilyMissingError naming the family; one that needs sm_100 is
+filtered by the test file itself on sm_90.
 
-``bench_kineto`` profiles like DeepGEMM's (a CUDA-activity torch profiler, ``num_tests`` calls, each after an L2
-flush; ``--bench-tests N`` overrides the count) and returns the mean time per launch of the kernels whose name
-contains the given string. dgx's kernels are named ``dgx_fp8_gemm_nt*``: a name DeepGEMM gives its own kernels that
-matches nothing (``fp8_wgrad_gemm``) is timed as dgx's kernels in the call, or, when none ran, as the whole call
-with CUDA events; with several names, only the first falls back and the others are 0.
-
-No GPU is touched before a test runs, so the module machinery is checked on the CPU too (tests/test_deep_gemm_shim.py).
+``--bench-tests N`` makes every bench_kineto of dgx.deep_gemm.testing profile N calls instead of the test's count
+(shorter runs). No GPU is touched before a test runs, so the runner is checked on the CPU too
+(tests/test_deep_gemm_shim.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
-import functools
+import importlib
 import importlib.util
 import os
 import sys
@@ -41,267 +38,21 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-_BENCH_TESTS: list[int | None] = [None]  # --bench-tests
-
-
-# --- deep_gemm.testing ------------------------------------------------------------------------------------------
-
-
-def calc_diff(x, y) -> float:
-    """1 - 2 sum(xy) / sum(x^2 + y^2) in float64 (0 for two all-zero tensors)."""
-    x, y = x.double(), y.double()
-    denominator = (x * x + y * y).sum()
-    if float(denominator) == 0.0:
-        return 0.0
-    return float(1 - 2 * (x * y).sum() / denominator)
-
-
-def count_bytes(*tensors) -> int:
-    """Bytes of every tensor given (nested tuples and lists walked, None skipped)."""
-    total = 0
-    for t in tensors:
-        if isinstance(t, (tuple, list)):
-            total += count_bytes(*t)
-        elif t is not None:
-            total += t.numel() * t.element_size()
-    return total
-
-
-def assert_bitwise_equal(x, y, label: str = "") -> None:
-    """Raises AssertionError naming the first differing byte unless x and y hold the same bytes."""
-    import torch
-
-    if x.shape != y.shape or x.dtype != y.dtype:
-        raise AssertionError(f"{label}: shapes/dtypes differ: {tuple(x.shape)} {x.dtype} vs {tuple(y.shape)} {y.dtype}")
-    xb, yb = x.contiguous().view(torch.uint8).flatten(), y.contiguous().view(torch.uint8).flatten()
-    if not torch.equal(xb, yb):
-        first = int((xb != yb).nonzero()[0])
-        raise AssertionError(f"{label}: bitwise mismatch, first at byte {first} of {xb.numel()} "
-                             f"({int((xb != yb).sum())} bytes differ)")
-
-
-def get_arch_major() -> int:
-    import torch
-
-    return torch.cuda.get_device_capability()[0]
-
-
-def test_filter(condition):
-    """Runs the decorated function only when condition() holds (else prints that it was filtered)."""
-
-    def decorator(fn):
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            if condition():
-                return fn(*args, **kwargs)
-            print(f"{fn.__name__}: filtered by {condition}")
-            return None
-
-        return wrapper
-
-    return decorator
-
-
-def ignore_env(name: str, condition):
-    """Runs the decorated function with environment variable `name` removed while condition() holds."""
-
-    def decorator(fn):
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            if not condition():
-                return fn(*args, **kwargs)
-            saved = os.environ.pop(name, None)
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                if saved is not None:
-                    os.environ[name] = saved
-
-        return wrapper
-
-    return decorator
-
-
-_flush: list = []
-
-
-def _l2_flush():
-    import torch
-
-    if not _flush:
-        _flush.append(torch.empty(256 << 20, dtype=torch.uint8, device="cuda"))  # well above a Hopper L2
-    _flush[0].zero_()
-
-
-def bench(fn, num_warmups: int = 5, num_tests: int = 10, high_precision: bool = False) -> float:
-    """Mean seconds per call of fn over num_tests calls after num_warmups (CUDA events, one L2 flush first)."""
-    import torch
-
-    torch.cuda.synchronize()
-    _l2_flush()
-    for _ in range(num_warmups):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(num_tests):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / 1e3 / num_tests
-
-
-def _device_us(event) -> float:
-    """Microseconds of GPU time of a profiler row (a kernel's: its total over its launches)."""
-    names = ("device_time_total", "self_device_time_total") if hasattr(event, "device_time_total") else (
-        "cuda_time_total", "self_cuda_time_total")
-    return max(float(getattr(event, name, 0.0) or 0.0) for name in names)
-
-
-def bench_kineto(fn, kernel_names, num_tests: int = 30, suppress_kineto_output: bool = False, trace_path=None,
-                 flush_l2: bool = True, with_multiple_kernels: bool = False, barrier=None):
-    """Mean seconds per launch of the kernels whose names contain each of `kernel_names` (a str, or a tuple: then
-    a tuple of times), over num_tests calls of fn profiled with torch's CUDA-activity profiler. See the module for
-    names that match nothing."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    if int(os.environ.get("DG_USE_NVIDIA_TOOLS", "0")):
-        return (1,) * len(kernel_names) if isinstance(kernel_names, tuple) else 1
-    names = (kernel_names,) if isinstance(kernel_names, str) else tuple(kernel_names)
-    num_tests = _BENCH_TESTS[0] or num_tests
-    fn()  # compiles and loads what it needs outside the profile
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(num_tests):
-            if flush_l2:
-                _l2_flush()
-            if barrier is not None:
-                barrier()
-            fn()
-        torch.cuda.synchronize()
-    if trace_path is not None:
-        prof.export_chrome_trace(trace_path)
-    kernels = [(e.key, _device_us(e), e.count) for e in prof.key_averages()]
-
-    def mean_of(match) -> float | None:
-        total = count = 0
-        for key, us, n in kernels:
-            if match(key):
-                total, count = total + us, count + n
-        return total / count / 1e6 if count else None
-
-    times = [mean_of(lambda key, name=name: name in key) for name in names]
-    if all(t is None for t in times):
-        fallback = mean_of(lambda key: key.startswith("dgx_"))
-        if fallback is None:
-            fallback = bench(fn, num_warmups=1, num_tests=num_tests)
-        times[0] = fallback
-    times = [t or 0.0 for t in times]
-    return tuple(times) if isinstance(kernel_names, tuple) else times[0]
-
-
-# --- stand-ins outside DeepGEMM's FP8 API ---------------------------------------------------------------------------
-
-
-def cublaslt_gemm_nt(a, b, d, c=None) -> None:
-    """d = a . b^T (+ c) for FP8 a [M, K], b [N, K] with unit scales through torch._scaled_mm (cuBLASLt), or a plain
-    float matmul where _scaled_mm refuses the shape: a reference for the tests' speed comparisons only."""
-    import torch
-
-    one = torch.ones((), dtype=torch.float32, device=a.device)
-    try:
-        out = torch._scaled_mm(a.contiguous(), b.contiguous().t(), scale_a=one, scale_b=one, out_dtype=d.dtype)
-    except Exception:  # noqa: BLE001 - shapes _scaled_mm does not take (M = 1, ...)
-        out = (a.float() @ b.float().t()).to(d.dtype)
-    if c is not None:
-        out = out + c
-    d.copy_(out)
-
-
-def cublaslt_gemm_nn(a, b, d, c=None) -> None:
-    cublaslt_gemm_nt(a, b.t(), d, c)
-
-
-def cublaslt_gemm_tn(a, b, d, c=None) -> None:
-    cublaslt_gemm_nt(a.t(), b.t(), d, c)
-
-
-def cublaslt_gemm_tt(a, b, d, c=None) -> None:
-    cublaslt_gemm_nt(a.t(), b, d, c)
-
-
-def _fp4_only(name: str):
-    """A name their test files import for FP4 cases, which sm_90 never reaches: calling it says why it cannot run."""
-
-    def unavailable(*args, **kwargs):
-        raise NotImplementedError(f"{name}: FP4 operands are sm_100 only (DeepGEMM too); dgx runs FP8 on sm_90")
-
-    unavailable.__name__ = name
-    return unavailable
-
-
-# --- the package ----------------------------------------------------------------------------------------------------
-
-_TESTING_NAMES = ("calc_diff", "count_bytes", "assert_bitwise_equal", "get_arch_major", "test_filter", "ignore_env",
-                  "bench", "bench_kineto")
-_UTILS_FROM_API = ("ceil_div", "align", "ceil_to_ue8m0", "pack_ue8m0_to_int", "unpack_ue8m0_from_int",
-                   "per_token_cast_to_fp8", "per_channel_cast_to_fp8", "per_block_cast_to_fp8",
-                   "per_custom_dims_cast_to_fp8", "get_tma_aligned_size", "get_mn_major_tma_aligned_tensor",
-                   "get_mn_major_tma_aligned_packed_ue8m0_tensor", "set_mk_alignment_for_contiguous_layout",
-                   "get_mk_alignment_for_contiguous_layout", "get_m_alignment_for_contiguous_layout",
-                   "get_k_alignment_for_contiguous_layout", "get_theoretical_mk_alignment_for_contiguous_layout")
-_FP4_UTILS = ("per_token_cast_to_fp4", "transpose_packed_fp4", "cast_back_from_fp4")
-
-
-def build_modules() -> dict[str, types.ModuleType]:
-    """The ``deep_gemm`` package and its submodules, by module name (not yet in sys.modules)."""
-    import dgx
-    import dgx.deep_gemm as api
-
-    here = globals()  # this module's functions (it may run as __main__ or be loaded from its path)
-    pkg = types.ModuleType("deep_gemm", "dgx.deep_gemm under DeepGEMM's name, for DeepGEMM's test files")
-    pkg.__path__ = [os.path.dirname(dgx.__file__)]  # a package (the tests print it), holding no files of its own
-    pkg.__version__ = f"dgx {dgx.__version__}"
-    for name in api.__all__:
-        setattr(pkg, name, getattr(api, name))
-
-    testing = types.ModuleType("deep_gemm.testing")
-    for name in _TESTING_NAMES:
-        setattr(testing, name, here[name])
-    utils = types.ModuleType("deep_gemm.utils")
-    for name in _UTILS_FROM_API:
-        setattr(utils, name, getattr(api, name))
-    for name in _FP4_UTILS:
-        setattr(utils, name, _fp4_only(name))
-    jit_kernels = types.ModuleType("deep_gemm.jit_kernels")
-    jit_utils = types.ModuleType("deep_gemm.jit_kernels.utils")
-    jit_utils.get_m_alignment_for_contiguous_layout = api.get_mk_alignment_for_contiguous_layout
-    jit_kernels.utils = jit_utils
-
-    pkg.testing, pkg.utils, pkg.jit_kernels = testing, utils, jit_kernels
-    # What the test files take from the package itself beyond the API: testing and utils names (DeepGEMM's
-    # __init__ imports them with *), the 1.x names of the last pure-Python version and the cuBLASLt stand-ins.
-    for name in _TESTING_NAMES:
-        setattr(pkg, name, here[name])
-    for name in _FP4_UTILS:
-        setattr(pkg, name, getattr(utils, name))
-    pkg.gemm_fp8_fp8_bf16_nt = dgx.gemm_fp8_fp8_bf16_nt
-    pkg.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous = dgx.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous
-    pkg.m_grouped_gemm_fp8_fp8_bf16_nt_masked = dgx.m_grouped_gemm_fp8_fp8_bf16_nt_masked
-    pkg.wgrad_gemm_fp8_fp8_fp32_nt = dgx.wgrad_gemm_fp8_fp8_fp32_nt
-    pkg.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt = dgx.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt
-    pkg.get_col_major_tma_aligned_tensor = api.get_mn_major_tma_aligned_tensor
-    for name in ("cublaslt_gemm_nt", "cublaslt_gemm_nn", "cublaslt_gemm_tn", "cublaslt_gemm_tt"):
-        setattr(pkg, name, here[name])
-    return {"deep_gemm": pkg, "deep_gemm.testing": testing, "deep_gemm.utils": utils,
-            "deep_gemm.jit_kernels": jit_kernels, "deep_gemm.jit_kernels.utils": jit_utils}
-
 
 def install() -> types.ModuleType:
-    """Puts the ``deep_gemm`` package into sys.modules (replacing any there) and returns it."""
-    modules = build_modules()
-    sys.modules.update(modules)
-    return modules["deep_gemm"]
+    """Sets DGX_AS_DEEP_GEMM=1, installs the import hook and returns the ``deep_gemm`` module (dgx.deep_gemm);
+    raises RuntimeError if ``import deep_gemm`` gives anything else (a real DeepGEMM imported before)."""
+    os.environ["DGX_AS_DEEP_GEMM"] = "1"
+    from dgx import deep_gemm_alias
+
+    deep_gemm_alias.install()
+    import dgx.deep_gemm
+
+    deep_gemm = importlib.import_module("deep_gemm")
+    if deep_gemm is not dgx.deep_gemm:
+        raise RuntimeError(f"import deep_gemm gave {getattr(deep_gemm, '__file__', deep_gemm)!r}, not dgx.deep_gemm: "
+                           f"a DeepGEMM was imported before the hook was installed")
+    return deep_gemm
 
 
 # --- running a test file ----------------------------------------------------------------------------------------------
@@ -376,11 +127,14 @@ def run_file(path: str, only: set[str] | None = None) -> list[tuple[str, str, fl
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("files", nargs="+", help="DeepGEMM test files (test_core.py, test_fp8_fp4.py, ...)")
+    parser.add_argument("files", nargs="+", help="DeepGEMM test files (test_fp8_fp4.py, test_layout.py, ...)")
     parser.add_argument("--only", action="append", default=None, help="run only this test function (repeatable)")
     parser.add_argument("--bench-tests", type=int, default=None, help="calls per bench_kineto (default: the test's)")
     args = parser.parse_args(argv)
-    _BENCH_TESTS[0] = args.bench_tests
+    install()
+    from dgx.deep_gemm.testing import bench
+
+    bench.num_tests_override = args.bench_tests
     summary = []
     for path in args.files:
         for name, status, seconds in run_file(path, set(args.only) if args.only else None):

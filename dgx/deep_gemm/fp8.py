@@ -1,24 +1,10 @@
-"""DeepGEMM 2.x's Python API on dgx's sm_90 kernels: ``import dgx.deep_gemm as deep_gemm`` is the whole switch.
+"""DeepGEMM's FP8 GEMMs on dgx's sm_90 kernels, with DeepGEMM's names, parameters and defaults.
 
-Names, parameters, defaults and semantics follow DeepGEMM's current ``deep_gemm`` package, for the names that
-apply to FP8 on sm_90 (H100/H800/H200):
-
-- GEMMs: ``fp8_gemm_nt`` (and ``fp8_gemm_nn``/``tn``/``tt``), ``m_grouped_fp8_gemm_nt_contiguous`` (prefix-sum
-  layout included), ``m_grouped_fp8_gemm_nn_contiguous``, ``m_grouped_fp8_gemm_nt_masked``,
-  ``k_grouped_fp8_gemm_nt_contiguous``; the ``fp8_fp4_*`` names are the same functions (FP8 only on sm_90), and
-  ``fp8_m_grouped_gemm_nt_masked`` is the older masked name.
-- The DeepSeek-V3.2 indexer: ``fp8_mqa_logits``, ``get_paged_mqa_logits_metadata``, ``fp8_paged_mqa_logits``
-  (dgx's, see dgx.mqa).
-- Runtime settings: ``set_num_sms``/``get_num_sms``, ``set_tc_util``/``get_tc_util``, ``set_pdl``/``get_pdl``,
-  ``set_ignore_compile_dims``, ``set_block_size_multiple_of``.
-- Layouts: ``get_tma_aligned_size``, ``get_mn_major_tma_aligned_tensor``,
-  ``get_mn_major_tma_aligned_packed_ue8m0_tensor``, ``transform_sf_into_required_layout``,
-  ``set_mk_alignment_for_contiguous_layout``/``get_mk_alignment_for_contiguous_layout`` (and the ``m``/``k`` aliases),
-  ``get_theoretical_mk_alignment_for_contiguous_layout``.
-- Quantisation helpers (torch, any device): ``per_token_cast_to_fp8``, ``per_channel_cast_to_fp8``,
-  ``per_block_cast_to_fp8``, ``per_custom_dims_cast_to_fp8`` (with ``use_ue8m0``: scales rounded up to powers of
-  two, and ``gran_k``), ``ceil_to_ue8m0``, ``pack_ue8m0_to_int``, ``unpack_ue8m0_from_int``, ``ceil_div``,
-  ``align``.
+- ``fp8_gemm_nt`` (and ``nn``/``tn``/``tt``), ``m_grouped_fp8_gemm_nt_contiguous`` (prefix-sum layout included),
+  ``m_grouped_fp8_gemm_nn_contiguous``, ``m_grouped_fp8_gemm_nt_masked``, ``k_grouped_fp8_gemm_nt_contiguous``; the
+  ``fp8_fp4_*`` names are the same functions (FP8 operands only: FP4 operands are sm_100 only and raise
+  Sm100OnlyError), and ``fp8_m_grouped_gemm_nt_masked`` is the older masked name.
+- ``transform_sf_into_required_layout``: scales in the layout the sm_90 kernels read.
 
 Scale factors: FP32 scales, UE8M0-valued ones included, are read as they are (a row-major SFA is copied into the
 TMA-aligned MN-major layout on the GPU, as DeepGEMM does; an MN-major per-block SFB is made contiguous). Packed
@@ -28,38 +14,30 @@ kernel before the GEMM (DeepGEMM itself refuses them on sm_90). The K-grouped GE
 
 Accepted but ignored on sm_90 (documented per function): ``compiled_dims`` (dgx always compiles N and K into the
 kernel and takes M at run time), ``disable_ue8m0_cast`` (there is no UE8M0 cast on sm_90: FP32 scales are used as
-given), ``ensure_zero_padding`` (sm_100 only in DeepGEMM), ``set_tc_util``, ``set_ignore_compile_dims`` and
-``set_block_size_multiple_of`` (dgx's heuristics have no such knobs; the values are stored and returned).
-
-Not provided, because dgx has no such kernels: the BF16 GEMMs, ``einsum``/``fp8_einsum``, cuBLASLt wrappers,
-``tf32_hc_prenorm_gemm``, the Mega MoE kernels, FP4 operands and helpers, ``fp8_gemm_nt_skip_head_mid``, the
-``fp8_fp4_*mqa_logits`` variants, ``k_grouped_fp8_gemm_tn_contiguous`` and
-``get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor`` (sm_100 only in DeepGEMM). Every function raises
-TypeError/ValueError naming the argument, what was expected and what came.
+given), ``ensure_zero_padding`` (sm_100 only in DeepGEMM). Every function raises TypeError/ValueError naming the
+argument, what was expected and what came, before anything is launched.
 """
+
+from __future__ import annotations
 
 import inspect as _inspect
 
 import torch as _torch
 
-from . import device as _device
-from . import runtime as _runtime
-from .gemm import fp8_gemm_nt as _dgx_dense
-from .grouped import m_grouped_fp8_gemm_nt_contiguous as _dgx_contiguous
-from .grouped import m_grouped_fp8_gemm_nt_masked as _dgx_masked
-from .grouped_psum import m_grouped_fp8_gemm_nt_contiguous_psum as _dgx_contiguous_psum
-from .heuristics import CONTIGUOUS_ALIGNMENT as _DGX_ALIGNMENT
-from .intmath import ceil_div as _ceil_div
-from .layout import get_mn_major_tma_aligned_tensor, get_tma_aligned_size
-from .mqa import fp8_mqa_logits, fp8_paged_mqa_logits, get_paged_mqa_logits_metadata
-from .pdl import get_pdl, set_pdl
-from .ue8m0 import ceil_to_ue8m0, get_mn_major_tma_aligned_packed_ue8m0_tensor, pack_ue8m0_to_int
-from .ue8m0 import unpack_scales as _unpack_scales
-from .ue8m0 import unpack_ue8m0_from_int
-from .wgrad import k_grouped_fp8_gemm_nt_contiguous as _dgx_k_grouped
+from ..errors import Sm100OnlyError
+from ..gemm import fp8_gemm_nt as _dgx_dense
+from ..grouped import m_grouped_fp8_gemm_nt_contiguous as _dgx_contiguous
+from ..grouped import m_grouped_fp8_gemm_nt_masked as _dgx_masked
+from ..grouped_psum import m_grouped_fp8_gemm_nt_contiguous_psum as _dgx_contiguous_psum
+from ..heuristics import CONTIGUOUS_ALIGNMENT as _DGX_ALIGNMENT
+from ..intmath import ceil_div as _ceil_div
+from ..layout import get_mn_major_tma_aligned_tensor
+from ..ue8m0 import unpack_scales as _unpack_scales
+from ..wgrad import k_grouped_fp8_gemm_nt_contiguous as _dgx_k_grouped
+from .settings import _settings
+from .settings import expect_int as _expect_int
 
 __all__ = [
-    # GEMMs
     "fp8_gemm_nt",
     "fp8_gemm_nn",
     "fp8_gemm_tn",
@@ -76,128 +54,11 @@ __all__ = [
     "m_grouped_fp8_fp4_gemm_nt_masked",
     "fp8_m_grouped_gemm_nt_masked",
     "k_grouped_fp8_gemm_nt_contiguous",
-    # The DeepSeek-V3.2 indexer
-    "fp8_mqa_logits",
-    "get_paged_mqa_logits_metadata",
-    "fp8_paged_mqa_logits",
-    # Runtime settings
-    "set_num_sms",
-    "get_num_sms",
-    "set_tc_util",
-    "get_tc_util",
-    "set_pdl",
-    "get_pdl",
-    "set_ignore_compile_dims",
-    "set_block_size_multiple_of",
-    # Layouts
-    "get_tma_aligned_size",
-    "get_mn_major_tma_aligned_tensor",
-    "get_mn_major_tma_aligned_packed_ue8m0_tensor",
     "transform_sf_into_required_layout",
-    "set_mk_alignment_for_contiguous_layout",
-    "get_mk_alignment_for_contiguous_layout",
-    "get_m_alignment_for_contiguous_layout",
-    "get_k_alignment_for_contiguous_layout",
-    "get_theoretical_mk_alignment_for_contiguous_layout",
-    # Quantisation helpers
-    "ceil_div",
-    "align",
-    "ceil_to_ue8m0",
-    "pack_ue8m0_to_int",
-    "unpack_ue8m0_from_int",
-    "per_token_cast_to_fp8",
-    "per_channel_cast_to_fp8",
-    "per_block_cast_to_fp8",
-    "per_custom_dims_cast_to_fp8",
 ]
 
-_FP8_MAX = 448.0  # the largest finite float8_e4m3fn
 _BF16_RECIPE = (1, 128, 128)  # A per row per 128 of K, B per 128x128 block: BF16 d
 _WGRAD_RECIPE = (1, 1, 128)  # both per row per 128 of K: the FP32 weight-gradient form
-
-
-# --- runtime settings -------------------------------------------------------------------------------------------
-
-_settings = {"tc_util": 0, "ignore_compile_dims": False, "block_size_multiple_of": (1, 1), "mk_alignment": 128}
-
-
-def _expect_int(value, name: str, low: int | None = None, high: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name}: expected an int; got {type(value).__name__} {value!r}")
-    if (low is not None and value < low) or (high is not None and value > high):
-        bounds = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise ValueError(f"{name}: expected an int {bounds}; got {value}")
-    return value
-
-
-def _current_device() -> int:
-    return _torch.cuda.current_device() if _torch.cuda.is_available() and _torch.cuda.is_initialized() else 0
-
-
-def set_num_sms(new_num_sms: int) -> None:
-    """Plan kernels for this many SMs (0: all of the device's, DeepGEMM's reset); as dgx.set_num_sms."""
-    _expect_int(new_num_sms, "new_num_sms", 0)
-    if new_num_sms == 0:
-        new_num_sms = _runtime.device_info(_current_device()).num_sms
-    _device.set_num_sms(new_num_sms)
-
-
-def get_num_sms() -> int:
-    """The SMs kernels are planned for (set_num_sms, else DGX_NUM_SMS, else the current device's)."""
-    return _device.get_num_sms(_current_device())
-
-
-def set_tc_util(new_tc_util: int) -> None:
-    """DeepGEMM's expected tensor-core utilisation in percent (0 .. 100, 0 = 100) for its heuristics. Stored and
-    returned by get_tc_util; ignored by dgx's heuristics on sm_90."""
-    _settings["tc_util"] = _expect_int(new_tc_util, "new_tc_util", 0, 100)
-
-
-def get_tc_util() -> int:
-    """The value set_tc_util stored (100 when unset or 0)."""
-    return _settings["tc_util"] or 100
-
-
-def set_ignore_compile_dims(new_value: bool) -> None:
-    """DeepGEMM's switch to compile no shape dimensions into its kernels. Ignored on sm_90: dgx always compiles N
-    and K into the kernel and takes M at run time (what compiled_dims='nk' asks for)."""
-    if not isinstance(new_value, bool):
-        raise TypeError(f"new_value: expected a bool; got {type(new_value).__name__}")
-    _settings["ignore_compile_dims"] = new_value
-
-
-def set_block_size_multiple_of(new_value) -> None:
-    """DeepGEMM's constraint on its heuristics' block sizes (an int, or (block M, block N) multiples). Checked and
-    stored; ignored on sm_90: dgx's heuristics choose among the tiles its kernel supports."""
-    values = new_value if isinstance(new_value, tuple) else (new_value, new_value)
-    if len(values) != 2:
-        raise TypeError(f"new_value: expected an int or a tuple of two ints; got {new_value!r}")
-    for v in values:
-        _expect_int(v, "new_value", 1)
-    _settings["block_size_multiple_of"] = tuple(values)
-
-
-def set_mk_alignment_for_contiguous_layout(new_value: int) -> None:
-    """The rows each group of a contiguous M-grouped A is aligned to (default 128): with the prefix-sum layout,
-    group g starts at the previous group's end rounded up to it. dgx's m_indices layout needs a multiple of 128
-    and its prefix-sum layout a multiple of 64; the GEMM calls check."""
-    _settings["mk_alignment"] = _expect_int(new_value, "new_value", 1)
-
-
-def get_mk_alignment_for_contiguous_layout() -> int:
-    """The alignment set_mk_alignment_for_contiguous_layout set (128 by default)."""
-    return _settings["mk_alignment"]
-
-
-get_m_alignment_for_contiguous_layout = get_mk_alignment_for_contiguous_layout
-get_k_alignment_for_contiguous_layout = get_mk_alignment_for_contiguous_layout
-
-
-def get_theoretical_mk_alignment_for_contiguous_layout(expected_m: int | None = None) -> int:
-    """The alignment that suits the kernels best: 128 on sm_90, whatever `expected_m` (a positive int or None)."""
-    if expected_m is not None:
-        _expect_int(expected_m, "expected_m", 0)
-    return _DGX_ALIGNMENT
 
 
 # --- argument checks shared by the GEMMs ------------------------------------------------------------------------
@@ -247,6 +108,23 @@ def _recipe_form(recipe, recipe_a, recipe_b, weight_gradient_allowed: bool = Tru
     if r == _WGRAD_RECIPE and weight_gradient_allowed:
         return "wgrad"
     raise ValueError(f"recipe: expected {wanted} on sm_90; got {recipe!r}")
+
+
+_FP4_DTYPES = tuple(getattr(_torch, n) for n in ("int8", "uint8", "float4_e2m1fn_x2") if hasattr(_torch, n))
+
+
+def _refuse_fp4(fn: str, a, b, recipe, recipe_a, recipe_b) -> None:
+    """FP4 operands (two e2m1 values a byte, as per_token_cast_to_fp4 packs them, scaled per 32 of K) are sm_100
+    only: an operand stored as int8/uint8/float4, or a recipe with 32 along K, raises Sm100OnlyError naming it."""
+    for name, pair in (("a", a), ("b", b)):
+        t = pair[0] if isinstance(pair, (tuple, list)) and pair else None
+        if isinstance(t, _torch.Tensor) and t.dtype in _FP4_DTYPES:
+            raise Sm100OnlyError(f"{fn}: {name} is {t.dtype}, packed FP4 operands; FP4 operands are sm_100 only "
+                                 f"(DeepGEMM too), dgx runs FP8 (float8_e4m3fn) operands on sm_90")
+    for name, r in (("recipe", recipe), ("recipe_a", recipe_a), ("recipe_b", recipe_b)):
+        if isinstance(r, (tuple, list)) and r and r[-1] == 32:
+            raise Sm100OnlyError(f"{fn}: {name}={tuple(r)!r} scales per 32 of K (the FP4 recipes); those are sm_100 "
+                                 f"only (DeepGEMM too), sm_90 scales per 128 of K")
 
 
 def _pair(x, name: str):
@@ -310,6 +188,7 @@ def _k_of(t) -> int | None:
 def _dense(fn: str, a, b, d, c, recipe, recipe_a, recipe_b, compiled_dims, disable_ue8m0_cast,
            transpose_a: bool, transpose_b: bool) -> None:
     _check_ignored(compiled_dims, disable_ue8m0_cast)
+    _refuse_fp4(fn, a, b, recipe, recipe_a, recipe_b)
     form = _recipe_form(recipe, recipe_a, recipe_b)
     a, b = _pair(a, "a"), _pair(b, "b")
     if transpose_a:
@@ -419,6 +298,7 @@ def _contiguous(fn: str, a, b, d, grouped_layout, recipe, compiled_dims, disable
             raise ValueError(f"expected_m_for_psum_layout: only with use_psum_layout=True; got "
                              f"{expected_m_for_psum_layout!r} with use_psum_layout=False")
         _expect_int(expected_m_for_psum_layout, "expected_m_for_psum_layout", 1)
+    _refuse_fp4(fn, a, b, recipe, recipe_a, recipe_b)
     _recipe_form(recipe, recipe_a, recipe_b, weight_gradient_allowed=False)
     a, b = _pair(a, "a"), _pair(b, "b")
     if transpose_b:
@@ -463,9 +343,10 @@ class _Required:
 _REQUIRED = _Required()
 
 
-def m_grouped_fp8_gemm_nt_contiguous(a, b, d, grouped_layout=_REQUIRED, recipe=None, compiled_dims="nk",
-                                     disable_ue8m0_cast=False, use_psum_layout=False, expected_m_for_psum_layout=None,
-                                     *, m_indices=None, recipe_a=None, recipe_b=None, ensure_zero_padding=True) -> None:
+def m_grouped_fp8_gemm_nt_contiguous(a, b, d, grouped_layout=_REQUIRED, recipe=None, recipe_a=None, recipe_b=None,
+                                     compiled_dims="nk", disable_ue8m0_cast=False, use_psum_layout=False,
+                                     ensure_zero_padding=True, expected_m_for_psum_layout=None, *,
+                                     m_indices=None) -> None:
     """MoE GEMM over groups of rows stored one after another: d[r] = A[r] . B[g(r)]^T.
 
     a = (A [M, K], SFA [M, ceil(K/128)]), b = (B [G, N, K], SFB [G, ceil(N/128), ceil(K/128)]), d bfloat16 [M, N].
@@ -484,9 +365,9 @@ def m_grouped_fp8_gemm_nt_contiguous(a, b, d, grouped_layout=_REQUIRED, recipe=N
                 use_psum_layout, expected_m_for_psum_layout, m_indices, recipe_a, recipe_b, ensure_zero_padding, False)
 
 
-def m_grouped_fp8_gemm_nn_contiguous(a, b, d, grouped_layout=_REQUIRED, recipe=None, compiled_dims="nk",
-                                     disable_ue8m0_cast=False, use_psum_layout=False, *, m_indices=None,
-                                     recipe_a=None, recipe_b=None, ensure_zero_padding=True) -> None:
+def m_grouped_fp8_gemm_nn_contiguous(a, b, d, grouped_layout=_REQUIRED, recipe=None, recipe_a=None, recipe_b=None,
+                                     compiled_dims="nk", disable_ue8m0_cast=False, use_psum_layout=False,
+                                     ensure_zero_padding=True, *, m_indices=None) -> None:
     """m_grouped_fp8_gemm_nt_contiguous with b = (B [G, K, N], SFB [G, ceil(K/128), ceil(N/128)]) given transposed.
     Runs when that B is stored so that its transpose is K-major; otherwise raises ValueError naming b (sm_90 reads
     B K-major only)."""
@@ -494,18 +375,20 @@ def m_grouped_fp8_gemm_nn_contiguous(a, b, d, grouped_layout=_REQUIRED, recipe=N
                 use_psum_layout, None, m_indices, recipe_a, recipe_b, ensure_zero_padding, True)
 
 
-def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m, recipe=None, compiled_dims="nk",
-                                 disable_ue8m0_cast=False, *, recipe_a=None, recipe_b=None) -> None:
+def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m, recipe=None, recipe_a=None, recipe_b=None,
+                                 compiled_dims="nk", disable_ue8m0_cast=False) -> None:
     """MoE decode GEMM: d[g, :masked_m[g]] = A[g, :masked_m[g]] . B[g]^T (dgx.m_grouped_fp8_gemm_nt_masked).
 
     a = (A [G, M_max, K], SFA [G, M_max, ceil(K/128)]), b = (B [G, N, K], SFB [G, ceil(N/128), ceil(K/128)]),
     d bfloat16 [G, M_max, N]; masked_m int32 [G] on the GPU (read by the kernel); expected_m guides the config.
     recipe (or recipe_a/recipe_b): None or (1, 128, 128) only. compiled_dims, disable_ue8m0_cast: ignored on sm_90."""
+    fn = "m_grouped_fp8_gemm_nt_masked"
     _check_ignored(compiled_dims, disable_ue8m0_cast)
+    _refuse_fp4(fn, a, b, recipe, recipe_a, recipe_b)
     _recipe_form(recipe, recipe_a, recipe_b, weight_gradient_allowed=False)
     a, b = _pair(a, "a"), _pair(b, "b")
-    _expect_k_major("m_grouped_fp8_gemm_nt_masked", "a", a[0])
-    _expect_k_major("m_grouped_fp8_gemm_nt_masked", "b", b[0])
+    _expect_k_major(fn, "a", a[0])
+    _expect_k_major(fn, "b", b[0])
     _expect_int(expected_m, "expected_m", 1)
     a, b = _grouped_scales(a, b, "M_max")
     _dgx_masked(tuple(a), tuple(b), d, masked_m, expected_m)
@@ -514,37 +397,38 @@ def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m, recipe=None, com
 # --- K-grouped GEMM -----------------------------------------------------------------------------------------------
 
 
-def k_grouped_fp8_gemm_nt_contiguous(a, b, d, ks=_REQUIRED, ks_tensor=_REQUIRED, c=None, recipe=(1, 1, 128),
-                                     compiled_dims="mn", *, use_psum_layout=False, ks_cpu=None,
-                                     grouped_layout=None) -> None:
+def k_grouped_fp8_gemm_nt_contiguous(a, b, d, ks_cpu=_REQUIRED, grouped_layout=_REQUIRED, c=None,
+                                     recipe=(1, 1, 128), compiled_dims="mn", use_psum_layout=False, *, ks=None,
+                                     ks_tensor=None) -> None:
     """MoE weight gradient, one launch: d[g] = c[g] + A_g . B_g^T for every group g (dgx.k_grouped_fp8_gemm_nt_contiguous).
 
     a = (A, SFA): A float8_e4m3fn, 1-D, the groups' A_g [M, k_g] (row-major) one after another; SFA float32 in
     DeepGEMM's layout [sum(ks)/128, M] (or dgx's [M, sum(ks)/128]); b likewise with N. d float32 [G, M, N].
-    ks: the groups' K as host ints (multiples of 128; 0 for an empty group); ks_tensor: the same as int32 [G] on the
-    GPU (newer DeepGEMM names: ks_cpu, grouped_layout, accepted as keywords). c: float32 [G, M, N], may be d itself
+    ks_cpu: the groups' K as host ints (multiples of 128; 0 for an empty group); grouped_layout: the same as int32
+    [G] on the GPU (the older names ks and ks_tensor are accepted as keywords). c: float32 [G, M, N], may be d itself
     (accumulate in place), or None: d = A . B^T (DeepGEMM requires c). recipe: (1, 1, 128) only, anything else raises
     ValueError naming it. use_psum_layout=True (sm_100 only in DeepGEMM) raises ValueError. compiled_dims is ignored
     on sm_90. Packed UE8M0 scales are not accepted here."""
     fn = "k_grouped_fp8_gemm_nt_contiguous"
-    if ks is _REQUIRED:
-        ks = ks_cpu
-    elif ks_cpu is not None:
-        raise TypeError(f"{fn}(): got both ks and ks_cpu (the newer name of ks)")
-    if ks_tensor is _REQUIRED:
-        ks_tensor = grouped_layout
-    elif grouped_layout is not None:
-        raise TypeError(f"{fn}(): got both ks_tensor and grouped_layout (the newer name of ks_tensor)")
-    if ks is None or ks_tensor is None:
-        missing = "ks (or ks_cpu)" if ks is None else "ks_tensor (or grouped_layout)"
+    if ks_cpu is _REQUIRED:
+        ks_cpu = ks
+    elif ks is not None:
+        raise TypeError(f"{fn}(): got both ks_cpu and ks (the older name of ks_cpu)")
+    if grouped_layout is _REQUIRED:
+        grouped_layout = ks_tensor
+    elif ks_tensor is not None:
+        raise TypeError(f"{fn}(): got both grouped_layout and ks_tensor (the older name of grouped_layout)")
+    if ks_cpu is None or grouped_layout is None:
+        missing = "ks_cpu (or ks)" if ks_cpu is None else "grouped_layout (or ks_tensor)"
         raise TypeError(f"{fn}() missing the argument {missing}")
+    ks, ks_tensor = ks_cpu, grouped_layout
     _check_ignored(compiled_dims, False)
     if _as_tuple(recipe, "recipe", 3) != _WGRAD_RECIPE:
         raise ValueError(f"recipe: the K-grouped GEMM takes (1, 1, 128) only (A and B scaled per row per 128 of K); "
                          f"got {recipe!r}")
     if use_psum_layout:
         raise ValueError("use_psum_layout: the K-grouped prefix-sum layout is sm_100 only (DeepGEMM too); on sm_90 pass "
-                         "the groups' K as ks and ks_tensor")
+                         "the groups' K as ks_cpu and grouped_layout")
     a, b = _pair(a, "a"), _pair(b, "b")
     for name, sf in (("SFA", a[1]), ("SFB", b[1])):
         if isinstance(sf, _torch.Tensor) and sf.dtype == _torch.int32:
@@ -579,7 +463,7 @@ def _show_required(fn, *names: str) -> None:
 
 _show_required(m_grouped_fp8_gemm_nt_contiguous, "grouped_layout")
 _show_required(m_grouped_fp8_gemm_nn_contiguous, "grouped_layout")
-_show_required(k_grouped_fp8_gemm_nt_contiguous, "ks", "ks_tensor")
+_show_required(k_grouped_fp8_gemm_nt_contiguous, "ks_cpu", "grouped_layout")
 
 # DeepGEMM's current names for the same functions (FP4 operands are sm_100 only) and the older masked name.
 fp8_fp4_gemm_nt = fp8_gemm_nt
@@ -613,6 +497,9 @@ def transform_sf_into_required_layout(sf, mn, k, recipe, num_groups=None, is_sfa
         gran_mn, gran_k = _as_tuple(recipe, "recipe", 2)
         if is_sfa is not None:
             raise ValueError(f"is_sfa: only with a recipe of three granularities; got is_sfa={is_sfa!r} with {recipe!r}")
+    if gran_k == 32:
+        raise Sm100OnlyError(f"transform_sf_into_required_layout: recipe {tuple(recipe)!r} scales per 32 of K (the FP4 "
+                             f"recipes), sm_100 only (DeepGEMM too); sm_90 scales per 128 of K")
     if gran_k != 128 or gran_mn not in (1, 128):
         raise ValueError(f"recipe: expected granularities 1 or 128 along MN and 128 along K on sm_90; got {recipe!r}")
     if not isinstance(sf, _torch.Tensor):
@@ -631,82 +518,3 @@ def transform_sf_into_required_layout(sf, mn, k, recipe, num_groups=None, is_sfa
     if sf.dtype != _torch.float32:
         raise TypeError(f"sf: expected float32 or packed int32 scales; got {sf.dtype}")
     return get_mn_major_tma_aligned_tensor(sf) if gran_mn == 1 else sf.contiguous()
-
-
-# --- quantisation helpers (torch, any device) ---------------------------------------------------------------------
-
-
-def ceil_div(x: int, y: int) -> int:
-    """x / y rounded up."""
-    return (x + y - 1) // y
-
-
-def align(x: int, y: int) -> int:
-    """x rounded up to a multiple of y."""
-    return ceil_div(x, y) * y
-
-
-def _scales_of(amax, use_ue8m0: bool):
-    sf = amax / _FP8_MAX
-    return ceil_to_ue8m0(sf) if use_ue8m0 else sf
-
-
-def _expect_2d(x, name: str = "x") -> None:
-    if not isinstance(x, _torch.Tensor) or x.dim() != 2:
-        raise ValueError(f"{name}: expected a 2-D torch tensor; got {getattr(x, 'shape', type(x).__name__)}")
-
-
-def per_token_cast_to_fp8(x, use_ue8m0, gran_k=128, use_packed_ue8m0=False):
-    """x [M, K] -> (float8_e4m3fn [M, K], scales [M, ceil(K/gran_k)] float32, row-major): one scale per row per
-    gran_k columns, amax / 448 (rounded up to a power of two with use_ue8m0). use_packed_ue8m0 (needs use_ue8m0)
-    returns the scales packed four to an int32, [M, ceil(K/(4 gran_k))]."""
-    _expect_2d(x)
-    _expect_int(gran_k, "gran_k", 1)
-    if use_packed_ue8m0 and not use_ue8m0:
-        raise ValueError("use_packed_ue8m0: packing needs UE8M0 scales (use_ue8m0=True)")
-    m, k = x.shape
-    blocks = ceil_div(k, gran_k)
-    xp = _torch.nn.functional.pad(x.float(), (0, blocks * gran_k - k)).view(m, blocks, gran_k)
-    sf = _scales_of(xp.abs().amax(dim=2).clamp(min=1e-4), use_ue8m0)
-    q = (xp * (1.0 / sf).unsqueeze(2)).to(_torch.float8_e4m3fn).view(m, blocks * gran_k)[:, :k].contiguous()
-    if use_packed_ue8m0:
-        sf = pack_ue8m0_to_int(_torch.nn.functional.pad(sf, (0, align(blocks, 4) - blocks)))
-    return q, sf
-
-
-def per_channel_cast_to_fp8(x, use_ue8m0, gran_k=128):
-    """x [K, N] (K a multiple of gran_k) -> (float8_e4m3fn [K, N], scales [K/gran_k, N] float32): one scale per
-    column per gran_k rows (the K-grouped GEMM's operands along K)."""
-    _expect_2d(x)
-    _expect_int(gran_k, "gran_k", 1)
-    k, n = x.shape
-    if k % gran_k:
-        raise ValueError(f"x: expected rows a multiple of gran_k = {gran_k}; got shape {tuple(x.shape)}")
-    xv = x.float().view(k // gran_k, gran_k, n)
-    sf = _scales_of(xv.abs().amax(dim=1).clamp(min=1e-4), use_ue8m0)
-    return (xv * (1.0 / sf).unsqueeze(1)).to(_torch.float8_e4m3fn).view(k, n), sf
-
-
-def per_block_cast_to_fp8(x, use_ue8m0, gran_k=128):
-    """x [N, K] -> (float8_e4m3fn [N, K], scales [ceil(N/gran_k), ceil(K/gran_k)] float32): one scale per
-    gran_k x gran_k block."""
-    _expect_2d(x)
-    _expect_int(gran_k, "gran_k", 1)
-    n, k = x.shape
-    nb, kb = ceil_div(n, gran_k), ceil_div(k, gran_k)
-    xp = _torch.nn.functional.pad(x.float(), (0, kb * gran_k - k, 0, nb * gran_k - n)).view(nb, gran_k, kb, gran_k)
-    sf = _scales_of(xp.abs().amax(dim=(1, 3), keepdim=True).clamp(min=1e-4), use_ue8m0)
-    q = (xp * (1.0 / sf)).to(_torch.float8_e4m3fn).view(nb * gran_k, kb * gran_k)[:n, :k].contiguous()
-    return q, sf.view(nb, kb)
-
-
-def per_custom_dims_cast_to_fp8(x, dims, use_ue8m0):
-    """x -> (float8_e4m3fn like x, scales): one scale per index of the dimensions `dims` (the amax over all
-    others), returned squeezed."""
-    if not isinstance(x, _torch.Tensor):
-        raise TypeError(f"x: expected a torch tensor; got {type(x).__name__}")
-    keep = {d % x.dim() for d in dims} if x.dim() else set()
-    reduce = tuple(i for i in range(x.dim()) if i not in keep)
-    amax = x.abs().float().amax(dim=reduce, keepdim=True) if reduce else x.abs().float()
-    sf = _scales_of(amax.clamp(min=1e-4), use_ue8m0)
-    return (x.float() * (1.0 / sf)).to(_torch.float8_e4m3fn), sf.squeeze()
