@@ -108,7 +108,7 @@ def save_failed_source(kernel: str, source: str) -> str:
     path = folder / f"{kernel}-{digest}.cu"
     path.write_text(source)
     # The headers are needed to rebuild; put them beside the source.
-    for name, content in ptx.included(source).items():
+    for name, content in ptx.headers().items():
         (folder / name).write_bytes(content)
     return str(path)
 

@@ -92,8 +92,8 @@ def parse_shapes(data: Any, *, on_unknown_field: Callable[[str], None] | None = 
             raise ShapesFileError(f"entry {idx}: field 'note': expected a string, got {note!r}")
         for field_name in FIELDS:
             if field_name in entry and field_name not in kind.fields + ("kind", "note"):
-                raise ShapesFileError(
-                    f"entry {idx}: field {field_name!r}: kind {name!r} takes {', '.join(kind.fields)}, not {field_name}")
+                takes = ", ".join(kind.fields[:-1]) + " and " + kind.fields[-1] if len(kind.fields) > 1 else kind.fields[0]
+                raise ShapesFileError(f"entry {idx}: field {field_name!r}: kind {name!r} takes {takes}, not {field_name}")
         try:
             specs.append(kind.parse(entry, lambda f: f"field {f!r}"))
         except ProblemError as exc:

@@ -45,7 +45,7 @@ def _run(site: Path, code: str, variable: str | None, extra_path: Path | None = 
 
 CHECK_ON = """
     import importlib.util
-    assert "dgx" not in sys.modules, "the startup hook imported dgx"
+    assert "torch" not in sys.modules, "the startup hook imported torch"  # (dgx itself: only where the variable is set)
     spec = importlib.util.find_spec("deep_gemm")
     assert spec is not None and spec.origin.endswith("dgx/deep_gemm/__init__.py"), spec
     import deep_gemm, deep_gemm.utils, deep_gemm.testing, deep_gemm.utils.math

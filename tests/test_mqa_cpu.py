@@ -177,7 +177,7 @@ def test_shapes_file_takes_mqa_entries_and_refuses_bad_ones():
         ({"kind": "mqa_logits", "heads": 64}, "field 'head_dim'"),
         ({"kind": "mqa_logits", "heads": 48, "head_dim": 128}, "field 'heads': expected one of 32, 64"),
         ({"kind": "paged_mqa_logits", "heads": 64, "head_dim": 128, "n": 4}, "takes heads and head_dim"),
-        ({"kind": "dense", "n": 256, "k": 256, "heads": 64}, "only the MQA-logits kinds"),
+        ({"kind": "dense", "n": 256, "k": 256, "heads": 64}, "kind 'dense' takes n, k, groups, max_m and m, not heads"),
     ]
     for entry, match in bad:
         with pytest.raises(warmup.ShapesFileError, match=match):
@@ -207,7 +207,7 @@ def test_inspect_builds_the_mqa_kernels(tmp_cache):
     result = runner.invoke(cli.main, ["inspect", "--kind", "mqa_logits", "--heads", "48"])
     assert result.exit_code == 1 and "Error: --heads: expected one of 32, 64, got 48" in result.output
     result = runner.invoke(cli.main, ["inspect", "--kind", "mqa_logits", "--gemm", "1", "2", "3"])
-    assert result.exit_code == 2 and "--heads/--head-dim/--next-n" in result.output
+    assert result.exit_code == 2 and "--kind mqa_logits reads --heads, --head-dim; got --gemm" in result.output
 
 
 def test_prefill_grid_keeps_the_rounds_with_the_fewest_ctas():

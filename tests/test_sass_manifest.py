@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("sass_identity", ROOT / "tests" / "device" / "sass_identity.py")
 identity = importlib.util.module_from_spec(_spec)
+sys.modules["sass_identity"] = identity  # the worker processes find its measure() by this name
 _spec.loader.exec_module(identity)
 
 
