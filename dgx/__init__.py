@@ -1,7 +1,9 @@
-"""dgx: FP8 GEMM kernels for NVIDIA Hopper with DeepSeek-V3 fine-grained scaling.
+"""dgx: Hopper kernels for LLM inference and training (FP8 GEMMs with DeepSeek-V3 fine-grained scaling, MoE grouped
+GEMMs, weight gradients, the DeepSeek-V3.2 indexer, and the families registered in dgx/families).
 
-Kernels are CUDA source rendered by Python, compiled at run time by NVRTC, patched by a SASS pass,
-cached on disk and launched through the CUDA driver API. Inputs are any DLPack-capable tensors.
+Kernels are CUDA source rendered by Python, compiled at run time by NVRTC (a SASS pass is available, off by
+default), cached on disk under portable keys and launched through the CUDA driver API. Inputs are any
+DLPack-capable tensors.
 """
 
 from .device import get_num_sms, set_num_sms
@@ -20,6 +22,7 @@ from .version import __version__
 from .mqa import fp8_mqa_logits, fp8_paged_mqa_logits, get_paged_mqa_logits_metadata
 from .wgrad import k_grouped_fp8_gemm_nt_contiguous, k_grouped_wgrad_gemm_fp8_fp8_fp32_nt
 from .layout import get_mn_major_tma_aligned_tensor, get_tma_aligned_size, transform_sf_into_required_layout
+from . import families as _families
 
 
 __all__ = [
@@ -51,6 +54,20 @@ __all__ = [
     "JitStrictError",
     "LayoutConversionWarning",
 ]
+
+
+def _export_families() -> None:
+    """Each registered family's public functions (dgx/families: Family.api) as dgx's own."""
+    import importlib
+
+    for family in _families.FAMILIES:
+        if family.api:
+            module = importlib.import_module(family.api)
+            globals().update({name: getattr(module, name) for name in module.__all__})
+            __all__.extend(name for name in module.__all__ if name not in __all__)
+
+
+_export_families()
 
 
 def __getattr__(name: str):

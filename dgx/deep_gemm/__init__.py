@@ -10,9 +10,10 @@ parameters and defaults (tests/test_deep_gemm_api.py checks them), in four kinds
 - ``cublaslt_gemm_{nt,nn,tn,tt}``: through torch (cuBLAS/cuBLASLt);
 - sm_100 only (FP4 operands, the Mega MoE kernels, ``k_grouped_fp8_gemm_tn_contiguous``, varlen ``indices``): raise
   dgx.errors.Sm100OnlyError, a NotImplementedError;
-- families dgx is building (BF16 GEMMs, einsum, the HyperConnection GEMM, ``fp8_gemm_nt_skip_head_mid``, the
-  ``fp8_fp4_*mqa_logits`` API, ``legacy``): ``pending.py``'s one table; they raise dgx.errors.FamilyMissingError
-  naming the family until it lands.
+- the names of newer kernel families (BF16 GEMMs, einsum, the HyperConnection GEMM, ``fp8_gemm_nt_skip_head_mid``,
+  the ``fp8_fp4_*mqa_logits`` API, ``legacy``): ``pending.py``'s one table, where each registered family
+  (dgx/families: ``Family.deep_gemm``) puts its functions; a name no registered family implements raises
+  dgx.errors.FamilyMissingError naming the family.
 
 See the submodules for what each accepts beyond DeepGEMM and what it ignores on sm_90.
 """
@@ -63,6 +64,7 @@ from .utils import __all__ as _utils_names
 from .utils import dist, layout, math  # noqa: F401 - DeepGEMM's star import brings these modules too
 
 __version__ = "2.6.1"  # the DeepGEMM release whose API this mirrors (dgx's own version: dgx.__version__)
+
 
 k_grouped_fp8_gemm_tn_contiguous = _sm100_only("k_grouped_fp8_gemm_tn_contiguous",
                                                "the K-grouped FP8 GEMM with MN-major operands is")

@@ -1,10 +1,9 @@
-"""The DeepGEMM names whose kernel families dgx is building: ONE table, name -> implementation.
+"""The DeepGEMM names of the newer kernel families: ONE table, name -> implementation.
 
 Each line is a stand-in with DeepGEMM's signature that raises FamilyMissingError ("dgx has no BF16 GEMM family
-yet"). When a family lands, replace its lines with the real functions (which must keep DeepGEMM's signatures:
-tests/test_deep_gemm_api.py checks every name against the recorded API), e.g.
-
-    "bf16_gemm_nt": bf16.bf16_gemm_nt,
+yet"); every registered family (dgx/families) that names a module in ``Family.deep_gemm`` replaces the lines of the
+names it implements with its functions (which must keep DeepGEMM's signatures: tests/test_deep_gemm_api.py checks
+every name against the recorded API), so a new family changes nothing here.
 
 dgx.deep_gemm, dgx.deep_gemm.legacy and DeepGEMM's test runner take these names from here only.
 """
@@ -51,3 +50,23 @@ LEGACY = {
     "b_fused_k_grouped_bf16_gemm_tn_contiguous_tl": pending(
         "b_fused_k_grouped_bf16_gemm_tn_contiguous_tl", BF16, "deep_gemm.legacy"),
 }
+
+
+def _registered() -> tuple[dict, dict]:
+    """DeepGEMM's names the registered families implement: (top level, legacy)."""
+    import importlib
+
+    from .. import families
+
+    top, legacy = {}, {}
+    for family in families.FAMILIES:
+        if family.deep_gemm:
+            module = importlib.import_module(family.deep_gemm)
+            top.update(getattr(module, "DEEP_GEMM", {}))
+            legacy.update(getattr(module, "DEEP_GEMM_LEGACY", {}))
+    return top, legacy
+
+
+_top, _legacy = _registered()
+TOP_LEVEL.update(_top)
+LEGACY.update(_legacy)

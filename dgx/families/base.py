@@ -129,6 +129,11 @@ class Family:
     # The module (imported only by dgx.torch_ops, with torch) that lists the family's torch operators as TORCH_OPS
     # and defines the functions of the plain signatures that call them (its __all__, its LEGACY names).
     torch_ops: str = ""
+    # The module whose __all__ dgx exports as its own public functions (dgx.<name>), imported with dgx.
+    api: str = ""
+    # The module (imported only by dgx.deep_gemm, with torch) whose DEEP_GEMM dict maps DeepGEMM's names to the
+    # family's functions with DeepGEMM's signatures (and DEEP_GEMM_LEGACY those of deep_gemm.legacy).
+    deep_gemm: str = ""
 
 
 @dataclass(frozen=True)
