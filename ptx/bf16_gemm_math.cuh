@@ -22,7 +22,7 @@ DGX_DEVICE void bf16_release(uint64_t* empty, uint32_t s, uint32_t lane) {
     }
 }
 
-// One k-block's MMAs: per m64 slice of the warpgroup's rows, four k16 steps into that slice's accumulators, all
+// One k-block's MMAs: per m64 slice of the warpgroup's rows, 4 kKAtoms k16 steps into that slice's accumulators, all
 // committed as one group. `first`: the tile's first k-block, whose first step overwrites the accumulators.
 template <typename T>
 DGX_DEVICE void bf16_mma_block(float (&acc)[T::kMmaPerWG][T::kAccum], uint64_t desc_a, uint64_t desc_b, bool first) {
@@ -67,7 +67,7 @@ DGX_DEVICE void bf16_gemm_math(const Params& params) {
     uint32_t it = 0;  // k-blocks consumed so far
     Tile tile;
     while (scheduler.next_tile(tile)) {
-        const int num_kb = T::kKGrouped ? tile.num_kb * 2 : T::kNumKBlocks;
+        const int num_kb = T::kKGrouped ? tile.num_kb * (128 / T::kBlockK) : T::kNumKBlocks;
         uint32_t held = 0;  // the previous k-block's stage, handed back once its MMAs are done
 #pragma unroll 1
         for (int kb = 0; kb < num_kb; ++kb, ++it) {

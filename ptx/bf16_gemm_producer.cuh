@@ -17,19 +17,17 @@ DGX_DEVICE void load_tile(const Scheduler& scheduler, const TensorMap* map, uint
                           int row, int group, bool share) {
     if constexpr (Op::kShared) {
         if (share) {
-            constexpr int kHalf = Op::kBoxes / 2;
-            const int first = scheduler.rank * kHalf;
-            Op::template load<true, k3D>(map, full, dst, k0, row, group, first, first + kHalf);
+            Op::template load<true, k3D>(map, full, dst, k0, row, group, scheduler.rank, 2);
             return;
         }
     }
-    Op::template load<false, k3D>(map, full, dst, k0, row, group, 0, Op::kBoxes);
+    Op::template load<false, k3D>(map, full, dst, k0, row, group, 0, 1);
 }
 
 // The producer warpgroup's role. For each k-block of each tile of the scheduler, the elected thread waits for the
 // ring's next stage to be handed back (by the math warps of every CTA that reads it), announces the stage's bytes
 // and loads A and B into it. The ring runs on across tiles, so a tile's first loads overlap the previous tile's
-// epilogue. K-grouped tiles take their group's K range (tile.kb0, tile.num_kb count 128 of K: two k-blocks each).
+// epilogue. K-grouped tiles take their group's K range (tile.kb0, tile.num_kb count 128 of K: one or two k-blocks).
 template <typename T, typename Scheduler, typename Params>
 DGX_DEVICE void bf16_gemm_producer(const Params& params) {
     if constexpr (T::kNumMathWG == 2) setmaxnreg_dec<T::kProducerRegs>();
@@ -39,8 +37,8 @@ DGX_DEVICE void bf16_gemm_producer(const Params& params) {
         uint32_t it = 0;  // k-blocks loaded so far
         Tile tile;
         while (scheduler.next_tile(tile)) {
-            const int num_kb = T::kKGrouped ? tile.num_kb * 2 : T::kNumKBlocks;
-            const int kb_first = T::kKGrouped ? tile.kb0 * 2 : 0;
+            const int num_kb = T::kKGrouped ? tile.num_kb * (128 / T::kBlockK) : T::kNumKBlocks;
+            const int kb_first = T::kKGrouped ? tile.kb0 * (128 / T::kBlockK) : 0;
             // MN-major B of the M-grouped layouts: its 3-D map's group coordinate (the K-grouped B is one 2-D-like
             // [K, N] slab whose group lies in the K offset).
             const int b_group = T::kKGrouped ? 0 : tile.group;

@@ -35,37 +35,44 @@ DGX_DEVICE uint64_t make_smem_desc_mn_major(const void* tile, uint32_t atom_stri
     return desc;
 }
 
-// One operand's tile of a k-block (kBlockK = 64 BF16 of K) in a stage: kRows rows of M (A) or N (B).
-// - K-major: kRows rows of 128 bytes, 128-byte swizzled; loaded as kBoxes boxes of whole rows (two when a
-//   2-CTA cluster shares the operand: each CTA loads one half and multicasts it).
-// - MN-major: kRows / kAtom atoms of kAtom elements along M/N (kSwizzle bytes) by 64 rows of K, one TMA box each,
-//   one after another; a cluster sharing the operand splits the atoms between its two CTAs.
-// A sub-tile starting `rows` into the tile, at k16 step `j` of the k-block, begins kByteOffset(rows, j) bytes in.
-template <int kMajor_, int kRows_, bool kShared_>
+// One operand's tile of a k-block (kKAtoms x 64 BF16 of K) in a stage: kRows rows of M (A) or N (B).
+// - K-major: kKAtoms sub-tiles one after another, one per 64 of K, each kRows rows of 128 bytes, 128-byte swizzled;
+//   loaded as one box per sub-tile, or two half-boxes when a 2-CTA cluster shares the operand (each CTA loads one
+//   half of every sub-tile and multicasts it).
+// - MN-major: kRows / kAtom atoms of kAtom elements along M/N (kSwizzle bytes) by kKAtoms x 64 rows of K, one TMA
+//   box each, one after another; a cluster sharing the operand splits the atoms between its two CTAs.
+// Box i lies i * kBoxBytes into the tile; CTA `part` of `parts` loads boxes part, part + parts, ...
+template <int kMajor_, int kRows_, bool kShared_, int kKAtoms_ = 1>
 struct OperandTile {
     static constexpr int kMajor = kMajor_;
     static constexpr int kRows = kRows_;
     static constexpr bool kShared = kShared_;
+    static constexpr int kKAtoms = kKAtoms_;
     static constexpr bool kKMajor = kMajor == kMajorK;
     // MN-major: the widest swizzle whose atom divides the tile (a 64-byte one keeps BLOCK_N 32, 96, 160, 224).
     static constexpr int kSwizzle = kKMajor || kRows % 64 == 0 ? 128 : 64;
     static constexpr int kAtom = kSwizzle / 2;  // elements along M/N per MN-major atom
-    static constexpr uint32_t kBytes = kRows * 128;  // 64 BF16 of K per row or per atom row: the same bytes
-    static constexpr int kBoxes = kKMajor ? (kShared ? 2 : 1) : kRows / kAtom;
+    static constexpr uint32_t kBytes = kRows * 128 * kKAtoms;  // 64 BF16 of K per row (or atom row) and K atom
+    static constexpr int kHalves = kShared ? 2 : 1;            // K-major: boxes per sub-tile
+    static constexpr int kBoxes = kKMajor ? kHalves * kKAtoms : kRows / kAtom;
     static constexpr uint32_t kBoxBytes = kBytes / kBoxes;
-    static constexpr int kBoxRows = kKMajor ? kRows / kBoxes : kAtom;  // rows of M/N per box
-    static constexpr uint32_t kAtomBytes = 64 * kSwizzle;               // MN-major: one box, 64 rows of K
+    static constexpr int kBoxRows = kKMajor ? kRows / kHalves : kAtom;  // rows of M/N per box
+    static constexpr uint32_t kSubTileBytes = kRows * 128;              // K-major: one 64-K sub-tile
+    static constexpr uint32_t kAtomBytes = 64 * kKAtoms * kSwizzle;     // MN-major: one box
 
     static_assert(kKMajor || kMajor == kMajorMN, "an operand is K-major or MN-major");
     static_assert(kRows % 8 == 0 && kRows >= 8 && kRows <= 256, "tiles of 8..256 rows by 8");
+    static_assert(kKAtoms == 1 || kKAtoms == 2 || kKAtoms == 4, "a k-block is 64, 128 or 256 of K");
     static_assert(kKMajor || kRows % kAtom == 0, "an MN-major tile is whole atoms (BLOCK_N a multiple of 32)");
     static_assert(!kShared || kBoxes % 2 == 0, "a shared tile splits into two halves of whole boxes");
     static_assert(kBoxBytes % 1024 == 0 || (!kKMajor && kBoxBytes % 512 == 0),
                   "each box keeps the alignment of its swizzle pattern (1024 bytes for 128B, 512 for 64B)");
 
-    // Byte offset in the tile of the sub-tile `rows` (a multiple of 64 for A's m64 slices; 0 for B) at k16 step j.
+    // Byte offset in the tile of the sub-tile `rows` in (a multiple of 64 for A's m64 slices; 0 for B) at k16 step j
+    // of the k-block (j < 4 kKAtoms).
     static constexpr uint32_t byte_offset(int rows, int j) {
-        return kKMajor ? rows * 128 + j * 32 : (rows / kAtom) * kAtomBytes + j * 16 * kSwizzle;
+        return kKMajor ? (j / 4) * kSubTileBytes + rows * 128 + (j % 4) * 32
+                       : (rows / kAtom) * kAtomBytes + j * 16 * kSwizzle;
     }
 
     // The wgmma descriptor of the tile at `tile` (stage 0), `rows` rows in; advancing along K or to another stage
@@ -77,35 +84,35 @@ struct OperandTile {
             return make_smem_desc_mn_major<kSwizzle>(tile + byte_offset(rows, 0), kAtomBytes);
     }
 
-    // TMA loads of box `first` up to (not including) `last` into `dst` for the k-block at K offset `k0` of the
-    // tile whose first row (M/N) is `row`. K-major maps are [rows, K] (2-D); MN-major maps [K, M] (2-D, A) or
-    // [groups, K, N] (3-D, B: `group` is its outer coordinate). kMulticast: to both CTAs of the cluster.
+    // TMA loads of boxes part, part + parts, ... into `dst` for the k-block at K offset `k0` of the tile whose first
+    // row (M/N) is `row`. K-major maps are [rows, K] (2-D); MN-major maps [K, M] (2-D, A) or [groups, K, N] (3-D, B:
+    // `group` is its outer coordinate). kMulticast: to both CTAs of the cluster.
     template <bool kMulticast, bool k3D>
     static DGX_DEVICE void load(const TensorMap* map, uint64_t* full, uint8_t* dst, int k0, int row, int group,
-                                int first, int last) {
-        for (int i = first; i < last; ++i) {
+                                int part, int parts) {
+        for (int i = part; i < kBoxes; i += parts) {
             uint8_t* box = dst + i * kBoxBytes;
-            const int r = row + i * kBoxRows;
             if constexpr (kKMajor) {
+                const int k = k0 + (i / kHalves) * 64, r = row + (i % kHalves) * kBoxRows;
                 if constexpr (kMulticast)
-                    tma_load_2d_multicast(map, full, box, k0, r, 0x3);
+                    tma_load_2d_multicast(map, full, box, k, r, 0x3);
                 else
-                    tma_load_2d(map, full, box, k0, r);
+                    tma_load_2d(map, full, box, k, r);
             } else if constexpr (k3D) {
                 static_assert(!kMulticast, "3-D maps (grouped MN-major B) are loaded without multicast");
-                tma_load_3d(map, full, box, r, k0, group);
+                tma_load_3d(map, full, box, row + i * kAtom, k0, group);
             } else {
                 if constexpr (kMulticast)
-                    tma_load_2d_multicast(map, full, box, r, k0, 0x3);
+                    tma_load_2d_multicast(map, full, box, row + i * kAtom, k0, 0x3);
                 else
-                    tma_load_2d(map, full, box, r, k0);
+                    tma_load_2d(map, full, box, row + i * kAtom, k0);
             }
         }
     }
 };
 
 template <int kLayout_, int kN_, int kK_, int kBlockM_, int kBlockN_, int kNumStages_, int kGroupN_, int kPair_,
-          int kMajorA_, int kMajorB_, bool kOutF32_, bool kReduce_>
+          int kMajorA_, int kMajorB_, bool kOutF32_, bool kReduce_, int kKAtoms_ = 1>
 struct Bf16GemmTraits {
     // ---- The problem and the tile.
     static constexpr int kLayout = kLayout_;  // GemmLayout (scheduler.cuh)
@@ -113,7 +120,10 @@ struct Bf16GemmTraits {
     static constexpr int kK = kK_;  // 0 for the K-grouped layout (each group's K comes at run time)
     static constexpr int kBlockM = kBlockM_;
     static constexpr int kBlockN = kBlockN_;
-    static constexpr int kBlockK = 64;  // BF16 of K per k-block: one 128-byte swizzle row of a K-major operand
+    // BF16 of K per k-block: kKAtoms 128-byte swizzle rows of a K-major operand. One-warpgroup (decode) tiles take
+    // two or four per stage, so a k-block's barrier round trip and MMA wait cover more of K.
+    static constexpr int kKAtoms = kKAtoms_;
+    static constexpr int kBlockK = 64 * kKAtoms;
     static constexpr int kNumStages = kNumStages_;
     static constexpr int kGroupN = kGroupN_;  // raster band of the scheduler, in units along N
     static constexpr int kPair = kPair_;      // PairDim: 2-CTA clusters sharing A (kPairN) or B (kPairM)
@@ -142,8 +152,8 @@ struct Bf16GemmTraits {
     static constexpr bool kDefer = false;  // (the FP8 epilogue helpers reused here ask)
 
     // ---- Operand tiles.
-    using TileA = OperandTile<kMajorA, kBlockM, kPair == kPairN>;
-    using TileB = OperandTile<kMajorB, kBlockN, kPair == kPairM>;
+    using TileA = OperandTile<kMajorA, kBlockM, kPair == kPairN, kKAtoms>;
+    using TileB = OperandTile<kMajorB, kBlockN, kPair == kPairM, kKAtoms>;
     // MN-major B of the M-grouped layouts is a 3-D map [groups, K, N]: a group's K tail reads zeros, not the next
     // group's rows. (K-major B stacks the groups along N: a tile's rows past N are computed and never stored.)
     static constexpr bool kB3D = kMajorB == kMajorMN;
@@ -187,6 +197,7 @@ struct Bf16GemmTraits {
                   "the K-grouped layout takes A and B MN-major (each group's K rows one after another)");
     static_assert(kLayout != kLayoutMasked || !kOutF32, "masked partial blocks are stored row by row in BF16");
     static_assert(!kB3D || kPair != kPairM, "B loaded through a 3-D map is not shared");
+    static_assert(!kKGrouped || kBlockK <= 128, "a K-grouped group's K is a multiple of 128: whole k-blocks");
 };
 
 // The kernel's shared memory, as bf16_gemm_smem carves it (layout: Bf16GemmTraits' kSmem* sizes).

@@ -38,6 +38,10 @@ REPRESENTATIVE = [
     C(n=4096, k=7168, block_m=64, block_n=128, stages=8, layout=LAYOUT_CONTIGUOUS_PSUM),  # prefix sums
     C(n=7168, k=0, block_m=128, block_n=128, stages=4, layout=LAYOUT_K_GROUPED, major_a="mn", major_b="mn",
       out_dtype="float32", with_c=True),  # K-grouped weight gradient
+    C(n=2112, k=7168, block_m=64, block_n=16, stages=8, pair=SHARE_A, k_atoms=2),  # decode, 128 of K per k-block
+    C(n=4096, k=7000, block_m=64, block_n=96, stages=2, major_a="mn", major_b="mn", k_atoms=4),  # tn, 256 of K
+    C(n=4096, k=0, block_m=64, block_n=128, stages=4, layout=LAYOUT_K_GROUPED, major_a="mn", major_b="mn",
+      out_dtype="float32", with_c=True, k_atoms=2),  # K-grouped, one k-block per 128 of a group's K
 ]
 
 
@@ -70,7 +74,7 @@ def test_bf16_kernel_compiles_without_spills(config, tmp_path):
     mmas = re.findall(rf"HGMMA\.64x{config.block_n}x16\.F32\.BF16 [^;]*", text)
     assert mmas, "no BF16 HGMMA of the tile's width in the SASS"
     slices = 2 if config.block_m == 256 else 1
-    assert len(mmas) == 4 * slices, f"{len(mmas)} HGMMA in the k-loop (expected 4 per m64 slice)"
+    assert len(mmas) == 4 * config.k_atoms * slices, f"{len(mmas)} HGMMA in the k-loop (expected 4 per K atom and slice)"
     for mma in mmas:
         assert (".tnspA" in mma) == (config.major_a == "mn") and (".tnspB" in mma) == (config.major_b == "mn"), mma
     assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in text, "the k-loop keeps one MMA group in flight"

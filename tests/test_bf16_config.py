@@ -49,6 +49,15 @@ def test_forms_boxes_and_swizzles(major_a, major_b, form):
     assert c.swizzle("b") == (128 if major_b == "k" else 64)
 
 
+def test_k_atoms_make_longer_k_blocks():
+    c = Bf16GemmConfig(n=4096, k=7168, block_m=64, block_n=32, stages=4, k_atoms=4, major_b="mn", pair=SHARE_A)
+    assert c.box("a") == (64, 32) and c.box("b") == (32, 256, 1)  # K-major boxes stay 64 of K; MN-major take all
+    assert c.smem_bytes == smem_bytes(64, 32, 4, k_atoms=4) == 64 * 32 * 2 + 4 * ((64 + 32) * 128 * 4 + 16)
+    assert c.kernel_name.endswith("_p1_ka4") and "_ka" not in Bf16GemmConfig(n=64, k=64, block_m=64, block_n=16,
+                                                                               stages=2).kernel_name
+    assert "::kBlockK == 256" in c.render().source
+
+
 def test_shared_operands_load_half_boxes():
     assert Bf16GemmConfig(n=4096, k=7168, block_m=128, block_n=128, stages=4, pair=SHARE_A).box("a") == (64, 64)
     assert Bf16GemmConfig(n=4096, k=7168, block_m=128, block_n=128, stages=4, pair=SHARE_B).box("b") == (64, 64)
@@ -82,6 +91,9 @@ def test_shared_operands_load_half_boxes():
         (dict(layout=LAYOUT_MASKED, out_dtype="float32"), "the M-grouped layouts write a BF16 D"),
         (dict(layout=LAYOUT_CONTIGUOUS_PSUM, with_c=True), "the M-grouped layouts add no C"),
         (dict(layout=9), "layout must be one of"),
+        (dict(k_atoms=3), "k_atoms must be one of (1, 2, 4)"),
+        (dict(layout=LAYOUT_K_GROUPED, k=0, major_a="mn", major_b="mn", out_dtype="float32", k_atoms=4),
+         "the K-grouped layout takes k_atoms 1 or 2"),
     ],
 )
 def test_invalid_configs_say_what_is_wrong(over, message):

@@ -104,13 +104,15 @@ def test_dense_c_another_tensor_and_k_zero():
     dict(block_m=128, block_n=176, stages=4, pair=2),  # B shared along M
     dict(block_m=256, block_n=144, stages=3, pair=1),  # two slices per warpgroup
     dict(block_m=128, block_n=256, stages=3),
+    dict(block_m=64, block_n=16, stages=8, pair=1, k_atoms=2),  # 128 of K per k-block
+    dict(block_m=64, block_n=32, stages=4, pair=1, k_atoms=4),  # 256 of K per k-block, a K tail of 136
 ])
 def test_dense_tiles_and_clusters(config_fields):
-    """Tiles the heuristic may not pick for these shapes, with and without 2-CTA multicast, on odd M."""
+    """Tiles the heuristic may not pick for these shapes, with and without 2-CTA multicast, on odd M and K."""
     from dgx import bf16
     from dgx.kernels.bf16_gemm import Bf16GemmConfig
 
-    m, n, k = 1000, 2112, 2048
+    m, n, k = 1000, 2112, 2184
     a, b = _randn(m, k), _randn(n, k)
     d = _poisoned(m, n, dtype=BF16)
     bf16.bf16_gemm_nt(a, b, d, config=Bf16GemmConfig(n=n, k=k, **config_fields))
@@ -118,9 +120,11 @@ def test_dense_tiles_and_clusters(config_fields):
     _check(d, a.double() @ b.double().T, str(config_fields))
 
 
-@pytest.mark.parametrize("form, pair", [("nn", 1), ("tt", 1), ("tn", 0)])
-def test_mn_major_tiles(form, pair):
-    """MN-major operands with 64-byte atoms (block_n 96) and a shared M-major A."""
+@pytest.mark.parametrize("form, pair, block_m, k_atoms", [("nn", 1, 128, 1), ("tt", 1, 128, 1), ("tn", 0, 128, 1),
+                                                          ("tn", 0, 64, 2), ("nn", 1, 64, 4)])
+def test_mn_major_tiles(form, pair, block_m, k_atoms):
+    """MN-major operands with 64-byte atoms (block_n 96), a shared M-major A, k-blocks of 128 and 256 of K (MN-major
+    boxes 128 and 256 rows of K high; K 1088 leaves a tail in the last one)."""
     from dgx import bf16
     from dgx.kernels.bf16_gemm import Bf16GemmConfig
 
@@ -128,7 +132,8 @@ def test_mn_major_tiles(form, pair):
     m, n, k = 520, 1000, 1088
     a, b = _operand(m, k, major_a), _operand(n, k, major_b)
     d = _poisoned(m, n, dtype=BF16)
-    config = Bf16GemmConfig(n=n, k=k, block_m=128, block_n=96, stages=6, major_a=major_a, major_b=major_b, pair=pair)
+    config = Bf16GemmConfig(n=n, k=k, block_m=block_m, block_n=96, stages=6 if k_atoms == 1 else 8 // k_atoms,
+                            major_a=major_a, major_b=major_b, pair=pair, k_atoms=k_atoms)
     bf16.bf16_gemm_nt(a, b, d, config=config)
     torch.cuda.synchronize()
     _check(d, a.double() @ b.double().T, f"{form} 128x96")

@@ -17,6 +17,7 @@ from .bf16_gemm_args import Bf16Operands, pack_operands
 from .bf16_gemm_config import (
     FORMS,
     INTERFACE,
+    K_ATOMS,
     LAYOUT_CONTIGUOUS,
     LAYOUT_CONTIGUOUS_PSUM,
     LAYOUT_DENSE,
@@ -32,13 +33,14 @@ from .bf16_gemm_config import (
     Bf16GemmConfig,
     max_stages,
     smem_bytes,
+    stage_bytes,
     validate,
 )
 from .bf16_gemm_heuristics import KIND_LAYOUTS, choose, warmup_configs
 
 __all__ = [
-    "Bf16GemmConfig", "Bf16Operands", "FORMS", "INTERFACE", "KIND_LAYOUTS", "LAYOUT_CONTIGUOUS",
+    "Bf16GemmConfig", "Bf16Operands", "FORMS", "INTERFACE", "KIND_LAYOUTS", "K_ATOMS", "LAYOUT_CONTIGUOUS",
     "LAYOUT_CONTIGUOUS_PSUM", "LAYOUT_DENSE", "LAYOUT_K_GROUPED", "LAYOUT_MASKED", "MAJORS", "MAX_STAGES",
     "OUT_DTYPES", "SHARE_A", "SHARE_B", "SHARE_NONE", "SMEM_LIMIT", "choose", "max_stages", "pack_operands",
-    "smem_bytes", "validate", "warmup_configs",
+    "smem_bytes", "stage_bytes", "validate", "warmup_configs",
 ]

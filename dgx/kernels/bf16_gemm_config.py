@@ -24,7 +24,8 @@ OUT_DTYPES = ("bfloat16", "float32")
 #: K-major B, n = N-major B.
 FORMS = {("k", "k"): "nt", ("k", "mn"): "nn", ("mn", "mn"): "tn", ("mn", "k"): "tt"}
 
-BLOCK_K = 64  # BF16 of K per k-block (ptx/bf16_gemm_traits.cuh kBlockK)
+BLOCK_K = 64  # BF16 of K per K atom: one 128-byte swizzle row (a k-block holds k_atoms of them)
+K_ATOMS = (1, 2, 4)
 SMEM_LIMIT = 232448  # bytes of shared memory one block may use on Hopper (227 KB)
 BARRIER_BYTES = 16  # full + empty mbarrier per stage
 MAX_ACCUMULATORS = 160  # FP32 accumulators per math thread (Bf16GemmTraits: kMmaPerWG * kAccum)
@@ -64,16 +65,22 @@ def d_span_bytes(block_n: int, elem_bytes: int) -> int:
     return 16
 
 
-def smem_bytes(block_m: int, block_n: int, stages: int, out_dtype: str = "bfloat16") -> int:
+def stage_bytes(block_m: int, block_n: int, k_atoms: int = 1) -> int:
+    """Bytes of A and B one stage holds: k_atoms x 64 of K of both tiles."""
+    return (block_m + block_n) * 128 * k_atoms
+
+
+def smem_bytes(block_m: int, block_n: int, stages: int, out_dtype: str = "bfloat16", k_atoms: int = 1) -> int:
     """Dynamic shared memory of a config (Bf16GemmTraits::kSmemBytes): the staged output tile, then per stage A and
-    B (64 of K each) and two barriers."""
-    return block_m * block_n * (4 if out_dtype == "float32" else 2) + stages * ((block_m + block_n) * 128 + BARRIER_BYTES)
+    B (k_atoms x 64 of K each) and two barriers."""
+    return (block_m * block_n * (4 if out_dtype == "float32" else 2)
+            + stages * (stage_bytes(block_m, block_n, k_atoms) + BARRIER_BYTES))
 
 
-def max_stages(block_m: int, block_n: int, out_dtype: str = "bfloat16") -> int:
+def max_stages(block_m: int, block_n: int, out_dtype: str = "bfloat16", k_atoms: int = 1) -> int:
     """The most stages that fit next to the staged output tile (at most MAX_STAGES)."""
     fixed = smem_bytes(block_m, block_n, 0, out_dtype)
-    return max(0, min(MAX_STAGES, (SMEM_LIMIT - fixed) // ((block_m + block_n) * 128 + BARRIER_BYTES)))
+    return max(0, min(MAX_STAGES, (SMEM_LIMIT - fixed) // (stage_bytes(block_m, block_n, k_atoms) + BARRIER_BYTES)))
 
 
 def validate(config: "Bf16GemmConfig") -> str:
@@ -96,6 +103,10 @@ def validate(config: "Bf16GemmConfig") -> str:
     if slices * c.block_n // 2 > MAX_ACCUMULATORS:
         return (f"block_m {c.block_m} x block_n {c.block_n} needs {slices * c.block_n // 2} accumulators per thread "
                 f"(max {MAX_ACCUMULATORS})")
+    if c.k_atoms not in K_ATOMS:
+        return f"k_atoms must be one of {K_ATOMS} (64, 128 or 256 of K per k-block); got {c.k_atoms}"
+    if c.layout == LAYOUT_K_GROUPED and c.k_atoms > 2:
+        return f"the K-grouped layout takes k_atoms 1 or 2 (a group's K is a multiple of 128); got {c.k_atoms}"
     if not 2 <= c.stages <= MAX_STAGES:
         return f"stages must be in 2..{MAX_STAGES}; got {c.stages}"
     if c.n <= 0 or c.n % 8:
@@ -124,7 +135,7 @@ def validate(config: "Bf16GemmConfig") -> str:
         return "the M-grouped layouts write a BF16 D"
     if c.layout in (LAYOUT_CONTIGUOUS, LAYOUT_CONTIGUOUS_PSUM, LAYOUT_MASKED) and c.with_c:
         return "the M-grouped layouts add no C"
-    need = smem_bytes(c.block_m, c.block_n, c.stages, c.out_dtype)
+    need = smem_bytes(c.block_m, c.block_n, c.stages, c.out_dtype, c.k_atoms)
     if need > SMEM_LIMIT:
         return f"needs {need} bytes of shared memory; the limit is {SMEM_LIMIT}"
     return ""
@@ -146,6 +157,7 @@ class Bf16GemmConfig:
     layout: int = LAYOUT_DENSE
     group_n: int = 16  # raster band of the scheduler, in units along N
     pair: int = SHARE_NONE  # 2-CTA clusters sharing A (SHARE_A, along N) or B (SHARE_B, along M) by multicast
+    k_atoms: int = 1  # 64-K atoms per k-block (stage): 2 or 4 take fewer, larger k-blocks (one barrier round each)
 
     def __post_init__(self) -> None:
         for name in ("layout", "pair"):  # plain ints: an enum member renders and hashes like its value
@@ -181,18 +193,18 @@ class Bf16GemmConfig:
 
     @property
     def smem_bytes(self) -> int:
-        return smem_bytes(self.block_m, self.block_n, self.stages, self.out_dtype)
+        return smem_bytes(self.block_m, self.block_n, self.stages, self.out_dtype, self.k_atoms)
 
     def box(self, operand: str) -> tuple[int, ...]:
         """The TMA box (innermost first) of operand "a" or "b" (OperandTile's boxes): K-major (64 of K, rows), half
-        the rows when a pair shares the operand; MN-major one swizzle atom (elements, 64 of K), with a group
-        dimension of 1 for B's 3-D map."""
+        the rows when a pair shares the operand; MN-major one swizzle atom (elements, k_atoms x 64 of K), with a
+        group dimension of 1 for B's 3-D map."""
         rows, major = (self.block_m, self.major_a) if operand == "a" else (self.block_n, self.major_b)
         shared = self.pair == (SHARE_A if operand == "a" else SHARE_B)
         if major == "k":
             return (BLOCK_K, rows // 2 if shared else rows)
         atom = mn_swizzle(rows) // 2
-        return (atom, BLOCK_K) if operand == "a" else (atom, BLOCK_K, 1)
+        return (atom, BLOCK_K * self.k_atoms) if operand == "a" else (atom, BLOCK_K * self.k_atoms, 1)
 
     def swizzle(self, operand: str) -> int:
         """Bytes of the swizzle operand "a" or "b" is loaded with."""
@@ -220,8 +232,9 @@ class Bf16GemmConfig:
         layout = "" if self.layout == LAYOUT_DENSE else f"_{LAYOUT_NAMES[self.layout]}"
         out = "f32" if self.out_dtype == "float32" else "bf16"
         c = "_c" if self.with_c else ""
+        ka = f"_ka{self.k_atoms}" if self.k_atoms > 1 else ""
         return (f"dgx_bf16_gemm_{self.form}{layout}_{out}{c}_n{self.n}_k{self.k}_bm{self.block_m}_bn{self.block_n}"
-                f"_s{self.stages}_g{self.group_n}_p{self.pair}")
+                f"_s{self.stages}_g{self.group_n}_p{self.pair}{ka}")
 
     @property
     def warmup_kind(self) -> str:
@@ -238,7 +251,8 @@ class Bf16GemmConfig:
         return (
             f"dgx::Bf16GemmTraits<{self.layout}, {self.n}, {self.k}, {self.block_m}, {self.block_n}, {self.stages}, "
             f"{self.group_n}, {self.pair}, {MAJORS.index(self.major_a)}, {MAJORS.index(self.major_b)}, "
-            f"{'true' if self.out_dtype == 'float32' else 'false'}, {'true' if self.with_c else 'false'}>"
+            f"{'true' if self.out_dtype == 'float32' else 'false'}, {'true' if self.with_c else 'false'}, "
+            f"{self.k_atoms}>"
         )
 
     def render(self) -> jit.KernelSource:
@@ -252,7 +266,8 @@ class Bf16GemmConfig:
             f"static_assert({traits}::kThreads == {self.threads}, \"Bf16GemmConfig.threads disagrees with the kernel\");\n"
             f"static_assert({traits}::kDSpan == {self.d_span}, \"Bf16GemmConfig.d_span disagrees with the kernel\");\n"
             f"static_assert({traits}::TileA::kBoxRows == {self.box('a')[0 if self.major_a == 'mn' else 1]} && "
-            f"{traits}::TileB::kBoxRows == {self.box('b')[0 if self.major_b == 'mn' else 1]},\n"
+            f"{traits}::TileB::kBoxRows == {self.box('b')[0 if self.major_b == 'mn' else 1]} && "
+            f"{traits}::kBlockK == {BLOCK_K * self.k_atoms},\n"
             '              "Bf16GemmConfig.box disagrees with the kernel\'s TMA boxes");\n'
         )
         return jit.KernelSource(

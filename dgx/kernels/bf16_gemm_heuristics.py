@@ -3,10 +3,10 @@
 The model: a persistent grid of one CTA per SM (or per two SMs for 2-CTA clusters) runs ceil(units / slots) waves of
 tiles. A tile costs, per k-block of 64 of K, the larger of its tensor-core time (2·BM·BN·64 FLOP at 4096 BF16
 FLOP/clk per SM, plus a per-k-block issue cost, more for one math warpgroup, which has no other warpgroup to hide
-it behind) and the time its SM takes to stream the k-block's A and B into shared memory; plus an epilogue. Two
+it behind; one-warpgroup tiles may take 2 or 4 K atoms per k-block to share it) and the time its SM takes to stream the k-block's A and B into shared memory; plus an epilogue. Two
 floors bound the whole grid: HBM (every operand byte once, D written, C read) and the L2-to-SM traffic of all
 tiles (a shared operand counted once per cluster). The lowest estimate wins; ties go to larger tiles, then no
-cluster (near-ties: more SMs busy first). The constants are first estimates from the H100's datasheet and the FP8 family's measured per-SM stream
+cluster, then fewer K atoms (near-ties: more SMs busy per wave first). The constants are first estimates from the H100's datasheet and the FP8 family's measured per-SM stream
 rate; they only need to rank configs the way the device does (tests/device/bf16_bench.py --sweep times the
 candidates around the choice, to calibrate them).
 
@@ -32,8 +32,10 @@ from .bf16_gemm_config import (
     SHARE_A,
     SHARE_B,
     SHARE_NONE,
+    K_ATOMS,
     Bf16GemmConfig,
     max_stages,
+    stage_bytes,
 )
 
 BLOCK_MS = (64, 128, 256)
@@ -48,6 +50,9 @@ TILE_FIXED_CLK = 400  # per tile: the first stage's latency not hidden by the pr
 # be slower; PERFLOG exp. 14), and every tile at least MIN_STAGES.
 ONE_WG_RING_BYTES = 168 * 1024
 MIN_STAGES = 3
+# One-warpgroup tiles may take 2 or 4 K atoms per k-block (fewer barrier round trips and MMA waits per K, the
+# per-k-block issue cost shared), keeping at least this many stages.
+MIN_MERGED_STAGES = 4
 # Contiguous segments are padded to this many rows (dgx.get_mk_alignment_for_contiguous_layout()).
 CONTIGUOUS_ALIGNMENT = 128
 
@@ -74,20 +79,21 @@ def block_ns(major_b: str) -> tuple[int, ...]:
     return tuple(range(32 if major_b == "mn" else 16, 257, 32 if major_b == "mn" else 16))
 
 
-def stages_for(block_m: int, block_n: int, out_dtype: str) -> int:
+def stages_for(block_m: int, block_n: int, out_dtype: str, k_atoms: int = 1) -> int:
     """As many stages as fit, and for one-warpgroup tiles no more than ONE_WG_RING_BYTES of them."""
-    stages = max_stages(block_m, block_n, out_dtype)
+    stages = max_stages(block_m, block_n, out_dtype, k_atoms)
     if block_m == 64:
-        stages = min(stages, max(ONE_WG_RING_BYTES // ((block_m + block_n) * 128), MIN_STAGES))
+        stages = min(stages, max(ONE_WG_RING_BYTES // stage_bytes(block_m, block_n, k_atoms), MIN_STAGES))
     return stages
 
 
 def tile_cycles(config: Bf16GemmConfig, k: int) -> float:
     """Estimated cycles of one tile over K: k-blocks x the larger of its MMA and stream times, plus its epilogue."""
-    k_blocks = ceil_div(k, BLOCK_K)
-    mma = 2 * config.block_m * config.block_n * BLOCK_K / TENSOR_FLOP_PER_CLK_PER_SM
+    atoms = config.k_atoms
+    k_blocks = ceil_div(k, BLOCK_K * atoms)
+    mma = atoms * 2 * config.block_m * config.block_n * BLOCK_K / TENSOR_FLOP_PER_CLK_PER_SM
     mma += KBLOCK_ISSUE_CLK[config.math_warpgroups]
-    stream = (config.block_m + config.block_n) * 128 / STREAM_BYTES_PER_CLK_PER_SM
+    stream = atoms * (config.block_m + config.block_n) * 128 / STREAM_BYTES_PER_CLK_PER_SM
     epilogue = config.block_m * config.block_n * config.out_bytes * (2 if config.with_c else 1) / EPILOGUE_BYTES_PER_CLK
     return k_blocks * max(mma, stream) + epilogue + TILE_FIXED_CLK
 
@@ -110,7 +116,7 @@ def estimate(config: Bf16GemmConfig, m: int, k: int, groups: int, num_sms: int) 
     tiles = units * config.cluster
     a_rows = config.block_m // 2 if config.pair == SHARE_A else config.block_m
     b_rows = config.block_n // 2 if config.pair == SHARE_B else config.block_n
-    l2 = tiles * ceil_div(k, BLOCK_K) * (a_rows + b_rows) * 128 / L2_BYTES_PER_CLK
+    l2 = tiles * ceil_div(k, BLOCK_K) * (a_rows + b_rows) * 128 / L2_BYTES_PER_CLK  # (per 64 of K: any k_atoms)
     return Estimate(config, units, waves, max(compute, hbm, l2))
 
 
@@ -129,7 +135,9 @@ def _better(a: Estimate, b: Estimate, num_sms: int) -> bool:
     area = a.config.block_m * a.config.block_n - b.config.block_m * b.config.block_n
     if area:
         return area > 0
-    return a.config.pair < b.config.pair
+    if a.config.pair != b.config.pair:
+        return a.config.pair < b.config.pair
+    return a.config.k_atoms < b.config.k_atoms
 
 
 def candidates(kind: str, m: int, n: int, k: int, groups: int, num_sms: int, major_a: str, major_b: str,
@@ -146,9 +154,11 @@ def candidates(kind: str, m: int, n: int, k: int, groups: int, num_sms: int, maj
     for bm in block_m_options:
         if layout in (LAYOUT_DENSE, LAYOUT_K_GROUPED, LAYOUT_MASKED) and (bm == 256 and m <= 128 or bm == 128 and m <= 64):
             continue  # the tile would be mostly padding
-        for bn in block_ns(major_b):
-            stages = stages_for(bm, bn, out_dtype)
-            if stages < MIN_STAGES:
+        for bn, k_atoms in ((bn, ka) for bn in block_ns(major_b) for ka in (K_ATOMS if bm == 64 else (1,))):
+            if k_atoms > 2 and layout == LAYOUT_K_GROUPED:
+                continue
+            stages = stages_for(bm, bn, out_dtype, k_atoms)
+            if stages < (MIN_STAGES if k_atoms == 1 else MIN_MERGED_STAGES):
                 continue
             for pair in (SHARE_NONE, SHARE_A, SHARE_B):
                 if pair != SHARE_NONE and (num_sms < 2 or layout not in (LAYOUT_DENSE, LAYOUT_CONTIGUOUS)):
@@ -159,7 +169,7 @@ def candidates(kind: str, m: int, n: int, k: int, groups: int, num_sms: int, maj
                     continue
                 config = dict(n=n, k=0 if layout == LAYOUT_K_GROUPED else k, block_m=bm, block_n=bn, stages=stages,
                               major_a=major_a, major_b=major_b, out_dtype=out_dtype, with_c=with_c, layout=layout,
-                              pair=pair)
+                              pair=pair, k_atoms=k_atoms)
                 try:
                     out.append(Bf16GemmConfig(**config))
                 except ValueError:

@@ -57,8 +57,10 @@ DENSE = [
     ("nt", 130, 264, 384, 128, 88, 4, 0, F32, False),
     ("nt", 130, 264, 384, 128, 88, 4, 0, F32, True),
     ("nn", 65, 512, 256, 64, 256, 3, 1, BF16, True),
+    ("nt", 65, 256, 1000, 64, 16, 4, 1, BF16, False, 2),  # 128 of K per k-block, a K tail
+    ("tn", 70, 288, 640, 64, 96, 2, 0, BF16, False, 4),  # 256 of K per k-block, 64-byte atoms of B
 ]
-for form, m, n, k, bm, bn, stages, pair, out, with_c in DENSE:
+for form, m, n, k, bm, bn, stages, pair, out, with_c, *k_atoms in DENSE:
     ma, mb = FORMS[form]
     a, b = operand(m, k, ma), operand(n, k, mb)
     ref = a.double() @ b.double().T
@@ -68,7 +70,8 @@ for form, m, n, k, bm, bn, stages, pair, out, with_c in DENSE:
     else:
         d = torch.full((m, n), float("nan"), device="cuda", dtype=out)
     cfg = Bf16GemmConfig(n=n, k=k, block_m=bm, block_n=bn, stages=stages, major_a=ma, major_b=mb,
-                         out_dtype="float32" if out == F32 else "bfloat16", with_c=with_c, pair=pair)
+                         out_dtype="float32" if out == F32 else "bfloat16", with_c=with_c, pair=pair,
+                         k_atoms=k_atoms[0] if k_atoms else 1)
     bf16.bf16_gemm_nt(a, b, d, c=d if with_c else None, config=cfg)
     torch.cuda.synchronize()
     check(cfg.kernel_name, d, ref, 3e-3 if out == BF16 else 1e-4)
