@@ -107,6 +107,22 @@ DGX_DEVICE void tma_reduce_add_2d(const TensorMap* map, const void* src, int32_t
                  : "memory");
 }
 
+// 3-D tile store and reduction from shared memory (e.g. one group's rows of a [groups, rows, N] output, so a tile
+// past the group's last row is clipped there instead of landing in the next group's rows).
+DGX_DEVICE void tma_store_3d(const TensorMap* map, const void* src, int32_t c0, int32_t c1, int32_t c2) {
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(
+                     reinterpret_cast<uint64_t>(map)),
+                 "r"(smem_addr(src)), "r"(c0), "r"(c1), "r"(c2)
+                 : "memory");
+}
+
+DGX_DEVICE void tma_reduce_add_3d(const TensorMap* map, const void* src, int32_t c0, int32_t c1, int32_t c2) {
+    asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(
+                     reinterpret_cast<uint64_t>(map)),
+                 "r"(smem_addr(src)), "r"(c0), "r"(c1), "r"(c2)
+                 : "memory");
+}
+
 DGX_DEVICE void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 
 // Waits until the committed stores have finished reading shared memory (the buffer may be rewritten).

@@ -6,7 +6,7 @@
   launch configs, enums) except for the calls that need a GPU, which are recorded instead: tensor-map encodes
   (a deterministic 128-byte image whose first word is the global address, the rest the other arguments, so a
   test can read back what a map says), launches (with a copy of the kernel's parameter struct), stream-ordered
-  allocations, capture queries;
+  allocations, stream-ordered copies and memsets, capture queries;
 - ``dgx.jit.get_kernel`` (no compile, no load), ``dgx.runtime.max_active_clusters``;
 - ``torch._C._cuda_getCurrentRawStream`` (absent from CPU builds of torch) to return stream 0;
 - ``dgx.tensors._from_torch`` so that CPU torch tensors read as tensors on ``cuda:0`` (the per-call path then
@@ -66,6 +66,8 @@ class StandInDriver:
         self.encodes = 0
         self.allocs: list[tuple[int, int]] = []  # (address, size)
         self.frees: list[int] = []
+        self.copies: list[tuple[int, ...]] = []  # cuMemcpy2DAsync: (dst, dst pitch, src, src pitch, width, height)
+        self.memsets: list[tuple[int, ...]] = []  # cuMemsetD2D*Async: (dst, pitch, value, width in bytes, height)
         self.param_sizes: dict[str, int] = {}  # kernel name -> bytes of its parameter struct
         self._next_alloc = 0x7E00_0000_0000
         self._ok = self._real.CUresult.CUDA_SUCCESS
@@ -118,6 +120,16 @@ class StandInDriver:
         return (self._ok,)
 
     def cuMemcpy2DAsync(self, p, stream):
+        self.copies.append((int(p.dstDevice), int(p.dstPitch), int(p.srcDevice), int(p.srcPitch),
+                            int(p.WidthInBytes), int(p.Height)))
+        return (self._ok,)
+
+    def cuMemsetD2D32Async(self, dst, pitch, value, width, height, stream):
+        self.memsets.append((int(dst), int(pitch), int(value), 4 * int(width), int(height)))
+        return (self._ok,)
+
+    def cuMemsetD2D16Async(self, dst, pitch, value, width, height, stream):
+        self.memsets.append((int(dst), int(pitch), int(value), 2 * int(width), int(height)))
         return (self._ok,)
 
     def cuCtxGetCurrent(self):
@@ -141,6 +153,10 @@ def _interface_of(name: str):
         from dgx.kernels.fp8_gemm import INTERFACE
 
         return INTERFACE
+    if name.startswith("dgx_bf16_gemm"):
+        from dgx.kernels.bf16_gemm import INTERFACE
+
+        return INTERFACE
     if name.startswith("dgx_sf_"):
         from dgx.kernels.scale_layout import INTERFACE
 
@@ -154,7 +170,7 @@ def _caches():
     import importlib
 
     names = {"launch": ("_plans", "_params"), "gemm": ("_entries", "_fast"), "grouped": ("_contiguous", "_masked"),
-             "scales": ("_workspaces",), "kernels.scale_layout": ("_launchers",)}
+             "scales": ("_workspaces",), "kernels.scale_layout": ("_launchers",), "bf16": ("_plans", "_params")}
     out = []
     for module_name, attrs in names.items():
         try:

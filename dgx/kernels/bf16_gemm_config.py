@@ -1,0 +1,281 @@
+"""The BF16 GEMM family's config (ptx/bf16_gemm.cuh): what a kernel compiles in, what it supports (validate, the
+device code's static_asserts said first), its shared memory, the source it renders, and the kernel's launch
+contract (INTERFACE). dgx.kernels.bf16_gemm is the family's surface."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from .. import jit
+from ..intmath import ceil_div
+from ..kinds import Layout, ShareDim
+from .interface import TENSOR_MAP, KernelInterface, Param
+from .wgmma_render import render_wgmma_bf16
+
+SHARE_NONE, SHARE_A, SHARE_B = int(ShareDim.NONE), int(ShareDim.A), int(ShareDim.B)
+LAYOUT_DENSE, LAYOUT_CONTIGUOUS, LAYOUT_MASKED, LAYOUT_K_GROUPED, LAYOUT_CONTIGUOUS_PSUM = (int(v) for v in Layout)
+LAYOUT_NAMES = {int(v): v.name.lower() for v in Layout}
+
+#: Operand major-ness: "k" (K contiguous: A [M, K], B [N, K] row-major) or "mn" (M / N contiguous).
+MAJORS = ("k", "mn")
+#: Output dtypes.
+OUT_DTYPES = ("bfloat16", "float32")
+#: DeepGEMM's names of the four dense forms by (major of A, major of B): n = K-major A, t = M-major A; then t =
+#: K-major B, n = N-major B.
+FORMS = {("k", "k"): "nt", ("k", "mn"): "nn", ("mn", "mn"): "tn", ("mn", "k"): "tt"}
+
+BLOCK_K = 64  # BF16 of K per K atom: one 128-byte swizzle row (a k-block holds k_atoms of them)
+K_ATOMS = (1, 2, 4)
+SMEM_LIMIT = 232448  # bytes of shared memory one block may use on Hopper (227 KB)
+BARRIER_BYTES = 16  # full + empty mbarrier per stage
+MAX_ACCUMULATORS = 160  # FP32 accumulators per math thread (Bf16GemmTraits: kMmaPerWG * kAccum)
+MAX_STAGES = 16
+
+# The kernel's parameters, in this order (ptx/bf16_gemm.cuh bf16_gemm_body reads them by name): the tensor maps of A,
+# B and D; `m` the rows (masked: per group; K-grouped: M of each group's output); `grouped_layout` m_indices, the
+# prefix sums, masked_m or the K-grouped groups' K (device memory); `num_groups`; `d_ptr`/`ld_d` D for the rows the
+# masked layout stores from registers.
+INTERFACE = KernelInterface(
+    "Bf16GemmParams",
+    (
+        Param("tmap_a", TENSOR_MAP),
+        Param("tmap_b", TENSOR_MAP),
+        Param("tmap_d", TENSOR_MAP),
+        Param("m", "int"),
+        Param("grouped_layout", "const int*"),
+        Param("num_groups", "int"),
+        Param("d_ptr", "void*"),
+        Param("ld_d", "long long"),
+    ),
+)
+
+
+def mn_swizzle(rows: int) -> int:
+    """Bytes of the swizzle an MN-major tile of `rows` rows of M/N is stored with (OperandTile::kSwizzle): 128 when
+    its rows are whole 64-element atoms, else 64 (32-element atoms)."""
+    return 128 if rows % 64 == 0 else 64
+
+
+def d_span_bytes(block_n: int, elem_bytes: int) -> int:
+    """Bytes per swizzle span of the staged output tile (Bf16GemmTraits::kDSpan; 16 = no swizzle)."""
+    row = block_n * elem_bytes
+    for span in (128, 64, 32):
+        if row % span == 0:
+            return span
+    return 16
+
+
+def stage_bytes(block_m: int, block_n: int, k_atoms: int = 1) -> int:
+    """Bytes of A and B one stage holds: k_atoms x 64 of K of both tiles."""
+    return (block_m + block_n) * 128 * k_atoms
+
+
+def smem_bytes(block_m: int, block_n: int, stages: int, out_dtype: str = "bfloat16", k_atoms: int = 1) -> int:
+    """Dynamic shared memory of a config (Bf16GemmTraits::kSmemBytes): the staged output tile, then per stage A and
+    B (k_atoms x 64 of K each) and two barriers."""
+    return (block_m * block_n * (4 if out_dtype == "float32" else 2)
+            + stages * (stage_bytes(block_m, block_n, k_atoms) + BARRIER_BYTES))
+
+
+def max_stages(block_m: int, block_n: int, out_dtype: str = "bfloat16", k_atoms: int = 1) -> int:
+    """The most stages that fit next to the staged output tile (at most MAX_STAGES)."""
+    fixed = smem_bytes(block_m, block_n, 0, out_dtype)
+    return max(0, min(MAX_STAGES, (SMEM_LIMIT - fixed) // (stage_bytes(block_m, block_n, k_atoms) + BARRIER_BYTES)))
+
+
+def validate(config: "Bf16GemmConfig") -> str:
+    """'' if `config` is a kernel the device code supports, else what is wrong (the static_asserts of
+    Bf16GemmTraits and OperandTile, said first here)."""
+    c = config
+    if c.major_a not in MAJORS or c.major_b not in MAJORS:
+        return f"major_a and major_b must be one of {MAJORS}; got {c.major_a!r}, {c.major_b!r}"
+    if c.out_dtype not in OUT_DTYPES:
+        return f"out_dtype must be one of {OUT_DTYPES}; got {c.out_dtype!r}"
+    if c.layout not in LAYOUT_NAMES:
+        return f"layout must be one of {sorted(LAYOUT_NAMES)}; got {c.layout}"
+    if c.block_m not in (64, 128, 256):
+        return f"block_m must be 64, 128 or 256; got {c.block_m}"
+    if c.block_n % 8 or not 8 <= c.block_n <= 256:
+        return f"block_n must be a multiple of 8 in 8..256; got {c.block_n}"
+    if c.major_b == "mn" and c.block_n % 32:
+        return f"an N-major B needs block_n a multiple of 32 (whole 64-byte swizzle atoms); got {c.block_n}"
+    slices = 2 if c.block_m == 256 else 1
+    if slices * c.block_n // 2 > MAX_ACCUMULATORS:
+        return (f"block_m {c.block_m} x block_n {c.block_n} needs {slices * c.block_n // 2} accumulators per thread "
+                f"(max {MAX_ACCUMULATORS})")
+    if c.k_atoms not in K_ATOMS:
+        return f"k_atoms must be one of {K_ATOMS} (64, 128 or 256 of K per k-block); got {c.k_atoms}"
+    if c.layout == LAYOUT_K_GROUPED and c.k_atoms > 2:
+        return f"the K-grouped layout takes k_atoms 1 or 2 (a group's K is a multiple of 128); got {c.k_atoms}"
+    if not 2 <= c.stages <= MAX_STAGES:
+        return f"stages must be in 2..{MAX_STAGES}; got {c.stages}"
+    if c.n <= 0 or c.n % 8:
+        return f"n must be a positive multiple of 8 (16-byte rows of D); got {c.n}"
+    if c.k < 0 or (c.k == 0) != (c.layout == LAYOUT_K_GROUPED):
+        return f"k must be positive, or 0 for the K-grouped layout (K at run time); got {c.k} with layout {c.layout}"
+    if c.group_n < 1:
+        return f"group_n must be at least 1; got {c.group_n}"
+    if c.pair not in (SHARE_NONE, SHARE_A, SHARE_B):
+        return f"pair must be 0 (none), 1 (share A along N) or 2 (share B along M); got {c.pair}"
+    if c.pair != SHARE_NONE and c.layout not in (LAYOUT_DENSE, LAYOUT_CONTIGUOUS):
+        return "multicast pairs are for the dense and contiguous layouts only"
+    if c.pair == SHARE_A and c.major_a == "mn" and c.block_m % 128:
+        return f"sharing an M-major A needs block_m 128 or 256 (two 64-row atoms to split); got {c.block_m}"
+    if c.pair == SHARE_B and c.major_b == "mn":
+        return "an N-major B is loaded through a 3-D map, which is not shared (pair 2)"
+    if c.pair == SHARE_B and c.block_n % 16:
+        return f"sharing B needs block_n a multiple of 16 (1024-byte halves); got {c.block_n}"
+    if c.layout in (LAYOUT_CONTIGUOUS, LAYOUT_CONTIGUOUS_PSUM, LAYOUT_MASKED) and c.major_a != "k":
+        return "the M-grouped layouts take a K-major A"
+    if c.layout == LAYOUT_MASKED and c.major_b != "k":
+        return "the masked layout takes a K-major B"
+    if c.layout == LAYOUT_K_GROUPED and (c.major_a, c.major_b) != ("mn", "mn"):
+        return "the K-grouped layout takes A and B MN-major ([sum of K, M] and [sum of K, N] row-major)"
+    if c.layout in (LAYOUT_CONTIGUOUS, LAYOUT_CONTIGUOUS_PSUM, LAYOUT_MASKED) and c.out_dtype != "bfloat16":
+        return "the M-grouped layouts write a BF16 D"
+    if c.layout in (LAYOUT_CONTIGUOUS, LAYOUT_CONTIGUOUS_PSUM, LAYOUT_MASKED) and c.with_c:
+        return "the M-grouped layouts add no C"
+    need = smem_bytes(c.block_m, c.block_n, c.stages, c.out_dtype, c.k_atoms)
+    if need > SMEM_LIMIT:
+        return f"needs {need} bytes of shared memory; the limit is {SMEM_LIMIT}"
+    return ""
+
+
+@dataclass(frozen=True)
+class Bf16GemmConfig:
+    """Everything compile-time about one BF16 GEMM kernel. M (and, K-grouped, each group's K) are run-time values."""
+
+    n: int
+    k: int  # 0 for the K-grouped layout
+    block_m: int
+    block_n: int
+    stages: int
+    major_a: str = "k"
+    major_b: str = "k"
+    out_dtype: str = "bfloat16"
+    with_c: bool = False  # D += the tile (TMA reduce-add): D holds C
+    layout: int = LAYOUT_DENSE
+    group_n: int = 16  # raster band of the scheduler, in units along N
+    pair: int = SHARE_NONE  # 2-CTA clusters sharing A (SHARE_A, along N) or B (SHARE_B, along M) by multicast
+    k_atoms: int = 1  # 64-K atoms per k-block (stage): 2 or 4 take fewer, larger k-blocks (one barrier round each)
+
+    def __post_init__(self) -> None:
+        for name in ("layout", "pair"):  # plain ints: an enum member renders and hashes like its value
+            object.__setattr__(self, name, int(getattr(self, name)))
+        problem = validate(self)
+        if problem:
+            raise ValueError(f"invalid BF16 GEMM config {self}: {problem}")
+
+    @property
+    def form(self) -> str:
+        """DeepGEMM's name of the operands' layout: nt, nn, tn or tt."""
+        return FORMS[(self.major_a, self.major_b)]
+
+    @property
+    def cluster(self) -> int:
+        return 1 if self.pair == SHARE_NONE else 2
+
+    @property
+    def math_warpgroups(self) -> int:
+        return 1 if self.block_m == 64 else 2
+
+    @property
+    def threads(self) -> int:
+        return 128 * (self.math_warpgroups + 1)
+
+    @property
+    def out_bytes(self) -> int:
+        return 4 if self.out_dtype == "float32" else 2
+
+    @property
+    def d_span(self) -> int:
+        return d_span_bytes(self.block_n, self.out_bytes)
+
+    @property
+    def smem_bytes(self) -> int:
+        return smem_bytes(self.block_m, self.block_n, self.stages, self.out_dtype, self.k_atoms)
+
+    def box(self, operand: str) -> tuple[int, ...]:
+        """The TMA box (innermost first) of operand "a" or "b" (OperandTile's boxes): K-major (64 of K, rows), half
+        the rows when a pair shares the operand; MN-major one swizzle atom (elements, k_atoms x 64 of K), with a
+        group dimension of 1 for B's 3-D map."""
+        rows, major = (self.block_m, self.major_a) if operand == "a" else (self.block_n, self.major_b)
+        shared = self.pair == (SHARE_A if operand == "a" else SHARE_B)
+        if major == "k":
+            return (BLOCK_K, rows // 2 if shared else rows)
+        atom = mn_swizzle(rows) // 2
+        return (atom, BLOCK_K * self.k_atoms) if operand == "a" else (atom, BLOCK_K * self.k_atoms, 1)
+
+    def swizzle(self, operand: str) -> int:
+        """Bytes of the swizzle operand "a" or "b" is loaded with."""
+        rows, major = (self.block_m, self.major_a) if operand == "a" else (self.block_n, self.major_b)
+        return 128 if major == "k" else mn_swizzle(rows)
+
+    def units(self, m: int) -> int:
+        """Scheduler work units for M rows: tiles, or tile pairs when paired."""
+        mb, nb = ceil_div(m, self.block_m), ceil_div(self.n, self.block_n)
+        if self.pair == SHARE_B:
+            mb = ceil_div(mb, 2)
+        elif self.pair == SHARE_A:
+            nb = ceil_div(nb, 2)
+        return mb * nb
+
+    def grid(self, units: int, num_sms: int) -> int:
+        """CTAs of the persistent grid for `units` work units: whole clusters, at most one CTA per SM, and no more
+        than keep the wave count."""
+        slots = max(num_sms // self.cluster, 1)
+        waves = max(ceil_div(units, slots), 1)
+        return max(ceil_div(units, waves), 1) * self.cluster
+
+    @property
+    def kernel_name(self) -> str:
+        layout = "" if self.layout == LAYOUT_DENSE else f"_{LAYOUT_NAMES[self.layout]}"
+        out = "f32" if self.out_dtype == "float32" else "bf16"
+        c = "_c" if self.with_c else ""
+        ka = f"_ka{self.k_atoms}" if self.k_atoms > 1 else ""
+        return (f"dgx_bf16_gemm_{self.form}{layout}_{out}{c}_n{self.n}_k{self.k}_bm{self.block_m}_bn{self.block_n}"
+                f"_s{self.stages}_g{self.group_n}_p{self.pair}{ka}")
+
+    @property
+    def warmup_kind(self) -> str:
+        """The shapes-file kind that builds this kernel."""
+        return {LAYOUT_DENSE: "dense", LAYOUT_CONTIGUOUS: "m_grouped_contiguous",
+                LAYOUT_CONTIGUOUS_PSUM: "m_grouped_contiguous_psum", LAYOUT_MASKED: "m_grouped_masked",
+                LAYOUT_K_GROUPED: "k_grouped"}[self.layout]
+
+    def describe(self) -> tuple[tuple[str, str], ...]:
+        return (("family", "bf16_gemm"),) + tuple((f.name, str(getattr(self, f.name))) for f in fields(self))
+
+    def traits(self) -> str:
+        """The C++ type of the kernel's compile-time configuration."""
+        return (
+            f"dgx::Bf16GemmTraits<{self.layout}, {self.n}, {self.k}, {self.block_m}, {self.block_n}, {self.stages}, "
+            f"{self.group_n}, {self.pair}, {MAJORS.index(self.major_a)}, {MAJORS.index(self.major_b)}, "
+            f"{'true' if self.out_dtype == 'float32' else 'false'}, {'true' if self.with_c else 'false'}, "
+            f"{self.k_atoms}>"
+        )
+
+    def render(self) -> jit.KernelSource:
+        traits = self.traits()
+        source = (
+            '#include "bf16_gemm.cuh"\n'
+            + render_wgmma_bf16(self.block_n, self.major_a == "mn", self.major_b == "mn")
+            + INTERFACE.render_entry(self.kernel_name, self.threads, f"dgx::bf16_gemm_body<{traits}>")
+            + f"static_assert({traits}::kSmemBytes == {self.smem_bytes},\n"
+            '              "dgx.kernels.bf16_gemm.smem_bytes disagrees with the kernel\'s shared-memory layout");\n'
+            f"static_assert({traits}::kThreads == {self.threads}, \"Bf16GemmConfig.threads disagrees with the kernel\");\n"
+            f"static_assert({traits}::kDSpan == {self.d_span}, \"Bf16GemmConfig.d_span disagrees with the kernel\");\n"
+            f"static_assert({traits}::TileA::kBoxRows == {self.box('a')[0 if self.major_a == 'mn' else 1]} && "
+            f"{traits}::TileB::kBoxRows == {self.box('b')[0 if self.major_b == 'mn' else 1]} && "
+            f"{traits}::kBlockK == {BLOCK_K * self.k_atoms},\n"
+            '              "Bf16GemmConfig.box disagrees with the kernel\'s TMA boxes");\n'
+        )
+        return jit.KernelSource(
+            name=self.kernel_name,
+            source=source,
+            dynamic_smem=self.smem_bytes,
+            summary=self.describe(),
+            warmup_hint=f"--shapes FILE with {{\"kind\": \"{self.warmup_kind}\", \"n\": {self.n}, \"k\": {self.k}, "
+            f"\"family\": \"bf16\"}}",
+        )
+

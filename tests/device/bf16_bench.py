@@ -1,0 +1,497 @@
+"""dgx's BF16 GEMMs against cuBLAS (torch.matmul) and the grouped peer (torch._grouped_mm, else a loop of cuBLAS
+calls), in one process, each implementation checked against a float64 reference before it is timed.
+
+Method (DESIGN.md): before each call a 1 GB buffer is zeroed (cold L2), 5 warm-ups, 30 timed calls, median; CUDA
+events around each call (``--timer kernel``: kernel-only, CUPTI through torch.profiler). Within a problem the
+implementations run in alternating order per round (``--rounds``, default 2): the figure is the median of the
+rounds' medians.
+
+Problems: the 18 dense FP8 anchor shapes of ANCHORS.md run in BF16 (M 64, 128, 4096 x (N, K)), in every form of
+``--forms`` (default nt); masked (ANCHORS.md's: M_max 4096 per group, counts expected x U(0.7, 1.3)); contiguous
+(ANCHORS.md's: groups x expected rows x U(0.7, 1.3), aligned to 128); K-grouped (groups x (M, N), k per group
+base x U(0.7, 1.3) rounded to 128, FP32 D += a^T b). ``--suite`` picks dense, masked, contiguous, k_grouped or all.
+
+Prints a table per suite and the geometric means the goals are stated in (dense >= 1.05x cuBLAS, M <= 128 >= 1.1x,
+large shapes >= 75% of the card's BF16 dense peak, grouped >= 1.2x the grouped peer); writes JSON to $OUT/bf16.json
+when OUT is set (or --json PATH). ``--sweep N``: also times the N configs the heuristic's model ranks best for each
+dense shape (and the choice), each checked first: the data to calibrate the model (dgx.kernels.bf16_gemm_heuristics).
+
+``--precompile`` (no GPU needed): builds every kernel the run would use (the heuristic's configs for ``--num-sms``
+SMs, sweep configs included) into DGX_CACHE_DIR, so the GPU run compiles nothing.
+
+Run from the repository root with it on PYTHONPATH:
+    python tests/device/bf16_bench.py [--suite all] [--forms nt,nn,tn,tt] [--sweep 6] [--timer events|kernel]
+    python tests/device/bf16_bench.py --precompile [--num-sms 132] [same options]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+DENSE = [(m, n, k) for m in (64, 128, 4096) for n, k in
+         ((2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048))]
+MASKED = [(1, 1024, 4096, 7168), (1, 1024, 7168, 2048), (2, 512, 4096, 7168), (2, 512, 7168, 2048),
+          (4, 256, 4096, 7168), (4, 256, 7168, 2048)]  # (groups, expected rows, N, K)
+MASKED_M_MAX = 4096
+CONTIGUOUS = [(4, 8192, 4096, 7168), (4, 8192, 7168, 2048), (8, 4096, 4096, 7168), (8, 4096, 7168, 2048)]
+K_GROUPED = [(4, 7168, 4096, 4096), (4, 2048, 7168, 4096), (8, 7168, 4096, 4096), (8, 2048, 7168, 4096)]  # G, M, N, k
+FORM_MAJORS = {"nt": ("k", "k"), "nn": ("k", "mn"), "tn": ("mn", "mn"), "tt": ("mn", "k")}
+BF16_DENSE_PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "H800": 989.0}
+SEED = 0
+
+
+def group_counts(groups: int, expected: int, key: int, align: int = 1) -> list[int]:
+    rng = random.Random(SEED * 1000003 + key)
+    return [-(-int(expected * rng.uniform(0.7, 1.3)) // align) * align for _ in range(groups)]
+
+
+# --- what each problem runs (shared by the GPU run and --precompile) ---------------------------------------------------
+
+
+def dense_problems(forms):
+    for form in forms:
+        for m, n, k in DENSE:
+            yield ("dense", form, m, n, k)
+
+
+def configs_for_run(args) -> list:
+    """Every Bf16GemmConfig the run's dgx calls will use: the heuristic's for each problem, and the sweep's."""
+    from dgx.kernels.bf16_gemm import choose
+
+    sms = args.num_sms
+    out = []
+    if args.suite in ("dense", "all"):
+        for _, form, m, n, k in dense_problems(args.forms):
+            ma, mb = FORM_MAJORS[form]
+            out.append(choose("dense", m, n, k, 1, sms, major_a=ma, major_b=mb))
+            out += sweep_configs(m, n, k, ma, mb, args.sweep, sms)
+    if args.suite in ("masked", "all"):
+        for g, e, n, k in MASKED:
+            out.append(choose("m_grouped_masked", min(e, MASKED_M_MAX), n, k, g, sms))
+    if args.suite in ("contiguous", "all"):
+        for i, (g, e, n, k) in enumerate(CONTIGUOUS):
+            m_sum = sum(group_counts(g, e, i, 128))
+            out.append(choose("m_grouped_contiguous", m_sum, n, k, g, sms))
+    if args.suite in ("k_grouped", "all"):
+        for i, (g, m, n, k) in enumerate(K_GROUPED):
+            ks = group_counts(g, k, 100 + i, 128)
+            typical = -(-(sum(ks) // len(ks)) // 128) * 128
+            out.append(choose("k_grouped", m, n, typical, g, sms, major_a="mn", major_b="mn", out_dtype="float32",
+                              with_c=True))
+    return list(dict.fromkeys(out))
+
+
+def sweep_configs(m, n, k, major_a, major_b, count, sms) -> list:
+    """The `count` configs the model ranks best for a dense problem (the choice among them)."""
+    if count <= 0:
+        return []
+    from dgx.kernels.bf16_gemm_heuristics import candidates, estimate
+
+    ranked = sorted(candidates("dense", m, n, k, 1, sms, major_a, major_b, "bfloat16", False),
+                    key=lambda c: estimate(c, m, k, 1, sms).cycles)
+    return ranked[:count]
+
+
+def precompile(args) -> None:
+    from dgx import jit
+    from dgx.limits import SUPPORTED_ARCH
+
+    configs = configs_for_run(args)
+    t0 = time.time()
+    for i, config in enumerate(configs):
+        jit.get_cubin(config.render(), SUPPORTED_ARCH)
+        print(f"[{i + 1}/{len(configs)}] {config.kernel_name}", file=sys.stderr)
+    stats = jit.jit_stats()
+    print(json.dumps({"kernels": len(configs), "compiled": stats["compiles"], "seconds": round(time.time() - t0, 1)}))
+
+
+# --- GPU run -------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    suite: str
+    label: str
+    flops: float
+    bytes: float
+    config: str
+    us: dict[str, float] = field(default_factory=dict)  # implementation -> median µs
+    errors: dict[str, float] = field(default_factory=dict)  # implementation -> normwise error vs float64
+    notes: list[str] = field(default_factory=list)
+
+    def tflops(self, impl: str) -> float:
+        us = self.us.get(impl, float("nan"))
+        return self.flops / us / 1e6
+
+    def ratio(self, peer: str) -> float:
+        return self.us.get(peer, float("nan")) / self.us.get("dgx", float("nan"))
+
+
+def rel_error(out, ref) -> float:
+    return float((out.double() - ref).norm() / ref.norm().clamp(min=1e-30))
+
+
+class Timer:
+    def __init__(self, kind: str, rounds: int):
+        from dgx.bench.timing import L2Flusher
+
+        self.flush = L2Flusher()
+        self.kind = kind
+        self.rounds = rounds
+
+    def one(self, fn) -> float:
+        if self.kind == "kernel":
+            from dgx.bench.kernel_timer import time_kernels
+
+            return time_kernels(fn, self.flush).median_us
+        from dgx.bench.timing import time_gpu
+
+        return time_gpu(fn, self.flush).median_us
+
+    def compare(self, fns: dict) -> dict[str, float]:
+        """Median over rounds of each implementation's median, the order reversed every other round."""
+        names = list(fns)
+        samples = {name: [] for name in names}
+        for r in range(self.rounds):
+            for name in (names if r % 2 == 0 else names[::-1]):
+                samples[name].append(self.one(fns[name]))
+        return {name: statistics.median(v) for name, v in samples.items()}
+
+
+def tol_for(dtype) -> float:
+    import torch
+
+    return 3e-3 if dtype == torch.bfloat16 else 1e-4
+
+
+@dataclass
+class Impl:
+    """One implementation of a problem: `run` the call that is timed; `prepare` (untimed) sets its output up before
+    the check run (poison, or C); `result` what to compare with the reference after it, given run's return value."""
+
+    run: object
+    prepare: object
+    result: object
+
+
+def checked(impls: dict, ref, dtype, row: Row) -> dict:
+    """{name: run} of the implementations whose output, after one run, is within tolerance of `ref`; the others
+    are noted in the row (wrong, or refused the problem)."""
+    import torch
+
+    ok = {}
+    for name, impl in impls.items():
+        try:
+            impl.prepare()
+            value = impl.run()
+            torch.cuda.synchronize()
+            err = rel_error(impl.result(value), ref)
+        except Exception as exc:  # noqa: BLE001 - a peer that cannot run this problem is reported, not fatal
+            row.notes.append(f"{name}: {type(exc).__name__}: {str(exc)[:160]}")
+            continue
+        row.errors[name] = err
+        if err <= tol_for(dtype):
+            ok[name] = impl.run
+        else:
+            row.notes.append(f"{name}: WRONG (normwise error {err:.2e})")
+    return ok
+
+
+def poisoned(t):
+    return lambda: t.fill_(float("nan"))
+
+
+def returned(value):
+    return value
+
+
+def deep_gemm_module():
+    try:
+        import deep_gemm  # noqa: F401  (DeepGEMM's current version, where built on the device)
+
+        return deep_gemm if hasattr(deep_gemm, "bf16_gemm_nt") else None
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def run_dense(args, timer: Timer, rows: list) -> None:
+    import torch
+
+    from dgx import bf16
+    from dgx.kernels.bf16_gemm import choose
+
+    dg = deep_gemm_module()
+    for _, form, m, n, k in dense_problems(args.forms):
+        ma, mb = FORM_MAJORS[form]
+        gen = torch.Generator(device="cuda").manual_seed(m * 31 + n * 7 + k)
+        a = torch.randn(m, k, device="cuda", generator=gen).to(torch.bfloat16)
+        b = torch.randn(n, k, device="cuda", generator=gen).to(torch.bfloat16)
+        if ma == "mn":
+            a = a.T.contiguous().T
+        if mb == "mn":
+            b = b.T.contiguous().T
+        ref = a.double() @ b.double().T
+        d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        d_peer = torch.empty_like(d)
+        d_dg = torch.empty_like(d)
+        config = choose("dense", m, n, k, 1, args.num_sms, major_a=ma, major_b=mb)
+        row = Row("dense", f"{form} {m}x{n}x{k}", 2.0 * m * n * k, 2.0 * (m * k + n * k + m * n),
+                  f"{config.block_m}x{config.block_n} s{config.stages} p{config.pair}")
+        impls = {"dgx": Impl(lambda: bf16.bf16_gemm_nt(a, b, d), poisoned(d), lambda _: d),
+                 "cublas": Impl(lambda: torch.mm(a, b.T, out=d_peer), poisoned(d_peer), lambda _: d_peer)}
+        if dg is not None:
+            impls["deepgemm"] = Impl(lambda: dg.bf16_gemm_nt(a, b, d_dg), poisoned(d_dg), lambda _: d_dg)
+        ok = checked(impls, ref, torch.bfloat16, row)
+        row.us = timer.compare(ok)
+        if args.sweep:
+            for cfg in sweep_configs(m, n, k, ma, mb, args.sweep, args.num_sms):
+                name = f"cfg {cfg.block_m}x{cfg.block_n}s{cfg.stages}p{cfg.pair}"
+                fn = (lambda cfg=cfg: bf16.bf16_gemm_nt(a, b, d, config=cfg))
+                if checked({name: Impl(fn, poisoned(d), lambda _: d)}, ref, torch.bfloat16, row):
+                    row.us[name] = timer.one(fn)
+        rows.append(row)
+        print(fmt_row(row), flush=True)
+        del a, b, d, d_peer, d_dg, ref
+
+
+def grouped_peers(a_rows, b, offs, groups: list, out, row: Row) -> dict:
+    """The grouped peer over the valid rows: torch._grouped_mm (a_rows [rows, K] packed, B [G, K, N] column-major
+    per group, offs the int32 group ends) where this torch has it and takes the problem, else a loop of torch.mm
+    (`groups`: (a rows of group j, j)) into `out`."""
+    import torch
+
+    fn = getattr(torch, "_grouped_mm", None)
+    b_kn = b.transpose(1, 2)
+    if fn is not None:
+        try:
+            fn(a_rows, b_kn, offs=offs)
+            torch.cuda.synchronize()
+            return {"grouped_mm": Impl(lambda: fn(a_rows, b_kn, offs=offs), lambda: None, returned)}
+        except Exception as exc:  # noqa: BLE001
+            row.notes.append(f"torch._grouped_mm refused ({type(exc).__name__}: {str(exc)[:120]}): loop of torch.mm")
+    else:
+        row.notes.append("torch._grouped_mm unavailable: loop of torch.mm")
+    parts, start = [], 0
+    for rows_j, j in groups:
+        parts.append((rows_j, b[j].T, out[start:start + rows_j.shape[0]]))
+        start += rows_j.shape[0]
+
+    def loop():
+        for x, y, z in parts:
+            torch.mm(x, y, out=z)
+
+    return {"loop_mm": Impl(loop, poisoned(out), lambda _: out)}
+
+
+def run_masked(args, timer: Timer, rows: list) -> None:
+    import torch
+
+    from dgx import bf16
+    from dgx.kernels.bf16_gemm import choose
+
+    for i, (g, expected, n, k) in enumerate(MASKED):
+        counts = group_counts(g, expected, 50 + i)
+        gen = torch.Generator(device="cuda").manual_seed(1000 + i)
+        a = torch.randn(g, MASKED_M_MAX, k, device="cuda", generator=gen).to(torch.bfloat16)
+        b = torch.randn(g, n, k, device="cuda", generator=gen).to(torch.bfloat16)
+        d = torch.empty(g, MASKED_M_MAX, n, device="cuda", dtype=torch.bfloat16)
+        masked_m = torch.tensor(counts, device="cuda", dtype=torch.int32)
+        valid = sum(counts)
+        ref = torch.cat([a[j, :counts[j]].double() @ b[j].double().T for j in range(g)])
+        a_rows = torch.cat([a[j, :counts[j]] for j in range(g)])  # the peer's input: valid rows packed
+        offs = torch.tensor([sum(counts[:j + 1]) for j in range(g)], device="cuda", dtype=torch.int32)
+        config = choose("m_grouped_masked", expected, n, k, g, args.num_sms)
+        row = Row("masked", f"{g}g x {expected} x{n}x{k}", 2.0 * valid * n * k, 2.0 * (valid * k + g * n * k + valid * n),
+                  f"{config.block_m}x{config.block_n} s{config.stages}")
+        d_peer = torch.empty(valid, n, device="cuda", dtype=torch.bfloat16)
+        impls = {"dgx": Impl(lambda: bf16.m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, expected), poisoned(d),
+                             lambda _: torch.cat([d[j, :counts[j]] for j in range(g)]))}
+        impls.update(grouped_peers(a_rows, b, offs, [(a[j, :counts[j]], j) for j in range(g)], d_peer, row))
+        ok = checked(impls, ref, torch.bfloat16, row)
+        row.us = timer.compare(ok)
+        rows.append(row)
+        print(fmt_row(row), flush=True)
+
+
+def run_contiguous(args, timer: Timer, rows: list) -> None:
+    import torch
+
+    from dgx import bf16
+    from dgx.kernels.bf16_gemm import choose
+
+    for i, (g, expected, n, k) in enumerate(CONTIGUOUS):
+        counts = group_counts(g, expected, i)
+        segments = [-(-c // 128) * 128 for c in counts]
+        m_sum = sum(segments)
+        gen = torch.Generator(device="cuda").manual_seed(2000 + i)
+        a = torch.randn(m_sum, k, device="cuda", generator=gen).to(torch.bfloat16)
+        b = torch.randn(g, n, k, device="cuda", generator=gen).to(torch.bfloat16)
+        d = torch.empty(m_sum, n, device="cuda", dtype=torch.bfloat16)
+        m_indices = torch.full((m_sum,), -1, device="cuda", dtype=torch.int32)
+        starts = [sum(segments[:j]) for j in range(g)]
+        for j in range(g):
+            m_indices[starts[j]:starts[j] + counts[j]] = j
+        valid = sum(counts)
+        ref = torch.cat([a[starts[j]:starts[j] + counts[j]].double() @ b[j].double().T for j in range(g)])
+        a_rows = torch.cat([a[starts[j]:starts[j] + counts[j]] for j in range(g)])
+        offs = torch.tensor([sum(counts[:j + 1]) for j in range(g)], device="cuda", dtype=torch.int32)
+        config = choose("m_grouped_contiguous", m_sum, n, k, g, args.num_sms)
+        row = Row("contiguous", f"{g}g x {expected} x{n}x{k}", 2.0 * valid * n * k,
+                  2.0 * (valid * k + g * n * k + valid * n), f"{config.block_m}x{config.block_n} s{config.stages} "
+                  f"p{config.pair}")
+        d_peer = torch.empty(valid, n, device="cuda", dtype=torch.bfloat16)
+        impls = {"dgx": Impl(lambda: bf16.m_grouped_bf16_gemm_nt_contiguous(a, b, d, m_indices), poisoned(d),
+                             lambda _: torch.cat([d[starts[j]:starts[j] + counts[j]] for j in range(g)]))}
+        impls.update(grouped_peers(a_rows, b, offs, [(a[starts[j]:starts[j] + counts[j]], j) for j in range(g)],
+                                   d_peer, row))
+        ok = checked(impls, ref, torch.bfloat16, row)
+        row.us = timer.compare(ok)
+        rows.append(row)
+        print(fmt_row(row), flush=True)
+
+
+def run_k_grouped(args, timer: Timer, rows: list) -> None:
+    import torch
+
+    from dgx import bf16
+    from dgx.kernels.bf16_gemm import choose
+
+    for i, (g, m, n, k) in enumerate(K_GROUPED):
+        ks = group_counts(g, k, 100 + i, 128)
+        total = sum(ks)
+        gen = torch.Generator(device="cuda").manual_seed(3000 + i)
+        a = torch.randn(total, m, device="cuda", generator=gen).to(torch.bfloat16)
+        b = torch.randn(total, n, device="cuda", generator=gen).to(torch.bfloat16)
+        c = torch.randn(g, m, n, device="cuda", generator=gen)
+        d = c.clone()
+        ks_tensor = torch.tensor(ks, device="cuda", dtype=torch.int32)
+        starts = [sum(ks[:j]) for j in range(g)]
+        ref = torch.stack([c[j].double() + a[starts[j]:starts[j] + ks[j]].double().T @ b[starts[j]:starts[j] + ks[j]]
+                           .double() for j in range(g)])
+        typical = -(-(total // g) // 128) * 128
+        config = choose("k_grouped", m, n, typical, g, args.num_sms, major_a="mn", major_b="mn", out_dtype="float32",
+                        with_c=True)
+        row = Row("k_grouped", f"{g}g {m}x{n} k~{k}", 2.0 * m * n * total, 2.0 * total * (m + n) + 8.0 * g * m * n,
+                  f"{config.block_m}x{config.block_n} s{config.stages}")
+
+        # Both accumulate in place, as weight gradients do (d[g] += a_g^T b_g); each starts from c for the check.
+        d_peer = torch.empty_like(d)
+        parts = [(a[starts[j]:starts[j] + ks[j]].T, b[starts[j]:starts[j] + ks[j]], d_peer[j]) for j in range(g)]
+
+        def run_loop():
+            for x, y, out in parts:
+                try:
+                    torch.addmm(out, x, y, out_dtype=torch.float32, out=out)
+                except TypeError:  # a torch without out_dtype on addmm
+                    out.add_(torch.mm(x, y).float())
+
+        impls = {"dgx": Impl(lambda: bf16.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks, ks_tensor, d),
+                             lambda: d.copy_(c), lambda _: d),
+                 "loop_mm": Impl(run_loop, lambda: d_peer.copy_(c), lambda _: d_peer)}
+        ok = checked(impls, ref, torch.float32, row)
+        row.us = timer.compare(ok)
+        rows.append(row)
+        print(fmt_row(row), flush=True)
+
+
+def fmt_row(row: Row) -> str:
+    peers = [p for p in ("cublas", "grouped_mm", "loop_mm", "deepgemm") if p in row.us]
+    cells = [f"{row.suite:>10} {row.label:>26} {row.config:>16} dgx {row.us.get('dgx', float('nan')):8.1f} us "
+             f"{row.tflops('dgx'):6.0f} TFLOPS"]
+    for p in peers:
+        cells.append(f"{p} {row.us[p]:8.1f} us ({row.ratio(p):.3f}x)")
+    sweep = {k: v for k, v in row.us.items() if k.startswith("cfg ")}
+    if sweep:
+        best = min(sweep, key=sweep.get)
+        cells.append(f"best sweep {best} {sweep[best]:.1f} us")
+    if row.notes:
+        cells.append("; ".join(row.notes))
+    return " | ".join(cells)
+
+
+def geomean(values) -> float:
+    values = [v for v in values if v and math.isfinite(v) and v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def summary(rows: list, device_name: str) -> dict:
+    out = {}
+    dense = [r for r in rows if r.suite == "dense"]
+    if dense:
+        out["dense_x_cublas"] = geomean(r.ratio("cublas") for r in dense)
+        out["dense_min_x_cublas"] = min((r.ratio("cublas") for r in dense if math.isfinite(r.ratio("cublas"))),
+                                        default=float("nan"))
+        out["decode_x_cublas"] = geomean(r.ratio("cublas") for r in dense if int(r.label.split()[1].split("x")[0]) <= 128)
+        peak = next((v for key, v in BF16_DENSE_PEAK_TFLOPS.items() if key in device_name), None)
+        large = [r.tflops("dgx") for r in dense if int(r.label.split()[1].split("x")[0]) >= 4096]
+        if peak and large:
+            out["large_share_of_peak"] = geomean(t / peak for t in large)
+        if any("deepgemm" in r.us for r in dense):
+            out["dense_x_deepgemm"] = geomean(r.ratio("deepgemm") for r in dense)
+    for suite in ("masked", "contiguous", "k_grouped"):
+        sel = [r for r in rows if r.suite == suite]
+        if sel:
+            peer = [p for p in ("grouped_mm", "loop_mm") if p in sel[0].us]
+            if peer:
+                out[f"{suite}_x_{peer[0]}"] = geomean(r.ratio(peer[0]) for r in sel)
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--suite", default="all", choices=["dense", "masked", "contiguous", "k_grouped", "all"])
+    p.add_argument("--forms", default="nt", help="dense forms, comma-separated: nt,nn,tn,tt")
+    p.add_argument("--sweep", type=int, default=0, help="also time the N best-ranked configs per dense shape")
+    p.add_argument("--timer", default="events", choices=["events", "kernel"])
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--num-sms", type=int, default=132, help="(--precompile) SMs to plan for")
+    p.add_argument("--precompile", action="store_true", help="build the kernels into DGX_CACHE_DIR (no GPU)")
+    p.add_argument("--json", default=None, help="where to write the results (default: $OUT/bf16.json if OUT is set)")
+    args = p.parse_args()
+    args.forms = [f for f in args.forms.split(",") if f]
+    bad = [f for f in args.forms if f not in FORM_MAJORS]
+    if bad:
+        p.error(f"--forms: unknown {bad}; expected some of {list(FORM_MAJORS)}")
+    if args.precompile:
+        precompile(args)
+        return
+
+    import torch
+
+    import dgx
+
+    args.num_sms = dgx.get_num_sms()
+    device_name = torch.cuda.get_device_name()
+    timer = Timer(args.timer, args.rounds)
+    rows: list[Row] = []
+    t0 = time.time()
+    suites = {"dense": run_dense, "masked": run_masked, "contiguous": run_contiguous, "k_grouped": run_k_grouped}
+    for name, run in suites.items():
+        if args.suite in (name, "all"):
+            run(args, timer, rows)
+            torch.cuda.empty_cache()
+    result = {"device": device_name, "timer": args.timer, "rounds": args.rounds, "seconds": round(time.time() - t0, 1),
+              "jit": dgx.jit_stats(), "summary": summary(rows, device_name),
+              "rows": [{"suite": r.suite, "label": r.label, "config": r.config, "flops": r.flops, "bytes": r.bytes,
+                        "us": r.us, "errors": r.errors, "notes": r.notes} for r in rows]}
+    print(json.dumps(result["summary"], indent=1))
+    print(f"compiles during the run: {result['jit']['compiles']}")
+    target = args.json or (os.path.join(os.environ["OUT"], "bf16.json") if os.environ.get("OUT") else None)
+    if target:
+        Path(target).write_text(json.dumps(result, indent=1, default=str))
+        print(f"wrote {target}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""The BF16 GEMM family's config, heuristic and warm-up list (pure Python, no GPU)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from dgx.enumeration import m_samples
+from dgx.intmath import ceil_div
+from dgx.kernels import bf16_gemm
+from dgx.kernels.bf16_gemm import (
+    LAYOUT_CONTIGUOUS,
+    LAYOUT_CONTIGUOUS_PSUM,
+    LAYOUT_K_GROUPED,
+    LAYOUT_MASKED,
+    SHARE_A,
+    SHARE_B,
+    Bf16GemmConfig,
+    choose,
+    max_stages,
+    smem_bytes,
+    warmup_configs,
+)
+from dgx.kernels.bf16_gemm_heuristics import candidates, estimate
+
+ANCHORS = [(m, n, k) for m in (64, 128, 4096) for n, k in
+           ((2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048))]
+
+
+def test_a_plain_config_and_its_properties():
+    c = Bf16GemmConfig(n=4096, k=7168, block_m=128, block_n=256, stages=3)
+    assert (c.form, c.cluster, c.math_warpgroups, c.threads) == ("nt", 1, 2, 384)
+    assert c.smem_bytes == 128 * 256 * 2 + 3 * ((128 + 256) * 128 + 16) == smem_bytes(128, 256, 3)
+    assert c.d_span == 128 and c.box("a") == (64, 128) and c.box("b") == (64, 256)
+    assert c.kernel_name == "dgx_bf16_gemm_nt_bf16_n4096_k7168_bm128_bn256_s3_g16_p0"
+    assert c.units(4096) == 32 * 16 and c.grid(512, 132) == 128  # 4 waves of 128 CTAs, not 132
+    assert dict(c.describe())["family"] == "bf16_gemm"
+
+
+@pytest.mark.parametrize("major_a, major_b, form", [("k", "k", "nt"), ("k", "mn", "nn"), ("mn", "mn", "tn"),
+                                                    ("mn", "k", "tt")])
+def test_forms_boxes_and_swizzles(major_a, major_b, form):
+    c = Bf16GemmConfig(n=4096, k=7168, block_m=128, block_n=96, stages=4, major_a=major_a, major_b=major_b)
+    assert c.form == form and f"_{form}_" in c.kernel_name
+    # K-major: 64 of K (one 128-byte swizzle row) by the tile's rows; MN-major: one swizzle atom by 64 of K.
+    assert c.box("a") == ((64, 128) if major_a == "k" else (64, 64))
+    assert c.box("b") == ((64, 96) if major_b == "k" else (32, 64, 1))  # 96 columns: 64-byte atoms of 32
+    assert c.swizzle("b") == (128 if major_b == "k" else 64)
+
+
+def test_k_atoms_make_longer_k_blocks():
+    c = Bf16GemmConfig(n=4096, k=7168, block_m=64, block_n=32, stages=4, k_atoms=4, major_b="mn", pair=SHARE_A)
+    assert c.box("a") == (64, 32) and c.box("b") == (32, 256, 1)  # K-major boxes stay 64 of K; MN-major take all
+    assert c.smem_bytes == smem_bytes(64, 32, 4, k_atoms=4) == 64 * 32 * 2 + 4 * ((64 + 32) * 128 * 4 + 16)
+    assert c.kernel_name.endswith("_p1_ka4") and "_ka" not in Bf16GemmConfig(n=64, k=64, block_m=64, block_n=16,
+                                                                               stages=2).kernel_name
+    assert "::kBlockK == 256" in c.render().source
+
+
+def test_shared_operands_load_half_boxes():
+    assert Bf16GemmConfig(n=4096, k=7168, block_m=128, block_n=128, stages=4, pair=SHARE_A).box("a") == (64, 64)
+    assert Bf16GemmConfig(n=4096, k=7168, block_m=128, block_n=128, stages=4, pair=SHARE_B).box("b") == (64, 64)
+    c = Bf16GemmConfig(n=4096, k=7168, block_m=128, block_n=128, stages=4, pair=SHARE_A, major_a="mn")
+    assert c.box("a") == (64, 64) and c.units(4096) == 32 * 16
+    assert Bf16GemmConfig(n=4096, k=7168, block_m=128, block_n=128, stages=4, pair=SHARE_B).units(4096) == 16 * 32
+
+
+@pytest.mark.parametrize(
+    "over, message",
+    [
+        (dict(block_m=96), "block_m must be 64, 128 or 256"),
+        (dict(block_n=12), "block_n must be a multiple of 8"),
+        (dict(block_n=264), "block_n must be a multiple of 8 in 8..256"),
+        (dict(major_b="mn", block_n=48), "an N-major B needs block_n a multiple of 32"),
+        (dict(block_m=256, block_n=176), "needs 176 accumulators per thread"),
+        (dict(stages=1), "stages must be in 2..16"),
+        (dict(block_m=256, block_n=160, stages=4), "needs 294976 bytes of shared memory"),
+        (dict(n=100), "n must be a positive multiple of 8"),
+        (dict(k=0), "k must be positive, or 0 for the K-grouped layout"),
+        (dict(major_a="row"), "major_a and major_b must be one of"),
+        (dict(out_dtype="float16"), "out_dtype must be one of"),
+        (dict(pair=3), "pair must be 0 (none), 1 (share A along N) or 2 (share B along M)"),
+        (dict(pair=SHARE_A, layout=LAYOUT_MASKED), "multicast pairs are for the dense and contiguous layouts only"),
+        (dict(pair=SHARE_A, major_a="mn", block_m=64), "sharing an M-major A needs block_m 128 or 256"),
+        (dict(pair=SHARE_B, major_b="mn"), "an N-major B is loaded through a 3-D map"),
+        (dict(pair=SHARE_B, block_n=120), "sharing B needs block_n a multiple of 16"),
+        (dict(layout=LAYOUT_CONTIGUOUS, major_a="mn"), "the M-grouped layouts take a K-major A"),
+        (dict(layout=LAYOUT_MASKED, major_b="mn"), "the masked layout takes a K-major B"),
+        (dict(layout=LAYOUT_K_GROUPED, k=0), "the K-grouped layout takes A and B MN-major"),
+        (dict(layout=LAYOUT_MASKED, out_dtype="float32"), "the M-grouped layouts write a BF16 D"),
+        (dict(layout=LAYOUT_CONTIGUOUS_PSUM, with_c=True), "the M-grouped layouts add no C"),
+        (dict(layout=9), "layout must be one of"),
+        (dict(k_atoms=3), "k_atoms must be one of (1, 2, 4)"),
+        (dict(layout=LAYOUT_K_GROUPED, k=0, major_a="mn", major_b="mn", out_dtype="float32", k_atoms=4),
+         "the K-grouped layout takes k_atoms 1 or 2"),
+    ],
+)
+def test_invalid_configs_say_what_is_wrong(over, message):
+    fields = dict(n=4096, k=7168, block_m=128, block_n=128, stages=4)
+    fields.update(over)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Bf16GemmConfig(**fields)
+
+
+def test_max_stages_fill_shared_memory_and_no_more():
+    for bm in (64, 128, 256):
+        for bn in range(16, 257, 16):
+            for out in ("bfloat16", "float32"):
+                s = max_stages(bm, bn, out)
+                assert s == 0 or smem_bytes(bm, bn, s, out) <= bf16_gemm.SMEM_LIMIT
+                if s < bf16_gemm.MAX_STAGES:
+                    assert smem_bytes(bm, bn, s + 1, out) > bf16_gemm.SMEM_LIMIT
+
+
+def test_render_holds_the_entry_the_wgmma_and_the_checks():
+    c = Bf16GemmConfig(n=2112, k=7168, block_m=64, block_n=96, stages=8, major_a="mn", major_b="mn")
+    src = c.render()
+    assert src.name == c.kernel_name and src.dynamic_smem == c.smem_bytes
+    assert f'extern "C" __global__ void __launch_bounds__(256, 1) {c.kernel_name}(' in src.source
+    assert "template <> struct WgmmaBF16<96, true, true>" in src.source
+    assert "m64n96k16.f32.bf16.bf16" in src.source and ", 1, 1, 1, 1;" in src.source
+    assert f"::kSmemBytes == {c.smem_bytes}" in src.source and "::kDSpan == 64" in src.source
+    assert '"kind": "dense"' in src.warmup_hint
+
+
+@pytest.mark.parametrize("m, n, k", ANCHORS)
+def test_dense_choices_are_valid_and_fill_the_gpu(m, n, k):
+    c = choose("dense", m, n, k, 1, 132)
+    assert c.smem_bytes <= bf16_gemm.SMEM_LIMIT and c.layout == 0 and c.stages >= 3
+    units = c.units(m)
+    waves = ceil_div(units, 132 // c.cluster)
+    busy = units * c.cluster / waves  # CTAs per wave
+    assert busy >= 64, f"{c.kernel_name}: {busy} CTAs per wave"
+    if m >= 4096:  # compute-bound: two math warpgroups, at least 128 x 128 of output per tile
+        assert c.block_m >= 128 and c.block_m * c.block_n >= 128 * 128
+
+
+def test_choice_is_a_minimum_of_the_model():
+    m, n, k = 4096, 7168, 2048
+    chosen = estimate(choose("dense", m, n, k), m, k, 1, 132).cycles
+    assert all(estimate(c, m, k, 1, 132).cycles >= chosen * 0.99 for c in candidates(
+        "dense", m, n, k, 1, 132, "k", "k", "bfloat16", False))
+
+
+@pytest.mark.parametrize("major_a, major_b, out, with_c", [("k", "mn", "bfloat16", False), ("mn", "mn", "float32", True),
+                                                           ("mn", "k", "float32", False)])
+def test_choices_follow_the_operands(major_a, major_b, out, with_c):
+    for m, n, k in ANCHORS[::5]:
+        c = choose("dense", m, n, k, major_a=major_a, major_b=major_b, out_dtype=out, with_c=with_c)
+        assert (c.major_a, c.major_b, c.out_dtype, c.with_c) == (major_a, major_b, out, with_c)
+        if major_b == "mn":
+            assert c.block_n % 32 == 0 and c.pair != SHARE_B
+
+
+def test_grouped_choices():
+    c = choose("m_grouped_contiguous", 4 * 8192, 4096, 7168, 4)
+    assert c.layout == LAYOUT_CONTIGUOUS and 128 % c.block_m == 0 and c.pair != SHARE_A
+    c = choose("m_grouped_contiguous_psum", 4 * 8192, 4096, 7168, 4, alignment=64)
+    assert c.layout == LAYOUT_CONTIGUOUS_PSUM and c.block_m == 64 and c.pair == 0
+    assert choose("m_grouped_contiguous_psum", 4 * 8192, 4096, 7168, 4).block_m == 128
+    c = choose("m_grouped_masked", 256, 7168, 2048, 4)
+    assert c.layout == LAYOUT_MASKED and c.block_m in (64, 128) and c.pair == 0
+    c = choose("k_grouped", 4096, 7168, 4096, 4, major_a="mn", major_b="mn", out_dtype="float32", with_c=True)
+    assert c.layout == LAYOUT_K_GROUPED and c.k == 0 and (c.major_a, c.major_b) == ("mn", "mn")
+
+
+@pytest.mark.parametrize("args, error, message", [
+    (("sparse", 64, 64, 64), ValueError, "kind: expected one of dense"),
+    (("dense", 0, 64, 64), ValueError, "choose: m must be a positive int; got 0"),
+    (("dense", 64, 64, 64, 1, 0), ValueError, "choose: num_sms must be a positive int"),
+    (("dense", 64, 60, 64), ValueError, "no kernel config fits"),
+])
+def test_choose_refuses_bad_problems(args, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        choose(*args)
+
+
+def test_choice_depends_on_m_only_through_block_counts():
+    """What lets warm-up enumerate m_samples instead of every M: between consecutive multiples of 64 the choice is
+    constant."""
+    for n, k in ((2112, 7168), (7168, 2048)):
+        for lo in (512, 1024, 4032):
+            picks = {choose("dense", m, n, k) for m in range(lo + 1, lo + 65)}
+            assert len(picks) == 1, (n, k, lo, picks)
+
+
+def test_warmup_configs_cover_every_m():
+    n, k, top = 2112, 7168, 1100
+    listed = warmup_configs("dense", n, k, max_m=top)
+    assert set(listed) == {choose("dense", m, n, k) for m in range(1, top + 1)}
+    assert len(listed) == len(set(listed))
+    assert set(listed) == {choose("dense", m, n, k) for m in m_samples(top)}
+
+
+def test_warmup_configs_of_the_grouped_kinds():
+    masked = warmup_configs("m_grouped_masked", 4096, 7168, groups=4, max_m=300)
+    assert masked and all(c.layout == LAYOUT_MASKED for c in masked)
+    contiguous = warmup_configs("m_grouped_contiguous", 4096, 7168, groups=2, max_m=1024)
+    assert {choose("m_grouped_contiguous", m, 4096, 7168, 2) for m in range(128, 2049, 128)} == set(contiguous)
+    kg = warmup_configs("k_grouped", 7168, 4096, groups=4, max_m=300)
+    assert kg and all(c.layout == LAYOUT_K_GROUPED and c.out_dtype == "float32" and c.with_c for c in kg)
+    nn = warmup_configs("dense", 2112, 7168, max_m=200, major_b="mn")
+    assert nn and all(c.form == "nn" for c in nn)
