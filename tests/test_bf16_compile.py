@@ -46,7 +46,7 @@ REPRESENTATIVE = [
 
 
 def _nvdisasm() -> str:
-    import sass_tools
+    from dgx import sass_tools
 
     path = sass_tools.nvdisasm_path()
     if path is None:

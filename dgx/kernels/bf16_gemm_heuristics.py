@@ -232,7 +232,7 @@ def warmup_configs(kind: str, n: int, k: int, groups: int = 1, max_m: int = 8192
     The operand forms default to the kind's usual one: dense and the M-grouped kinds nt with a BF16 D and no C, the
     K-grouped kind tn (A and B MN-major) with an FP32 D += A.B^T.
     """
-    from ..enumeration import m_values
+    from ..enumeration import CONTIGUOUS_SUM, PSUM, ROWS, m_values
 
     if kind not in KIND_LAYOUTS:
         raise ValueError(f"kind: expected one of {', '.join(KIND_LAYOUTS)}; got {kind!r}")
@@ -241,7 +241,8 @@ def warmup_configs(kind: str, n: int, k: int, groups: int = 1, max_m: int = 8192
     major_b = major_b or ("mn" if k_grouped else "k")
     out_dtype = out_dtype or ("float32" if k_grouped else "bfloat16")
     with_c = k_grouped if with_c is None else with_c
-    ms = m_values(kind, groups, max_m, 1, max_m * max(groups, 1) + 1)
+    space = {"m_grouped_contiguous": CONTIGUOUS_SUM, "m_grouped_contiguous_psum": PSUM}.get(kind, ROWS)
+    ms = m_values(space, groups, max_m, 1, max_m * max(groups, 1) + 1)
     seen: dict[Bf16GemmConfig, None] = {}
     for m in ms:
         seen.setdefault(choose(kind, m, n, k, groups, num_sms, major_a=major_a, major_b=major_b, out_dtype=out_dtype,
