@@ -9,6 +9,7 @@ that is meant to change nothing must leave every line of this table unchanged:
     python tests/device/sass_identity.py --compare before.json  # on the new source: exit 1 on any difference
 
 Not a pytest module (no test_ prefix): a full run compiles 17 kernels, about a minute on two cores.
+`--family mqa` does the same for the MQA-logits kernels (prefill and paged, both logits dtypes, the helpers).
 """
 
 from __future__ import annotations
@@ -63,6 +64,18 @@ def configs():
     return out
 
 
+def mqa_configs():
+    """(label, config) pairs of the MQA-logits family: the warmup kernels of (64, 128), (32, 64) and (32, 32)."""
+    from dgx.kernels.mqa_logits import warmup_configs
+
+    out = {}
+    for heads, dim in ((64, 128), (32, 64), (32, 32)):
+        for kind in ("mqa_logits", "paged_mqa_logits"):
+            for c in warmup_configs(kind, heads, dim):
+                out.setdefault(c.kernel_name, c)
+    return list(out.items())
+
+
 def measure(item):
     label, config = item
     from dgx import jit
@@ -78,11 +91,6 @@ def measure(item):
         "instructions": k.instruction_count,
         "registers": k.registers,
         "frame_bytes": k.local_bytes,
-        "flags": {
-            "sfb_in_stage": config.b_scales_in_stage,
-            "sfa_times_sfb": config.sfa_times_sfb,
-            "defer": config.defer,
-        },
     }
 
 
@@ -92,9 +100,10 @@ def main() -> int:
     ap.add_argument("--compare", help="compare with a table saved earlier; exit 1 on any difference")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--only", default="", help="only the configs whose label contains this text")
+    ap.add_argument("--family", choices=("fp8_gemm", "mqa"), default="fp8_gemm")
     args = ap.parse_args()
 
-    items = [c for c in configs() if args.only in c[0]]
+    items = [c for c in (configs() if args.family == "fp8_gemm" else mqa_configs()) if args.only in c[0]]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         table = dict(pool.map(measure, items))
     base = json.load(open(args.compare)) if args.compare else {}
