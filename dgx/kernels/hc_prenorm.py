@@ -189,10 +189,6 @@ def stages_for(n: int, block_m: int, cluster: int) -> int:
     return max(2, min(16, (budget - fixed) // per_stage))
 
 
-def ctas_per_sm(config: HcPrenormConfig) -> int:
-    return max(1, min(SM_SMEM // (config.smem_bytes + 1024), 2048 // config.threads))
-
-
 def estimate_seconds(config: HcPrenormConfig, m: int, num_sms: int) -> float:
     """A rough time for M rows: the slowest of the card's HBM (a read once, b once per split), its L2 (b read by
     every row block) and the busiest SM (its CTAs' bytes at SM_BYTES_PER_S), plus the cluster's reduction."""
