@@ -209,20 +209,28 @@ def candidates(m: int, n: int) -> list[tuple[int, int, int]]:
     return out
 
 
+def dense_options(m: int, n: int, k: int, num_sms: int):
+    """(config, scheduler units) of every dense FP8 GEMM kernel the heuristic weighs for M x N x K."""
+    for bm, bn, pair in candidates(m, n):
+        if pair != SHARE_NONE and num_sms < 2:
+            continue
+        config = GemmConfig(n, k, bm, bn, pipeline_stages(bm, bn), pair=pair)
+        units = config.units(m)
+        yield with_streamed_b(with_stage_rounds(with_deferred_promotion(config, units, num_sms)), m), units
+
+
 @lru_cache(maxsize=4096)
 def choose_dense(m: int, n: int, k: int, num_sms: int) -> Choice:
     """The dense FP8 GEMM config for an M x N x K problem on `num_sms` SMs."""
     _require_positive("choose_dense", m=m, n=n, k=k, num_sms=num_sms)
+    return _best(f"fp8_gemm_nt M={m} N={n} K={k}", dense_options(m, n, k, num_sms), k, num_sms)
 
-    def options():
-        for bm, bn, pair in candidates(m, n):
-            if pair != SHARE_NONE and num_sms < 2:
-                continue
-            config = GemmConfig(n, k, bm, bn, pipeline_stages(bm, bn), pair=pair)
-            units = config.units(m)
-            yield with_streamed_b(with_stage_rounds(with_deferred_promotion(config, units, num_sms)), m), units
 
-    return _best(f"fp8_gemm_nt M={m} N={n} K={k}", options(), k, num_sms)
+def choose_dense_fitting(m: int, n: int, k: int, num_sms: int, fits, what: str = "") -> Choice:
+    """choose_dense's pick among the configs that `fits` (a predicate on GemmConfig) accepts."""
+    _require_positive("choose_dense_fitting", m=m, n=n, k=k, num_sms=num_sms)
+    options = ((c, u) for c, u in dense_options(m, n, k, num_sms) if fits(c))
+    return _best(what or f"fp8_gemm_nt M={m} N={n} K={k}", options, k, num_sms)
 
 
 def _best(what: str, options, k: int, num_sms: int) -> Choice:

@@ -3,8 +3,11 @@
     logits[i, j] = sum_h weights[i, h] * relu(scale[j] * (q[i, h, :] . kv[j, :]))
 
 for the key tokens j that query token i may see. Names, arguments and layouts follow DeepGEMM's
-``fp8_mqa_logits`` / ``get_paged_mqa_logits_metadata`` / ``fp8_paged_mqa_logits``, so a caller switches by
-changing the import. Outputs are allocated with torch unless ``out=`` gives one (any DLPack tensor).
+``fp8_mqa_logits`` / ``get_paged_mqa_logits_metadata`` / ``fp8_paged_mqa_logits`` and their current names
+``fp8_fp4_mqa_logits`` / ``fp8_fp4_paged_mqa_logits`` (FP8 operands on sm_90; FP4 ones are sm_100's), so a caller
+switches by changing the import. Beyond DeepGEMM's sm_90 kernels: 16 heads, next_n up to 4, and ``indices=`` (a
+query row per token, each with its own sequence) on the paged call. Outputs are allocated with torch unless
+``out=`` gives one (any DLPack tensor).
 """
 
 from __future__ import annotations
@@ -22,12 +25,12 @@ from .kernels.mqa_logits import (
     MQA_INTERFACE,
     NEXT_NS,
     PAGED_BLOCK_KV,
-    SCHEDULE_INTERFACE,
     MqaCleanConfig,
     MqaLogitsConfig,
     PagedScheduleConfig,
     paged_config,
     prefill_config,
+    varlen_config,
 )
 from .runtime import Swizzle
 from .streams import resolve_stream
@@ -93,13 +96,34 @@ def _expect_aligned(v: TensorView, name: str, align: int = 16) -> None:
         raise ValueError(f"{name}: expected a {align}-byte aligned base address; got 0x{v.ptr:x}")
 
 
+FP4_ON_SM100 = ("FP4 operands (packed e2m1 values with UE8M0 scales) run on sm_100 (Blackwell) only; on sm_90 "
+                "pass FP8: q float8_e4m3fn as (q, None), and float8_e4m3fn KV with float32 scales")
+
+
 def _q_tensor(q):
     """q, or the q of a (q, None) pair (DeepGEMM passes Q with an optional scale that FP8 Q never has)."""
     if isinstance(q, (tuple, list)):
         if len(q) != 2 or q[1] is not None:
-            raise ValueError("q: expected a tensor or a (tensor, None) pair (per-token Q scales are not supported)")
+            raise ValueError("q: expected a tensor or a (tensor, None) pair (per-token Q scales are FP4 Q's, which "
+                             "needs sm_100)")
         return q[0]
     return q
+
+
+def _dtype_name(t) -> str:
+    return str(getattr(t, "dtype", "")).removeprefix("torch.")
+
+
+def refuse_fp4(q, kv_scales=None, values=None) -> None:
+    """Raises ValueError naming sm_100 where DeepGEMM's FP4 form is passed: Q with per-token scales (q, sf), a packed
+    FP4 dtype, or int32 (packed UE8M0) KV scales."""
+    if isinstance(q, (tuple, list)) and len(q) == 2 and q[1] is not None:
+        raise ValueError(f"q: got per-token Q scales: {FP4_ON_SM100}")
+    for t, name in ((q[0] if isinstance(q, (tuple, list)) and q else q, "q"), (values, "kv")):
+        if "float4" in _dtype_name(t):
+            raise ValueError(f"{name}: got {_dtype_name(t)}: {FP4_ON_SM100}")
+    if kv_scales is not None and _dtype_name(kv_scales) == "int32":
+        raise ValueError(f"kv scales: got int32 (packed UE8M0) scales: {FP4_ON_SM100}")
 
 
 def _check_q(qv: TensorView, name: str = "q") -> tuple[int, int]:
@@ -109,7 +133,8 @@ def _check_q(qv: TensorView, name: str = "q") -> tuple[int, int]:
     _expect_aligned(qv, name)
     heads, dim = qv.shape[-2], qv.shape[-1]
     if heads not in HEADS:
-        raise ValueError(f"{name}: expected {' or '.join(map(str, HEADS))} heads (dim -2); got {heads}")
+        allowed = f"{', '.join(map(str, HEADS[:-1]))} or {HEADS[-1]}"
+        raise ValueError(f"{name}: expected {allowed} heads (dim -2); got {heads}")
     if dim not in HEAD_DIMS:
         raise ValueError(f"{name}: expected a head dim of {', '.join(map(str, HEAD_DIMS))} (dim -1); got {dim}")
     return heads, dim
@@ -139,7 +164,7 @@ def _config_for(config: MqaLogitsConfig | None, default: MqaLogitsConfig, tunabl
     if config is None:
         return default
     free = {"kv_stages", "math_wgs", *tunable}
-    wrong = [f for f in ("heads", "head_dim", "block_q", "paged", "compressed", "bf16")
+    wrong = [f for f in ("heads", "head_dim", "block_q", "paged", "compressed", "bf16", "varlen")
              if f not in free and getattr(config, f) != getattr(default, f)]
     if wrong:
         raise ValueError(f"config {config} does not fit this call: its {', '.join(wrong)} should be those of {default}")
@@ -250,7 +275,19 @@ def _check_context_lens(cv: TensorView) -> tuple[int, int | None]:
     return cv.shape[0], (cv.shape[1] if cv.ndim == 2 else None)
 
 
-def get_paged_mqa_logits_metadata(context_lens, block_kv: int, num_sms: int, *, out=None, stream=None):
+def _check_indices(indices, batch: int, device: int) -> TensorView:
+    """int32 [B] on `device`, contiguous: the sequence of each query token (its runs share their KV)."""
+    (iv,) = views_on_one_device(((indices, "indices"),))
+    if iv.device != device:
+        raise ValueError(f"indices: expected a tensor on cuda:{device} like the others; got cuda:{iv.device}")
+    expect_dtype(iv, "indices", "int32")
+    expect_shape(iv, "indices", (batch,))
+    expect_contiguous(iv, "indices")
+    _expect_aligned(iv, "indices", 4)
+    return iv
+
+
+def get_paged_mqa_logits_metadata(context_lens, block_kv: int, num_sms: int, indices=None, *, out=None, stream=None):
     """The decode schedule fp8_paged_mqa_logits reads: every sequence's KV blocks split evenly over `num_sms`
     CTAs, computed on the GPU (so it can be captured in a CUDA graph and follows new context lengths).
 
@@ -258,8 +295,11 @@ def get_paged_mqa_logits_metadata(context_lens, block_kv: int, num_sms: int, *, 
         context_lens: int32 [B] or [B, next_n] on the GPU (as passed to fp8_paged_mqa_logits).
         block_kv: tokens per cache block; 64.
         num_sms: CTAs to split over (usually the device's SM count).
+        indices: None, or int32 [B] with next_n = 1 (as passed to fp8_paged_mqa_logits): query token t belongs to
+            sequence indices[t]; runs of equal indices are scheduled as one unit (their KV is shared).
 
-    Returns int32 [num_sms + 1, 2]: row c is the (sequence, block) where CTA c starts.
+    Returns int32 [num_sms + 1, 2]: row c is the (sequence, block) where CTA c starts (with indices: the first
+    token of a run, block).
     """
     if block_kv != PAGED_BLOCK_KV:
         raise ValueError(f"block_kv: expected {PAGED_BLOCK_KV}; got {block_kv!r}")
@@ -267,22 +307,30 @@ def get_paged_mqa_logits_metadata(context_lens, block_kv: int, num_sms: int, *, 
     (cv,) = views_on_one_device(((context_lens, "context_lens"),))
     batch, next_n = _check_context_lens(cv)
     device = cv.device
+    iv = None
+    if indices is not None:
+        if next_n not in (None, 1):
+            raise ValueError(f"context_lens: with indices, expected [B] or [B, 1] (one query per row); got {cv.shape}")
+        iv = _check_indices(indices, batch, device)
     out, ov = _output(out, (num_sms + 1, 2), "int32", device)
     if ov.strides != (2, 1):
         raise ValueError(f"out: expected a contiguous [num_sms + 1, 2] tensor; got strides {ov.strides}")
-    _launcher(PagedScheduleConfig(), device, 1).launch(resolve_stream(stream, device), SCHEDULE_INTERFACE.pack(
-        lens=cv.ptr, schedule=ov.ptr, batch=batch, next_n=next_n or 1, context_2d=int(next_n is not None),
-        num_ctas=num_sms))
+    config = PagedScheduleConfig(varlen=iv is not None)
+    values = dict(lens=cv.ptr, schedule=ov.ptr, batch=batch, next_n=next_n or 1, context_2d=int(next_n is not None),
+                  num_ctas=num_sms)
+    if iv is not None:
+        values["indices"] = iv.ptr
+    _launcher(config, device, 1).launch(resolve_stream(stream, device), config.interface.pack(**values))
     return out
 
 
 def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len: int,
-                         clean_logits: bool = False, logits_dtype=None, *, out=None, stream=None,
+                         clean_logits: bool = False, logits_dtype=None, indices=None, *, out=None, stream=None,
                          config: MqaLogitsConfig | None = None):
     """The indexer's logits for a decode step over a paged FP8 KV cache.
 
     Args:
-        q: float8_e4m3fn [B, next_n, H, D], contiguous; next_n in (1, 2), H in (32, 64), D in (32, 64, 128).
+        q: float8_e4m3fn [B, next_n, H, D], contiguous; next_n in 1..4, H in (16, 32, 64), D in (32, 64, 128).
         kv_cache: uint8 [num_blocks, 64, 1, D + 4], contiguous: each block holds its 64 x D FP8 values, then its
             64 float32 scales.
         weights: float32 [B * next_n, H], contiguous rows, 16-byte aligned.
@@ -290,11 +338,16 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedu
             [B, next_n] (query t sees keys j < context_lens[b, t]).
         block_table: int32 [B, max_blocks]: the cache block of each 64 tokens. Ids outside [0, num_blocks) read as
             zeros (their tokens' logits are 0); tokens past the table's width are not visited.
-        schedule_meta: int32 [num_sms + 1, 2] from get_paged_mqa_logits_metadata(context_lens, 64, num_sms).
+        schedule_meta: int32 [num_sms + 1, 2] from get_paged_mqa_logits_metadata(context_lens, 64, num_sms) (with the
+            same indices).
         max_context_len: the output's width.
         clean_logits: write -inf at every position a query may not see (else only inside the blocks visited, as
             DeepGEMM does; positions past them are left as they were).
         logits_dtype: torch.float32 (default) or torch.bfloat16.
+        indices: None, or int32 [B] with next_n = 1: one query row per token, token t of sequence indices[t] (a
+            sequence's tokens consecutive, their block-table rows alike: the kernel reads the first one's), each
+            with its own context length (keys j < context_lens[t]). A sequence's tokens share their KV reads, up to
+            128 / H of them (4 at most) at a time.
 
     Returns logits [B * next_n, max_context_len].
     """
@@ -318,10 +371,16 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedu
     lens_batch, lens_next_n = _check_context_lens(cv)
     if lens_batch != batch or lens_next_n not in (None, next_n):
         raise ValueError(f"context_lens: expected shape ({batch},) or ({batch}, {next_n}); got {cv.shape}")
+    iv = None
+    if indices is not None:
+        if next_n != 1:
+            raise ValueError(f"q: with indices, expected one query per row (next_n = 1, dim 1); got next_n {next_n}")
+        iv = _check_indices(indices, batch, qv.device)
     expect_dtype(tv, "block_table", "int32")
     expect_ndim(tv, "block_table", 2)
     if tv.shape[0] != batch:
-        raise ValueError(f"block_table: expected {batch} rows (one per sequence); got shape {tv.shape}")
+        what = "one per token, as indices gives" if iv is not None else "one per sequence"
+        raise ValueError(f"block_table: expected {batch} rows ({what}); got shape {tv.shape}")
     if tv.shape[1] > 1 and tv.strides[1] != 1:
         raise ValueError(f"block_table: expected contiguous rows; got strides {tv.strides}")
     _expect_aligned(tv, "block_table", 4)
@@ -334,7 +393,8 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedu
     if batch * next_n * heads > INT32_LIMIT or num_blocks > INT32_LIMIT or tv.shape[1] * PAGED_BLOCK_KV > INT32_LIMIT:
         raise ValueError(f"q, kv_cache, block_table: sizes must stay below 2**31 (B={batch}, blocks={num_blocks})")
     bf16 = dtype == "bfloat16"
-    config = _config_for(config, paged_config(heads, dim, next_n, bf16))
+    default = varlen_config(heads, dim, bf16) if iv is not None else paged_config(heads, dim, next_n, bf16)
+    config = _config_for(config, default)
     device = qv.device
     rows = batch * next_n
     out, ov = _output(out, (rows, max_context_len), dtype, device)
@@ -355,10 +415,38 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedu
     tmap_scales = runtime.encode_tensor_map_2d("float32", cachev.ptr + PAGED_BLOCK_KV * dim, PAGED_BLOCK_KV, num_blocks,
                                                block_bytes, PAGED_BLOCK_KV, 1)
     tmap_weights = _weights_map(wv, weights_stride, rows, heads, config.block_q)
-    launcher.launch(launch_stream, MQA_INTERFACE.pack(
+    values = dict(
         tmap_q=tmap_q, tmap_kv=tmap_kv, tmap_scales=tmap_scales, tmap_weights=tmap_weights, ks=0, ke=0,
         context_lens=cv.ptr, block_table=tv.ptr, schedule=sv.ptr, logits=ov.ptr, logits_stride=ov.strides[0],
         table_stride=tv.strides[0], seq_len=0, seq_len_kv=0, max_seqlen_k=0,
         batch=batch, table_width=tv.shape[1], context_2d=int(lens_next_n is not None),
-        max_context_len=max_context_len, clean=0))
+        max_context_len=max_context_len, clean=0)
+    if iv is not None:
+        values["indices"] = iv.ptr
+    launcher.launch(launch_stream, config.interface.pack(**values))
     return out
+
+
+def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits: bool = True,
+                       max_seqlen_k: int = 0, logits_dtype=None, *, out=None, stream=None,
+                       config: MqaLogitsConfig | None = None):
+    """DeepGEMM's current name of fp8_mqa_logits, with its arguments: q is (q, q_scales) with q_scales None for FP8.
+    FP4 operands (q_scales given, packed FP4 values, int32 UE8M0 KV scales) raise ValueError naming sm_100, where
+    DeepGEMM runs them; everything else is fp8_mqa_logits."""
+    if isinstance(kv, (tuple, list)) and len(kv) == 2:
+        refuse_fp4(q, kv[1], kv[0])
+    else:
+        refuse_fp4(q)
+    return fp8_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits, max_seqlen_k,
+                          logits_dtype, out=out, stream=stream, config=config)
+
+
+def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len: int,
+                             clean_logits: bool = False, logits_dtype=None, indices=None, *, out=None, stream=None,
+                             config: MqaLogitsConfig | None = None):
+    """DeepGEMM's current name of fp8_paged_mqa_logits, with its arguments (q as (q, None) for FP8, `indices=`). FP4
+    Q (q_scales given, or a packed FP4 dtype) raises ValueError naming sm_100; everything else is
+    fp8_paged_mqa_logits."""
+    refuse_fp4(q)
+    return fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len,
+                                clean_logits, logits_dtype, indices, out=out, stream=stream, config=config)

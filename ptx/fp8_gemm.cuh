@@ -36,15 +36,17 @@ namespace dgx {
 // the groups' maps of A and B, two per group, in global memory. `sfa`, `sfa_rows` and `sfa_stride` are what
 // `tmap_sfa` maps (its base, floats per row, row stride in floats), for the A-scale warps' plain loads.
 template <int kLayout, int kN, int kK, int kBlockM, int kBlockN, int kNumStages, int kGroupN, int kDSpan, int kPair,
-          bool kWgrad, bool kDefer, int kSplit, bool kStreamB, typename Params>
+          bool kWgrad, bool kDefer, int kSplit, bool kStreamB, int kHeadLeft = 0, int kHeadMid = 0, int kHeadRight = 0,
+          typename Params>
 __device__ __forceinline__ void fp8_gemm_nt_body(const Params& params) {
     // `params` holds the kernel's parameters by name (dgx.kernels.fp8_gemm.INTERFACE lists them and renders the
     // struct); every role takes it whole.
     using T = Fp8GemmTraits<kN, kK, kBlockM, kBlockN, kNumStages, kGroupN, kDSpan, kPair, kWgrad, kDefer, kSplit,
-                            kStreamB>;
+                            kStreamB, kHeadLeft, kHeadMid, kHeadRight>;
     using Scheduler =
         TileScheduler<kLayout, kBlockM, kBlockN, T::kNumNBlocks, T::kNumKBlocks, kGroupN, kPair, kN, kSplit>;
     static_assert(kLayout != kLayoutKGrouped || kWgrad, "the K-grouped layout is a weight gradient");
+    static_assert(!T::kHeadSplits || kLayout == kLayoutDense, "head splits are for the dense layout");
 
     extern __shared__ __align__(1024) uint8_t smem[];
     uint8_t* smem_d = smem;

@@ -8,7 +8,8 @@
 namespace dgx {
 
 template <int kN_, int kK_, int kBlockM_, int kBlockN_, int kNumStages_, int kGroupN_, int kDSpan_, int kPair_,
-          bool kWgrad_, bool kDeferred_, int kSplit_ = 1, bool kStreamB_ = false>
+          bool kWgrad_, bool kDeferred_, int kSplit_ = 1, bool kStreamB_ = false, int kHeadLeft_ = 0,
+          int kHeadMid_ = 0, int kHeadRight_ = 0>
 struct Fp8GemmTraits {
     // ---- The problem and the tile.
     static constexpr int kN = kN_;
@@ -30,6 +31,21 @@ struct Fp8GemmTraits {
     static constexpr int kNumNBlocks = (kN + kBlockN - 1) / kBlockN;
     // B's loads carry the L2 evict-first policy (tma.cuh): decode tiles read each B tile once.
     static constexpr bool kStreamB = kStreamB_;
+    // Skip-head-mid output (dgx.skip_head_mid): the N columns are heads of kHeadLeft + kHeadRight columns, and D
+    // holds each head as kHeadLeft columns, kHeadMid columns the kernel leaves untouched, then kHeadRight columns.
+    // Only the column coordinate of each TMA store span changes; without head splits it is the identity.
+    static constexpr int kHeadLeft = kHeadLeft_;
+    static constexpr int kHeadMid = kHeadMid_;
+    static constexpr int kHeadRight = kHeadRight_;
+    static constexpr bool kHeadSplits = kHeadLeft_ + kHeadRight_ > 0;
+    // D's column of computed column n (DeepGEMM's EpilogueHeadSplits mapping): head h = n / (left + right) moves
+    // right by h mids, and by one more in its right part.
+    static DGX_DEVICE int d_col(int n) {
+        if constexpr (kHeadSplits)
+            return n + (n + kHeadRight) / (kHeadLeft + kHeadRight) * kHeadMid;
+        else
+            return n;
+    }
 
     // ---- Warpgroups: one or two math warpgroups of kWGRows rows each, then the producer warpgroup.
     static constexpr int kNumMathWG = kBlockM == 64 ? 1 : 2;
@@ -170,6 +186,11 @@ struct Fp8GemmTraits {
                   "split-K: no multicast pair, one m64 slice per warpgroup, a compile-time K split in whole k-blocks");
     static_assert(kHalfRowsA * 128 % 1024 == 0 && kHalfRowsB * 128 % 1024 == 0,
                   "each multicast half must keep the 1024-byte alignment of the 128B swizzle");
+    static_assert(!kHeadSplits || (!kWgrad && kSplit == 1 && kHeadLeft > 0 && kHeadRight > 0 && kHeadMid >= 0 &&
+                                   kN % (kHeadLeft + kHeadRight) == 0),
+                  "head splits: a BF16 GEMM without split-K whose N is whole heads of left + right columns");
+    static_assert(!kHeadSplits || (kHeadLeft % (kDSpan / 2) == 0 && kHeadRight % (kDSpan / 2) == 0),
+                  "head splits: every TMA store span lies in one head's left or right part");
 };
 
 // The kernel's shared memory as fp8_gemm_nt_body carves it up (layout: Fp8GemmTraits' kSmem* sizes).

@@ -40,7 +40,7 @@ DGX_DEVICE int select_int(const int (&a)[kN], int i) {
 }
 
 template <int kH, int kD, int kQ, int kStages, bool kIsPaged, bool kIsCompressed, bool kIsBf16, int kMathWgs,
-          bool kIsStreamKv = false>
+          bool kIsStreamKv = false, bool kIsVarlen = false>
 struct MqaTraits {
     static constexpr int kHeads = kH;
     static constexpr int kHeadDim = kD;
@@ -51,11 +51,15 @@ struct MqaTraits {
     static constexpr bool kBf16 = kIsBf16;
     // KV loads carry the L2 evict-first policy (tma.cuh): the decode cache is read once per call.
     static constexpr bool kStreamKv = kIsStreamKv;
-    static_assert(kHeads == 32 || kHeads == 64, "H must be 32 or 64");
+    // Paged with indices (for_each_varlen_group): a group is up to kBlockQ tokens of one sequence; its other query
+    // slots have lo = 1 and are not stored.
+    static constexpr bool kVarlen = kIsVarlen;
+    static_assert(!kVarlen || kPaged, "indices are for the paged kernel");
+    static_assert(kHeads == 16 || kHeads == 32 || kHeads == 64, "H must be 16, 32 or 64");
     static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128, "D must be 32, 64 or 128");
     static_assert(!(kPaged && kCompressed), "the paged kernel writes full rows");
     static constexpr int kN = kBlockQ * kHeads;  // wgmma N: every head of every query of the group
-    static_assert(kN % 32 == 0 && kN <= 256, "wgmma N is at most 256");
+    static_assert(kN % 16 == 0 && kN <= 256, "wgmma N is at most 256");
     static constexpr int kBlockKv = 64;  // KV tokens per block: one wgmma M
     // Math warpgroups take a group's KV blocks in turns, so one's ReLU-weight-sum runs while another's MMAs do
     // (three beat two with two accumulator sets each: PERFLOG, MQA logits).
@@ -72,17 +76,25 @@ struct MqaTraits {
     static constexpr int kSmemQ = kN * kHeadDim;
     static constexpr int kSmemKv = kBlockKv * kHeadDim;
     static constexpr int kSmemScales = kBlockKv * 4;
-    static_assert(kSmemQ % 1024 == 0 && kSmemKv % 1024 == 0, "swizzled tiles stay 1024-byte aligned");
+    // Swizzled tiles start on their swizzle pattern's period (8 rows of kHeadDim bytes: what the wgmma descriptors'
+    // zero base offset assumes), the KV ring on 1024 bytes.
+    static_assert(kSmemQ % (8 * kHeadDim) == 0 && (kNumQStages * kSmemQ) % 1024 == 0 && kSmemKv % 1024 == 0,
+                  "swizzled tiles stay aligned to their swizzle pattern");
     static constexpr int kNumBarriers = 2 * kNumQStages + 2 * kNumKvStages;
-    static constexpr int kGroupBytes = 64;  // one group's record (MqaGroup) per Q stage
+    // One Q stage's weights, padded to 128 bytes (a TMA destination), and its group's record (MqaGroup).
+    static constexpr int kWeightsBytes = (kN * 4 + 127) / 128 * 128;
+    static constexpr int kGroupBytes = (4 + 2 * kBlockQ) * 4 <= 64 ? 64 : 128;
     static_assert((4 + 2 * kBlockQ) * 4 <= kGroupBytes, "MqaGroup fits its slot");
-    static constexpr int kSmemBytes = kNumQStages * (kSmemQ + kN * 4 + kGroupBytes) +
+    static constexpr int kSmemBytes = kNumQStages * (kSmemQ + kWeightsBytes + kGroupBytes) +
                                       kNumKvStages * (kSmemKv + kSmemScales) + 8 * kNumBarriers;
     static constexpr int kAccum = kN / 2;                 // accumulator floats per thread
     static constexpr int kColGroupsPerQuery = kHeads / 8;  // 8-column groups of one query in the accumulator
     static constexpr int kWeightsPerQuery = kHeads / 4;    // heads a thread holds per query per row
     static constexpr int kValues = 2 * kBlockQ;            // partial logits per thread: 2 rows x the queries
-    static constexpr int kFinal = kValues >= 4 ? kValues / 4 : 1;  // logits per thread after the quad reduction
+    // The quad reduction halves a power of two: three queries (next_n 3) reduce 8 values, the last two zeros.
+    static constexpr int kValuesPad = kValues <= 2 ? kValues : (kValues <= 4 ? 4 : (kValues <= 8 ? 8 : 16));
+    static_assert(kValues <= 16, "at most 8 queries a group");
+    static constexpr int kFinal = kValuesPad >= 4 ? kValuesPad / 4 : 1;  // logits per thread after the quad reduction
     // setmaxnreg budgets: (math x warpgroups + producer) x 128 threads within the 64K registers of an SM. The
     // producer keeps 40: with 32 (three math warpgroups) and 24 (four) the decode and prefill kernels faulted or
     // hung on the device (PERFLOG, MQA logits).
@@ -178,9 +190,65 @@ DGX_DEVICE void for_each_paged_group(const Params& p, F&& f) {
     }
 }
 
+// Decode with indices (one query row per token, indices[t] its sequence): the units are runs of consecutive tokens
+// with equal indices, which share their first token's block-table row and so their KV blocks. This CTA's runs go from
+// schedule[blockIdx.x] to schedule[blockIdx.x + 1], each (first token of a run, block) as
+// dgx.get_paged_mqa_logits_metadata(..., indices=) makes them; a run is taken in groups of up to kBlockQ tokens, each
+// token with its own context length (keys j < context_lens[t]) and each group over the blocks of its longest one.
+// Bounded like for_each_paged_group: the token count, the table's width, the run itself.
+template <typename T, typename Params, typename F>
+DGX_DEVICE void for_each_varlen_group(const Params& p, F&& f) {
+    const int* row = p.schedule + 2 * blockIdx.x;
+    const int t0 = ld_global_nc_s32(row), k0 = ld_global_nc_s32(row + 1);
+    const int t1 = ld_global_nc_s32(row + 2), k1 = ld_global_nc_s32(row + 3);
+    const int lane = static_cast<int>(lane_id());
+    for (int t = t0 < 0 ? 0 : t0; t < p.batch && t <= t1;) {
+        // The run's end: the first token past t with another index, 32 tokens a step (one per lane).
+        const int id = ld_global_nc_s32(p.indices + t);
+        int end = t + 1;
+        for (;;) {
+            const int u = end + lane;
+            const bool other = u >= p.batch || ld_global_nc_s32(p.indices + u) != id;
+            const uint32_t found = __ballot_sync(0xffffffffu, other);
+            if (found) {
+                end += __ffs(found) - 1;
+                break;
+            }
+            end += 32;
+        }
+        const int begin = t == t0 ? (k0 > 0 ? k0 : 0) : 0;
+        int ids = 0;
+        if (begin + lane < p.table_width)
+            ids = ld_global_nc_s32(p.block_table + static_cast<int64_t>(t) * p.table_stride + begin + lane);
+        for (int first = t; first < end; first += T::kBlockQ) {
+            MqaGroup<T> g;
+            g.q_token = first;
+            g.seq = t;  // the run's block-table row
+            int ctx = 0;
+#pragma unroll
+            for (int q = 0; q < T::kBlockQ; ++q) {
+                const bool mine = first + q < end;
+                const int limit = mine ? ld_global_nc_s32(p.context_lens + first + q) : 0;
+                g.lo[q] = mine ? 0 : 1;  // lo = 1: a slot past the run, not stored (finish_block)
+                g.hi[q] = limit;
+                ctx = limit > ctx ? limit : ctx;
+            }
+            int blocks = ceil_div(ctx, 64);
+            blocks = blocks < p.table_width ? blocks : p.table_width;
+            const int stop = t == t1 ? (k1 < blocks ? k1 : blocks) : blocks;
+            g.kv_begin = begin;
+            g.num_blocks = stop - begin;
+            if (begin < stop) f(g, ids);
+        }
+        t = end;
+    }
+}
+
 template <typename T, typename Params, typename F>
 DGX_DEVICE void for_each_group(const Params& p, F&& f) {
-    if constexpr (T::kPaged)
+    if constexpr (T::kVarlen)
+        for_each_varlen_group<T>(p, f);
+    else if constexpr (T::kPaged)
         for_each_paged_group<T>(p, f);
     else
         for_each_prefill_group<T>(p, f);
@@ -204,7 +272,7 @@ struct MqaSmem {
         kv = q + T::kNumQStages * T::kSmemQ;
         scales = reinterpret_cast<float*>(kv + T::kNumKvStages * T::kSmemKv);
         weights = scales + T::kNumKvStages * T::kBlockKv;
-        groups = reinterpret_cast<MqaGroup<T>*>(weights + T::kNumQStages * T::kN);
+        groups = reinterpret_cast<MqaGroup<T>*>(weights + T::kNumQStages * (T::kWeightsBytes / 4));
         q_full = reinterpret_cast<uint64_t*>(reinterpret_cast<uint8_t*>(groups) + T::kNumQStages * T::kGroupBytes);
         q_empty = q_full + T::kNumQStages;
         kv_full = q_empty + T::kNumQStages;
@@ -228,7 +296,7 @@ DGX_DEVICE void mqa_produce(const Params& p, const MqaSmem<T>& sm) {
             sm.groups[qs] = g;  // published by the arrival below (release), read after the wait (acquire)
             mbarrier_arrive_expect_tx(&sm.q_full[qs], T::kSmemQ + T::kN * 4);
             tma_load_2d(&p.tmap_q, &sm.q_full[qs], sm.q + qs * T::kSmemQ, 0, g.q_token * T::kHeads);
-            tma_load_2d(&p.tmap_weights, &sm.q_full[qs], sm.weights + qs * T::kN, 0, g.q_token);
+            tma_load_2d(&p.tmap_weights, &sm.q_full[qs], sm.weights + qs * (T::kWeightsBytes / 4), 0, g.q_token);
         }
         // Decode: the lanes hold the ids of blocks t0 .. t0 + 31 (the first 32 came with the group); the next 32
         // are read while these are issued, so the table's latency hides behind the stages' waits.
@@ -349,14 +417,15 @@ struct LogitSlots {
     bool stores;         // with kValues < 4 both lanes of a pair hold the same logit: one stores it
     bool b0, b1;         // bits 0 and 1 of the lane id (quad_reduce)
     DGX_DEVICE LogitSlots(uint32_t warp_in_wg, uint32_t lane) : b0(lane & 1), b1(lane & 2) {
-        const int first = T::kValues >= 4 ? (b0 ? T::kValues / 2 : 0) + (b1 ? T::kValues / 4 : 0) : (b0 ? 1 : 0);
+        const int first =
+            T::kValuesPad >= 4 ? (b0 ? T::kValuesPad / 2 : 0) + (b1 ? T::kValuesPad / 4 : 0) : (b0 ? 1 : 0);
         const int row_in_block = static_cast<int>(warp_in_wg * 16 + lane / 4);
 #pragma unroll
         for (int f = 0; f < T::kFinal; ++f) {
             row[f] = row_in_block + 8 * ((first + f) % 2);
             q[f] = (first + f) / 2;
         }
-        stores = !(T::kValues < 4 && b1);
+        stores = !(T::kValuesPad < 4 && b1);
     }
 };
 
@@ -393,7 +462,7 @@ DGX_DEVICE void finish_block(const Params& p, const MqaSmem<T>& sm, const GroupO
     for (int f = 0; f < T::kFinal; ++f) scale[f] = sm.scales[s * T::kBlockKv + slots.row[f]];
     mbarrier_arrive(&sm.kv_empty[s]);
 
-    float v[T::kValues];
+    float v[T::kValuesPad];
 #pragma unroll
     for (int q = 0; q < T::kBlockQ; ++q) {
 #pragma unroll
@@ -410,14 +479,19 @@ DGX_DEVICE void finish_block(const Params& p, const MqaSmem<T>& sm, const GroupO
             v[2 * q + r] = sum;
         }
     }
-    quad_reduce<T::kValues>(v, slots.b0, slots.b1);
+#pragma unroll
+    for (int i = T::kValues; i < T::kValuesPad; ++i) v[i] = 0.0f;  // the padding queries of next_n 3
+    quad_reduce<T::kValuesPad>(v, slots.b0, slots.b1);
     if (!slots.stores) return;
 #pragma unroll
     for (int f = 0; f < T::kFinal; ++f) {
+        if constexpr (T::kValuesPad != T::kValues) {
+            if (slots.q[f] >= T::kBlockQ) continue;  // a padding query
+        }
         const int token = block_token0 + slots.row[f];
         const float logit = v[f] * scale[f];
         if constexpr (T::kPaged) {
-            if (token < p.max_context_len)
+            if (token < p.max_context_len && (!T::kVarlen || out.lo[f] == 0))
                 store_logit<T::kBf16>(out.row_base[f], token, token < out.hi[f] ? logit : -__int_as_float(0x7f800000));
         } else if (token >= out.lo[f] && token < out.hi[f]) {
             if constexpr (T::kCompressed) {
@@ -445,7 +519,7 @@ DGX_DEVICE void mqa_math(const Params& p, const MqaSmem<T>& sm, uint32_t wg) {
         mbarrier_wait(&sm.q_full[qs], (group_index / T::kNumQStages) & 1);
         const MqaGroup<T> g = sm.groups[qs];
         if (g.num_blocks < 0) break;
-        const float* weights = sm.weights + qs * T::kN;
+        const float* weights = sm.weights + qs * (T::kWeightsBytes / 4);
 #pragma unroll
         for (int q = 0; q < T::kBlockQ; ++q) {
 #pragma unroll
@@ -632,6 +706,87 @@ DGX_DEVICE void paged_schedule_body(const Params& p) {
                 if (target >= before) {
                     p.schedule[2 * k] = b;
                     p.schedule[2 * k + 1] = static_cast<int>(target - before);
+                }
+            }
+        }
+        __syncthreads();
+        if (threadIdx.x == kThreads - 1) carry += partial[kThreads - 1];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        for (long long k = 0; k <= n; ++k) {
+            if (k == n || k * total / n >= total) {
+                p.schedule[2 * k] = p.batch;
+                p.schedule[2 * k + 1] = 0;
+            }
+        }
+    }
+}
+
+// The decode schedule of a call with indices (for_each_varlen_group): the units are runs of tokens with equal
+// indices; a run costs its blocks (for its longest context, context_lens[t] per token) times its pairs of tokens (the
+// KV is read once per group of tokens: a rough weight, it only balances the CTAs), charged to its first token.
+// schedule[c] = (first token of a run, block) where CTA c starts; schedule[num_ctas] = (tokens, 0). One CTA; each
+// run start scans its run, so the cost is linear in the tokens.
+template <int kThreads, typename Params>
+DGX_DEVICE void paged_varlen_schedule_body(const Params& p) {
+    __shared__ long long partial[kThreads];
+    __shared__ long long carry;
+    griddepcontrol_wait();  // PDL (ptx/pdl.cuh): no prologue; the lengths may be a predecessor's output
+    griddepcontrol_launch_dependents();
+    // (blocks, weight) of the run starting at token t; blocks 0 where t does not start one.
+    auto run_at = [&](int t, long long& blocks, long long& weight) {
+        blocks = 0;
+        weight = 1;
+        const int id = ld_global_nc_s32(p.indices + t);
+        if (t > 0 && ld_global_nc_s32(p.indices + t - 1) == id) return;
+        int ctx = 0, count = 0;
+        for (int u = t; u < p.batch && ld_global_nc_s32(p.indices + u) == id; ++u, ++count) {
+            const int c = ld_global_nc_s32(p.lens + u);
+            ctx = c > ctx ? c : ctx;
+        }
+        blocks = ceil_div(ctx, 64);
+        weight = (count + 1) / 2;
+    };
+    // Pass 1: the total.
+    long long mine = 0;
+    for (int t = threadIdx.x; t < p.batch; t += kThreads) {
+        long long blocks, weight;
+        run_at(t, blocks, weight);
+        mine += blocks * weight;
+    }
+    partial[threadIdx.x] = mine;
+    __syncthreads();
+    for (int step = kThreads / 2; step > 0; step /= 2) {
+        if (static_cast<int>(threadIdx.x) < step) partial[threadIdx.x] += partial[threadIdx.x + step];
+        __syncthreads();
+    }
+    const long long total = partial[0];
+    const long long n = p.num_ctas;
+    __syncthreads();
+    if (threadIdx.x == 0) carry = 0;
+    // Pass 2: an exclusive prefix over the tokens, tile by tile; CTA k starts at cost floor(k * total / n).
+    for (int tile = 0; tile < p.batch; tile += kThreads) {
+        const int t = tile + threadIdx.x;
+        long long blocks = 0, weight = 1;
+        if (t < p.batch) run_at(t, blocks, weight);
+        const long long count = blocks * weight;
+        partial[threadIdx.x] = count;
+        __syncthreads();
+        for (int step = 1; step < kThreads; step *= 2) {  // inclusive scan (Hillis-Steele)
+            const long long add = static_cast<int>(threadIdx.x) >= step ? partial[threadIdx.x - step] : 0;
+            __syncthreads();
+            partial[threadIdx.x] += add;
+            __syncthreads();
+        }
+        const long long before = carry + partial[threadIdx.x] - count;
+        if (count > 0) {
+            for (long long k = (before * n + total - 1) / total; k < n; ++k) {
+                const long long target = k * total / n;
+                if (target >= before + count) break;
+                if (target >= before) {
+                    p.schedule[2 * k] = t;
+                    p.schedule[2 * k + 1] = static_cast<int>((target - before) / weight);
                 }
             }
         }

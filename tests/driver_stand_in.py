@@ -161,6 +161,20 @@ def _interface_of(name: str):
         from dgx.kernels.scale_layout import INTERFACE
 
         return INTERFACE
+    if name.startswith("dgx_hc_prenorm"):
+        from dgx.kernels.hc_prenorm import INTERFACE
+
+        return INTERFACE
+    if name.startswith(("dgx_mqa_logits", "dgx_paged_mqa_logits", "dgx_paged_mqa_schedule")):
+        from dgx.kernels import mqa_logits as M
+
+        if "schedule" in name:
+            return M.SCHEDULE_VARLEN_INTERFACE if name.endswith("_varlen") else M.SCHEDULE_INTERFACE
+        return M.MQA_VARLEN_INTERFACE if "_vl" in name else M.MQA_INTERFACE
+    if name.startswith("dgx_mqa_clean"):
+        from dgx.kernels.mqa_logits import CLEAN_INTERFACE
+
+        return CLEAN_INTERFACE
     return None
 
 
@@ -170,7 +184,8 @@ def _caches():
     import importlib
 
     names = {"launch": ("_plans", "_params"), "gemm": ("_entries", "_fast"), "grouped": ("_contiguous", "_masked"),
-             "scales": ("_workspaces",), "kernels.scale_layout": ("_launchers",), "bf16": ("_plans", "_params")}
+             "scales": ("_workspaces",), "kernels.scale_layout": ("_launchers",), "bf16": ("_plans", "_params"),
+             "mqa": ("_launchers",), "hc_prenorm": ("_params",), "kernels.hc_prenorm": ("_launchers",)}
     out = []
     for module_name, attrs in names.items():
         try:

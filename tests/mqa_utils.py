@@ -160,3 +160,23 @@ def graphed(fn):
     with torch.cuda.graph(graph, stream=torch.cuda.Stream()):
         fn()
     return graph.replay
+
+
+def make_varlen(tokens_per_seq: list[int], base_lens: list[int], heads: int = 64, dim: int = 128, seed: int = 0):
+    """A decode step with a variable number of query tokens per sequence, as DeepGEMM's `indices=` takes it: one
+    row per token (B = sum of tokens_per_seq, next_n 1), token i of sequence b with context base_lens[b] + i
+    (keys j < that), and the sequence's block-table row repeated for each of its tokens.
+
+    Returns (q [T, 1, H, D], kv_cache, weights [T, H], context_lens int32 [T, 1], block_table [T, W],
+    indices int32 [T], kv values, kv scales)."""
+    ctx_max = [base + t - 1 for base, t in zip(base_lens, tokens_per_seq)]
+    _, cache, _, _, seq_table, values, scales = make_paged(len(base_lens), 1, ctx_max, heads, dim, seed)
+    g = torch.Generator(device="cuda").manual_seed(seed + 1)
+    total = sum(tokens_per_seq)
+    q = torch.randn(total, 1, heads, dim, device="cuda", generator=g).to(FP8)
+    weights = torch.randn(total, heads, device="cuda", generator=g)
+    counts = torch.tensor(tokens_per_seq, device="cuda")
+    indices = torch.arange(len(base_lens), device="cuda", dtype=torch.int32).repeat_interleave(counts)
+    lens = torch.cat([torch.arange(t, device="cuda") + base for base, t in zip(base_lens, tokens_per_seq)])
+    table = seq_table.repeat_interleave(counts, dim=0).contiguous()
+    return q, cache, weights, lens.to(torch.int32).view(total, 1), table, indices, values, scales

@@ -31,7 +31,7 @@ def test_config_rejects_what_the_kernel_cannot_do():
     with pytest.raises(ValueError, match="do not fit"):
         M.MqaLogitsConfig(64, 128, 4, 15, math_wgs=3)  # N=256 needs two warpgroups
     with pytest.raises(ValueError, match="next_n"):
-        M.MqaLogitsConfig(64, 128, 3, 15, True)
+        M.MqaLogitsConfig(32, 128, 5, 15, True)
     with pytest.raises(ValueError, match="no compressed form"):
         M.MqaLogitsConfig(64, 128, 1, 15, True, True)
     assert M.prefill_config(64, 128, False, False).smem_bytes <= M.SMEM_LIMIT
@@ -79,7 +79,7 @@ def _prefill_args(s=100, skv=300, h=64, d=128):
     "change,error,match",
     [
         (dict(q=fake((100, 64, 128), "bfloat16")), TypeError, "q: expected dtype float8_e4m3fn"),
-        (dict(q=fake((100, 48, 128), "float8_e4m3fn")), ValueError, "q: expected 32 or 64 heads"),
+        (dict(q=fake((100, 48, 128), "float8_e4m3fn")), ValueError, "q: expected 16, 32 or 64 heads"),
         (dict(q=fake((100, 64, 96), "float8_e4m3fn")), ValueError, "q: expected a head dim"),
         (dict(q=fake((100, 64, 128), "float8_e4m3fn", strides=(1, 100, 6400))), ValueError, "q: expected a contiguous"),
         (dict(q=fake((100, 64, 128), "float8_e4m3fn", ptr=(1 << 20) + 8)), ValueError, "q: expected a 16-byte aligned"),
@@ -133,7 +133,7 @@ def _paged_args(b=8, n=2, h=64, d=128, blocks=40, width=9, sms=132, max_len=500)
 @pytest.mark.parametrize(
     "change,error,match",
     [
-        (dict(q=fake((8, 3, 64, 128), "float8_e4m3fn")), ValueError, "next_n"),
+        (dict(q=fake((8, 5, 64, 128), "float8_e4m3fn")), ValueError, "next_n"),
         (dict(kv_cache=fake((40, 64, 1, 128), "uint8")), ValueError, "kv_cache: expected shape"),
         (dict(kv_cache=fake((40, 32, 1, 132), "uint8")), ValueError, "kv_cache: expected shape"),
         (dict(kv_cache=fake((40, 64, 1, 132), "float8_e4m3fn")), TypeError, "kv_cache: expected dtype uint8"),
@@ -175,7 +175,7 @@ def test_shapes_file_takes_mqa_entries_and_refuses_bad_ones():
     assert [s.label for s in specs] == ["mqa_logits heads=64 head_dim=128", "paged_mqa_logits heads=32 head_dim=64"]
     bad = [
         ({"kind": "mqa_logits", "heads": 64}, "field 'head_dim'"),
-        ({"kind": "mqa_logits", "heads": 48, "head_dim": 128}, "field 'heads': expected one of 32, 64"),
+        ({"kind": "mqa_logits", "heads": 48, "head_dim": 128}, "field 'heads': expected one of 16, 32, 64"),
         ({"kind": "paged_mqa_logits", "heads": 64, "head_dim": 128, "n": 4}, "takes heads and head_dim"),
         ({"kind": "dense", "n": 256, "k": 256, "heads": 64}, "kind 'dense' takes n, k, groups, max_m and m, not heads"),
     ]
@@ -205,7 +205,7 @@ def test_inspect_builds_the_mqa_kernels(tmp_cache):
     assert report["kernel"].startswith("dgx_paged_mqa_logits_h64_d128_q2")
     assert report["qgmma"] > 0 and report["local_bytes"] == 0 and report["spill_instructions"] == 0
     result = runner.invoke(cli.main, ["inspect", "--kind", "mqa_logits", "--heads", "48"])
-    assert result.exit_code == 1 and "Error: --heads: expected one of 32, 64, got 48" in result.output
+    assert result.exit_code == 1 and "Error: --heads: expected one of 16, 32, 64, got 48" in result.output
     result = runner.invoke(cli.main, ["inspect", "--kind", "mqa_logits", "--gemm", "1", "2", "3"])
     assert result.exit_code == 2 and "--kind mqa_logits reads --heads, --head-dim; got --gemm" in result.output
 

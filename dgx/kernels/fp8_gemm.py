@@ -77,6 +77,9 @@ class GemmConfig:
     # B's TMA loads marked L2 evict-first: for decode shapes, whose one row of tiles reads each B tile once, so
     # the stream does not evict (and force the write-back of) the lines a neighbouring kernel left in L2.
     stream_b: bool = False
+    # Skip-head-mid output (dgx.skip_head_mid): (left, mid, right). The N columns are heads of left + right
+    # columns; D holds each head as left columns, mid columns left untouched, right columns (d_cols wide).
+    head_splits: tuple[int, int, int] | None = None
 
     def __post_init__(self) -> None:
         # Plain ints (an enum member given here renders and hashes like its value).
@@ -93,6 +96,9 @@ class GemmConfig:
             problems = problems or "the weight gradient shares only B (pair 2) through multicast"
         elif (self.layout == LAYOUT_K_GROUPED) != self.wgrad and self.layout != LAYOUT_DENSE:
             problems = problems or "the K-grouped layout is a weight gradient, the M-grouped ones are not"
+        if self.head_splits is not None:
+            problems = problems or validate_head_splits(self.head_splits, self.n, self.block_n, self.layout,
+                                                        self.wgrad, self.split_k)
         if problems:
             raise ValueError(f"invalid GEMM config {self}: {problems}")
         if self.smem_bytes > SMEM_LIMIT:
@@ -135,6 +141,14 @@ class GemmConfig:
         slots = max(num_sms // self.cluster, 1)
         waves = max(ceil_div(units, slots), 1)
         return max(ceil_div(units, waves), 1) * self.cluster
+
+    @property
+    def d_cols(self) -> int:
+        """Columns of D: N, or with head splits N plus every head's mid columns."""
+        if self.head_splits is None:
+            return self.n
+        left, mid, right = self.head_splits
+        return self.n + self.n // (left + right) * mid
 
     @property
     def math_warpgroups(self) -> int:
@@ -181,6 +195,8 @@ class GemmConfig:
             name += f"_sk{self.split_k}"
         if self.stream_b:
             name += "_sb"
+        if self.head_splits is not None:
+            name += "_hs{}_{}_{}".format(*self.head_splits)
         return name + "_d" if self.defer else name
 
     @property
@@ -197,7 +213,8 @@ class GemmConfig:
         return self.kind.value
 
     def describe(self) -> tuple[tuple[str, str], ...]:
-        return (("family", "fp8_gemm_nt"),) + tuple((f.name, str(getattr(self, f.name))) for f in fields(self))
+        return (("family", "fp8_gemm_nt"),) + tuple((f.name, str(getattr(self, f.name))) for f in fields(self)
+                                                    if f.name != "head_splits" or self.head_splits is not None)
 
     def render(self) -> jit.KernelSource:
         # Fp8GemmTraits' template arguments; the kernel body takes the layout first, then the same.
@@ -206,6 +223,8 @@ class GemmConfig:
             f"{self.pair}, {'true' if self.wgrad else 'false'}, {'true' if self.defer else 'false'}, {self.split_k}, "
             f"{'true' if self.stream_b else 'false'}"
         )
+        if self.head_splits is not None:
+            traits += ", {}, {}, {}".format(*self.head_splits)
         body = f"dgx::fp8_gemm_nt_body<{self.layout}, {traits}>"
         source = (
             '#include "fp8_gemm.cuh"\n'
@@ -282,6 +301,28 @@ def smem_bytes(
     if b_scales_in_stage(block_m, wgrad, defer):
         per_stage += SFB_BOX_SLOT_BYTES * (1 if 128 % block_n == 0 else 2)
     return out_tile + stages * per_stage + extra
+
+
+def validate_head_splits(head_splits, n: int, block_n: int, layout: int = LAYOUT_DENSE, wgrad: bool = False,
+                         split_k: int = 1) -> str:
+    """'' if a kernel with this tile can write a skip-head-mid output of (left, mid, right) columns per head, else
+    what is wrong: a dense BF16 GEMM without split-K, N whole heads of left + right columns, and left and right
+    multiples of the tile's TMA store span (so that no span straddles a head's parts)."""
+    if (not isinstance(head_splits, tuple) or len(head_splits) != 3
+            or any(isinstance(v, bool) or not isinstance(v, int) for v in head_splits)):
+        return f"head_splits must be a tuple of three ints (left, mid, right); got {head_splits!r}"
+    left, mid, right = head_splits
+    if left <= 0 or right <= 0 or mid < 0:
+        return f"head_splits needs left > 0, mid >= 0, right > 0; got {head_splits}"
+    if layout != LAYOUT_DENSE or wgrad or split_k != 1:
+        return "head splits are for the dense BF16 GEMM without split-K"
+    if n % (left + right):
+        return f"N = {n} is not a whole number of heads of left + right = {left + right} columns"
+    span_cols = d_span_bytes(block_n) // 2
+    if left % span_cols or right % span_cols:
+        return (f"block_n {block_n} stores spans of {span_cols} columns, which must divide left ({left}) and right "
+                f"({right})")
+    return ""
 
 
 MAX_SPLIT_K = 8  # a portable cluster holds at most 8 CTAs

@@ -47,7 +47,8 @@ def pack_operands(config: GemmConfig, ops: Operands) -> runtime.ParamPack:
         tmap_sfb = runtime.encode_tensor_map_2d("float32", ops.sfb, sfb.m, sfb.kb, sfb.row_stride, config.block_n, 1)
         tmap_d = runtime.encode_tensor_map_2d("float32", ops.d, n, ops.d_rows, ops.ldd * 4, span // 4, wg_rows, d_swizzle)
     else:
-        tmap_d = runtime.encode_tensor_map_2d("bfloat16", ops.d, n, ops.d_rows, ops.ldd * 2, span // 2, wg_rows, d_swizzle)
+        tmap_d = runtime.encode_tensor_map_2d("bfloat16", ops.d, config.d_cols, ops.d_rows, ops.ldd * 2, span // 2,
+                                              wg_rows, d_swizzle)
         if config.b_scales_in_stage:
             tmap_sfb = _sfb_row_map(ops, n, k)
         else:

@@ -11,10 +11,11 @@ from .interface import TENSOR_MAP, KernelInterface, Param
 from .wgmma_render import render_wgmma_e4m3
 
 SMEM_LIMIT = 232448  # bytes of shared memory one block may use on Hopper (227 KB)
-HEADS = (32, 64)
+HEADS = (16, 32, 64)  # 16: DeepSeek-V4's indexer (beyond DeepGEMM's sm_90 kernels, which take 32 and 64)
 HEAD_DIMS = (32, 64, 128)
 PAGED_BLOCK_KV = 64  # tokens per block of the paged cache (the kernel's KV block)
-NEXT_NS = (1, 2)
+NEXT_NS = (1, 2, 3, 4)  # query tokens per sequence of the paged kernel (DeepGEMM's sm_90 kernel: 1 and 2)
+WARMUP_NEXT_NS = (1, 2)  # what warmup_configs builds (extended_paged_configs lists the rest)
 SCHEDULE_THREADS = 1024
 CLEAN_THREADS = 256
 
@@ -70,6 +71,13 @@ SCHEDULE_INTERFACE = KernelInterface(
     ),
 )
 
+# The paged kernel and its schedule with `indices` (one query row per token, indices[t] its sequence): the same
+# members plus the indices. Only the varlen kernels have them, so the others keep their parameters.
+MQA_VARLEN_INTERFACE = KernelInterface("MqaLogitsVarlenParams",
+                                       MQA_INTERFACE.params + (Param("indices", "const int*"),))
+SCHEDULE_VARLEN_INTERFACE = KernelInterface("PagedVarlenScheduleParams",
+                                            SCHEDULE_INTERFACE.params + (Param("indices", "const int*"),))
+
 
 def _flag(v: bool) -> str:
     return "true" if v else "false"
@@ -88,6 +96,9 @@ class MqaLogitsConfig:
     bf16: bool = False  # BF16 logits (else FP32)
     math_wgs: int = 3  # math warpgroups, taking the KV blocks in turns
     stream_kv: bool = False  # KV loads marked L2 evict-first (read once: the paged decode cache)
+    # Paged with `indices`: a group is up to block_q consecutive tokens of one sequence (a run of equal indices),
+    # each with its own context length; a run longer than block_q is taken in several groups.
+    varlen: bool = False
 
     def __post_init__(self) -> None:
         problems = []
@@ -96,10 +107,12 @@ class MqaLogitsConfig:
         if self.head_dim not in HEAD_DIMS:
             problems.append(f"head_dim must be one of {HEAD_DIMS}")
         n = self.block_q * self.heads
-        if self.block_q < 1 or n > 256 or n % 32:
-            problems.append(f"block_q x heads must be a multiple of 32 up to 256 (wgmma N); got {n}")
+        if self.block_q < 1 or n > 256 or n % 16:
+            problems.append(f"block_q x heads must be a multiple of 16 up to 256 (wgmma N); got {n}")
         if self.paged and self.block_q not in NEXT_NS:
             problems.append(f"a paged kernel's block_q is next_n, one of {NEXT_NS}")
+        if self.varlen and not self.paged:
+            problems.append("varlen (indices) is for the paged kernel")
         if self.paged and self.compressed:
             problems.append("the paged kernel has no compressed form")
         if not 2 <= self.kv_stages <= 32:
@@ -130,14 +143,14 @@ class MqaLogitsConfig:
     def smem_bytes(self) -> int:
         """ptx/mqa_logits.cuh MqaTraits::kSmemBytes: two Q stages (Q, weights, the group's record), the KV ring
         (values and scales), barriers."""
-        return 2 * (self.n * self.head_dim + self.n * 4 + 64) + self.kv_stages * (64 * self.head_dim + 256) + 8 * (
-            4 + 2 * self.kv_stages)
+        return 2 * (self.n * self.head_dim + weights_bytes(self.n) + group_bytes(self.block_q)) + self.kv_stages * (
+            64 * self.head_dim + 256) + 8 * (4 + 2 * self.kv_stages)
 
     @property
     def kernel_name(self) -> str:
         kind = "paged_mqa_logits" if self.paged else "mqa_logits"
         name = f"dgx_{kind}_h{self.heads}_d{self.head_dim}_q{self.block_q}_s{self.kv_stages}"
-        name += f"_w{self.math_wgs}" + ("_skv" if self.stream_kv else "")
+        name += f"_w{self.math_wgs}" + ("_skv" if self.stream_kv else "") + ("_vl" if self.varlen else "")
         return name + ("_c" if self.compressed else "") + ("_bf16" if self.bf16 else "")
 
     @property
@@ -145,10 +158,25 @@ class MqaLogitsConfig:
         return "paged_mqa_logits" if self.paged else "mqa_logits"
 
     def describe(self) -> tuple[tuple[str, str], ...]:
-        return (("family", self.kind),) + tuple((f.name, str(getattr(self, f.name))) for f in fields(self))
+        return (("family", self.kind),) + tuple((f.name, str(getattr(self, f.name))) for f in fields(self)
+                                                if f.name != "varlen" or self.varlen)
+
+    @property
+    def interface(self) -> KernelInterface:
+        return MQA_VARLEN_INTERFACE if self.varlen else MQA_INTERFACE
 
     def render(self) -> jit.KernelSource:
         return _render_logits(self)
+
+
+def weights_bytes(n: int) -> int:
+    """One Q stage's weights: n floats, padded to 128 bytes (a TMA destination)."""
+    return (n * 4 + 127) // 128 * 128
+
+
+def group_bytes(block_q: int) -> int:
+    """One Q stage's group record (MqaGroup): 64 bytes, or 128 for the 8 queries of a 16-head prefill group."""
+    return 64 if (4 + 2 * block_q) * 4 <= 64 else 128
 
 
 @lru_cache(maxsize=None)
@@ -156,18 +184,19 @@ def _render_logits(config: MqaLogitsConfig) -> jit.KernelSource:
     """The kernel source of `self` (rendered once per config)."""
     traits = (
         f"dgx::MqaTraits<{config.heads}, {config.head_dim}, {config.block_q}, {config.kv_stages}, {_flag(config.paged)}, "
-        f"{_flag(config.compressed)}, {_flag(config.bf16)}, {config.math_wgs}, {_flag(config.stream_kv)}>"
+        f"{_flag(config.compressed)}, {_flag(config.bf16)}, {config.math_wgs}, {_flag(config.stream_kv)}"
+        + (", true>" if config.varlen else ">")
     )
     source = (
         '#include "mqa_logits.cuh"\n'
         + render_wgmma_e4m3(config.n)
-        + MQA_INTERFACE.render_entry(config.kernel_name, config.threads, f"dgx::mqa_logits_body<{traits}>")
+        + config.interface.render_entry(config.kernel_name, config.threads, f"dgx::mqa_logits_body<{traits}>")
         + f"static_assert({traits}::kSmemBytes == {config.smem_bytes}, "
         '"dgx.kernels.mqa_logits smem_bytes disagrees with the kernel");\n'
         + f"static_assert({traits}::kThreads == {config.threads}, \"thread count\");\n"
     )
     shape = {"heads": config.heads, "head_dim": config.head_dim}
-    if config.paged:
+    if config.paged and not config.varlen:
         shape["next_n"] = config.block_q
     return jit.KernelSource(
         name=config.kernel_name,
@@ -208,43 +237,66 @@ class MqaCleanConfig:
 
 @dataclass(frozen=True)
 class PagedScheduleConfig:
-    """The decode schedule kernel (one CTA)."""
+    """The decode schedule kernel (one CTA). `varlen`: the schedule of a call with `indices`, whose units are runs of
+    tokens of one sequence."""
+
+    varlen: bool = False
 
     threads = SCHEDULE_THREADS
     smem_bytes = 0
 
     @property
     def kernel_name(self) -> str:
-        return "dgx_paged_mqa_schedule"
+        return "dgx_paged_mqa_schedule" + ("_varlen" if self.varlen else "")
+
+    @property
+    def interface(self) -> KernelInterface:
+        return SCHEDULE_VARLEN_INTERFACE if self.varlen else SCHEDULE_INTERFACE
 
     @lru_cache(maxsize=None)
     def render(self) -> jit.KernelSource:
+        body = (f"dgx::paged_varlen_schedule_body<{SCHEDULE_THREADS}>" if self.varlen
+                else f"dgx::paged_schedule_body<{SCHEDULE_THREADS}>")
         return jit.KernelSource(
             name=self.kernel_name,
-            source='#include "mqa_logits.cuh"\n'
-            + SCHEDULE_INTERFACE.render_entry(self.kernel_name, SCHEDULE_THREADS,
-                                              f"dgx::paged_schedule_body<{SCHEDULE_THREADS}>"),
-            summary=(("family", "paged_mqa_schedule"),),
+            source='#include "mqa_logits.cuh"\n' + self.interface.render_entry(self.kernel_name, SCHEDULE_THREADS, body),
+            summary=(("family", "paged_mqa_schedule"),) + ((("varlen", "True"),) if self.varlen else ()),
         )
 
 
 def prefill_config(heads: int, head_dim: int, compressed: bool, bf16: bool) -> MqaLogitsConfig:
     """The prefill kernel for (H, D): groups of 128 / H query tokens (wgmma N = 128), three math warpgroups
     (faster than two: PERFLOG, MQA logits), up to five KV stages each."""
-    return MqaLogitsConfig(heads, head_dim, 128 // heads, _stages(128, head_dim, 3), False, compressed, bf16)
+    return MqaLogitsConfig(heads, head_dim, 128 // heads, _stages(128, head_dim, 3, block_q=128 // heads), False,
+                           compressed, bf16)
 
 
-def paged_config(heads: int, head_dim: int, next_n: int, bf16: bool) -> MqaLogitsConfig:
+def paged_config(heads: int, head_dim: int, next_n: int, bf16: bool, varlen: bool = False) -> MqaLogitsConfig:
     """The decode kernel: memory-bound, so a deep KV ring keeps enough bytes in flight per SM; three math
     warpgroups ran 1-6% faster than two; the cache, read once, streams through L2 as evict-first, which kept
-    3-13% of the time that evicting other kernels' lines cost (PERFLOG, MQA logits)."""
-    return MqaLogitsConfig(heads, head_dim, next_n, _stages(next_n * heads, head_dim, 3), True, False, bf16,
-                           stream_kv=True)
+    3-13% of the time that evicting other kernels' lines cost (PERFLOG, MQA logits). Tiles whose accumulators and
+    weights do not fit three warpgroups' registers (N = next_n x H above 160) take two. `varlen`: the kernel of a
+    call with indices, whose groups are up to `next_n` tokens of one sequence (varlen_block_q)."""
+    n = next_n * heads
+    math_wgs = 3 if n // 2 + n // 4 <= 120 else 2
+    return MqaLogitsConfig(heads, head_dim, next_n, _stages(n, head_dim, math_wgs), True, False, bf16,
+                           math_wgs=math_wgs, stream_kv=True, varlen=varlen)
 
 
-def _stages(n: int, head_dim: int, math_wgs: int, most: int = 16) -> int:
+def varlen_block_q(heads: int) -> int:
+    """Tokens of one sequence a varlen group takes (a run of more is split): wgmma N = 128 for 32 and 64 heads (the
+    three-warpgroup tile of today's decode kernels), 64 for 16 heads."""
+    return min(4, 128 // heads)
+
+
+def varlen_config(heads: int, head_dim: int, bf16: bool) -> MqaLogitsConfig:
+    """The paged kernel of a call with `indices`."""
+    return paged_config(heads, head_dim, varlen_block_q(heads), bf16, varlen=True)
+
+
+def _stages(n: int, head_dim: int, math_wgs: int, most: int = 16, block_q: int = 1) -> int:
     """KV stages for a tile of N = n: as many as shared memory holds up to `most`, a multiple of `math_wgs`."""
-    fixed = 2 * (n * head_dim + n * 4 + 64) + 8 * 4
+    fixed = 2 * (n * head_dim + weights_bytes(n) + group_bytes(block_q)) + 8 * 4
     per_stage = 64 * head_dim + 256 + 16
     stages = min(most, (SMEM_LIMIT - fixed) // per_stage)
     return max(math_wgs, stages - stages % math_wgs)
@@ -266,7 +318,16 @@ def warmup_configs(kind: str, heads: int, head_dim: int) -> list:
         return [c for compressed in (False, True) for bf16 in (False, True)
                 for c in (prefill_config(heads, head_dim, compressed, bf16), MqaCleanConfig(False, compressed, bf16))]
     if kind == "paged_mqa_logits":
-        return [c for next_n in NEXT_NS for bf16 in (False, True)
+        return [c for next_n in WARMUP_NEXT_NS for bf16 in (False, True)
                 for c in (paged_config(heads, head_dim, next_n, bf16), MqaCleanConfig(True, False, bf16, next_n))
                 ] + [PagedScheduleConfig()]
     raise ValueError(f"kind: expected mqa_logits or paged_mqa_logits, got {kind!r}")
+
+
+def extended_paged_configs(heads: int, head_dim: int) -> list:
+    """The paged kernels beyond warmup_configs' set: next_n 3 and 4, and the calls with `indices` (the varlen
+    kernel, its schedule; its cleaning kernel is next_n 1's), both logits dtypes."""
+    check_shape(heads, head_dim)
+    extra = [c for next_n in NEXT_NS if next_n not in WARMUP_NEXT_NS for bf16 in (False, True)
+             for c in (paged_config(heads, head_dim, next_n, bf16), MqaCleanConfig(True, False, bf16, next_n))]
+    return extra + [varlen_config(heads, head_dim, bf16) for bf16 in (False, True)] + [PagedScheduleConfig(True)]
