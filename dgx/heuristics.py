@@ -28,6 +28,7 @@ from .kernels.fp8_gemm import (
     scale_split_compiled_in,
     smem_bytes,
     validate_blocks,
+    validate_head_splits,
 )
 
 ONE_WG_BASE_CLK = 590.0  # per k-block, BLOCK_M 64, BLOCK_N 16 (measured)
@@ -385,3 +386,14 @@ def choose_contiguous_psum(m: int, n: int, k: int, groups: int, num_sms: int,
 
     best = _best(f"grouped (contiguous, prefix sums) M={m} N={n} K={k} groups={groups}", options(), k, num_sms)
     return replace(best, config=replace(best.config, layout=int(Layout.CONTIGUOUS_PSUM)))
+
+
+def choose_skip_head_mid(m: int, n: int, k: int, head_splits: tuple[int, int, int], num_sms: int) -> GemmConfig:
+    """fp8_gemm_nt's config for M x N x K with the head splits, when its store spans fit them (the same kernel
+    with its output columns remapped); else the heuristic's best among the tiles whose spans do."""
+    config = choose_dense(m, n, k, num_sms).config
+    if not validate_head_splits(head_splits, n, config.block_n):
+        return replace(config, head_splits=head_splits)
+    fitting = choose_dense_fitting(m, n, k, num_sms, lambda c: not validate_head_splits(head_splits, n, c.block_n),
+                                   f"fp8_gemm_nt_skip_head_mid M={m} N={n} K={k} head_splits={head_splits}")
+    return replace(fitting.config, head_splits=head_splits)

@@ -30,13 +30,13 @@ from .checks import (
     views_on_one_device,
 )
 from .device import get_num_sms
-from .heuristics import choose_dense, choose_dense_fitting
+from .heuristics import choose_skip_head_mid as choose_config
 from .kernels.fp8_gemm import GemmConfig, validate_head_splits
 from .kinds import GemmKind
 from .launch import Operands, scales_for_tma
 from .streams import resolve_stream
 
-__all__ = ["fp8_gemm_nt_skip_head_mid", "choose_config"]
+__all__ = ["fp8_gemm_nt_skip_head_mid"]
 
 
 def _head_splits(head_splits) -> tuple[int, int, int]:
@@ -51,17 +51,6 @@ def _head_splits(head_splits) -> tuple[int, int, int]:
         raise ValueError(f"head_splits: left and right must be multiples of 8 (the narrowest TMA store span); got "
                          f"{tuple(head_splits)}")
     return left, mid, right
-
-
-def choose_config(m: int, n: int, k: int, head_splits: tuple[int, int, int], num_sms: int) -> GemmConfig:
-    """fp8_gemm_nt's config for M x N x K with the head splits, when its store spans fit them (the same kernel
-    with its output columns remapped); else the heuristic's best among the tiles whose spans do."""
-    config = choose_dense(m, n, k, num_sms).config
-    if not validate_head_splits(head_splits, n, config.block_n):
-        return replace(config, head_splits=head_splits)
-    fitting = choose_dense_fitting(m, n, k, num_sms, lambda c: not validate_head_splits(head_splits, n, c.block_n),
-                                   f"fp8_gemm_nt_skip_head_mid M={m} N={n} K={k} head_splits={head_splits}")
-    return replace(fitting.config, head_splits=head_splits)
 
 
 def fp8_gemm_nt_skip_head_mid(a, b, d, head_splits, *, stream=None, config: GemmConfig | None = None) -> None:

@@ -35,7 +35,10 @@ def _pieces(spec: MqaSpec, default_max_m: int) -> list[tuple[Any, int]]:
 
 
 def _kernels(spec: MqaSpec, piece: Any, num_sms: int) -> list[jit.KernelSource]:
-    return sources_of(kernels_module.warmup_configs(spec.kind, spec.heads, spec.head_dim))
+    configs = kernels_module.warmup_configs(spec.kind, spec.heads, spec.head_dim)
+    if spec.kind == MqaKind.PAGED.value:  # next_n 3 and 4, and the calls with indices=
+        configs += kernels_module.extended_paged_configs(spec.heads, spec.head_dim)
+    return sources_of(configs)
 
 
 def _inspect(kind: str) -> Callable[[Mapping[str, Any], int, str], Inspected]:
@@ -84,8 +87,12 @@ def representatives() -> list[tuple[str, Any]]:
         ("paged H64 D128 next_n 2 bf16", k.paged_config(64, 128, 2, True)),
         ("clean paged", k.MqaCleanConfig(True, False, False, 1)),
         ("paged schedule", k.PagedScheduleConfig()),
+        ("prefill H16 D128", k.prefill_config(16, 128, False, False)),
+        ("paged H64 D128 next_n 4", k.paged_config(64, 128, 4, False)),
+        ("paged H16 D128 next_n 3", k.paged_config(16, 128, 3, False)),
+        ("paged varlen H64 D128", k.varlen_config(64, 128, False)),
     ]
 
 
 FAMILY = Family("mqa_logits", tuple(_kind(k) for k in MqaKind), representatives,
-                torch_ops="dgx.families.mqa_logits_torch")
+                torch_ops="dgx.families.mqa_logits_torch", deep_gemm="dgx.families.mqa_logits_torch")

@@ -99,3 +99,23 @@ def fp8_paged_mqa_logits(q, kv_cache: torch.Tensor, weights: torch.Tensor, conte
 
 LEGACY = ()
 __all__ = ["TORCH_OPS", *(op.name for op in TORCH_OPS)]
+
+# DeepGEMM's current names of the indexer, with its defaults (FP8 operands on sm_90; FP4 raises naming sm_100).
+
+def _fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=True, max_seqlen_k=0,
+                        logits_dtype=torch.float32):
+    """DeepGEMM's fp8_fp4_mqa_logits (dgx.fp8_fp4_mqa_logits)."""
+    return mqa.fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits, max_seqlen_k,
+                                  logits_dtype)
+
+
+def _fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len,
+                              clean_logits=False, logits_dtype=torch.float32, indices=None):
+    """DeepGEMM's fp8_fp4_paged_mqa_logits (dgx.fp8_fp4_paged_mqa_logits)."""
+    return mqa.fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta,
+                                        max_context_len, clean_logits, logits_dtype, indices)
+
+
+_fp8_fp4_mqa_logits.__name__ = _fp8_fp4_mqa_logits.__qualname__ = "fp8_fp4_mqa_logits"
+_fp8_fp4_paged_mqa_logits.__name__ = _fp8_fp4_paged_mqa_logits.__qualname__ = "fp8_fp4_paged_mqa_logits"
+DEEP_GEMM = {"fp8_fp4_mqa_logits": _fp8_fp4_mqa_logits, "fp8_fp4_paged_mqa_logits": _fp8_fp4_paged_mqa_logits}
