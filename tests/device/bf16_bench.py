@@ -104,16 +104,10 @@ def sweep_configs(m, n, k, major_a, major_b, count, sms) -> list:
 
 
 def precompile(args) -> None:
-    from dgx import jit
-    from dgx.limits import SUPPORTED_ARCH
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from parallel_build import build_all
 
-    configs = configs_for_run(args)
-    t0 = time.time()
-    for i, config in enumerate(configs):
-        jit.get_cubin(config.render(), SUPPORTED_ARCH)
-        print(f"[{i + 1}/{len(configs)}] {config.kernel_name}", file=sys.stderr)
-    stats = jit.jit_stats()
-    print(json.dumps({"kernels": len(configs), "compiled": stats["compiles"], "seconds": round(time.time() - t0, 1)}))
+    print(json.dumps(build_all(configs_for_run(args))))
 
 
 # --- GPU run -------------------------------------------------------------------------------------------------------
