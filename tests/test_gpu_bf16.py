@@ -35,6 +35,8 @@ def _check(out, ref, what: str, out_dtype=None) -> None:
     assert float(err.norm() / ref_norm) <= whole, f"{what}: normwise error {float(err.norm() / ref_norm):.3e}"
     if ref.dim() == 2 and ref.numel():
         for dim, name in ((1, "row"), (0, "column")):
+            if ref.shape[dim] < 16:  # a line of a few elements has no stable norm of its own (one M=1 column: one
+                continue             # element, which may cancel to nearly 0); the other lines and the whole cover it
             rel = err.norm(dim=dim) / ref.norm(dim=dim).clamp(min=1e-30)
             worst = int(rel.argmax())
             assert float(rel[worst]) <= line, f"{what}: {name} {worst} error {float(rel[worst]):.3e}"
@@ -303,7 +305,7 @@ def test_input_checks_on_gpu_tensors():
     from dgx import bf16
 
     a, b = _randn(64, 256), _randn(128, 256)
-    with pytest.raises(TypeError, match="d: expected dtype bfloat16 or float32"):
+    with pytest.raises(TypeError, match="d: expected a tensor of dtype bfloat16/float32"):
         bf16.bf16_gemm_nt(a, b, torch.empty(64, 128, device="cuda", dtype=torch.float16))
     with pytest.raises(ValueError, match="b: expected a tensor in CUDA device memory"):
         bf16.bf16_gemm_nt(a, b.cpu(), torch.empty(64, 128, device="cuda", dtype=BF16))

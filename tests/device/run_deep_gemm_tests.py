@@ -3,7 +3,7 @@ DGX_AS_DEEP_GEMM=1, as in any engine's process.
 
     python tests/device/run_deep_gemm_tests.py DIR/test_fp8_fp4.py [DIR/test_layout.py ...] [--only test_gemm]
 
-The runner sets DGX_AS_DEEP_GEMM=1 and installs the ``import deep_gemm`` hook (_dgx_as_deep_gemm.install(), what
+The runner sets DGX_AS_DEEP_GEMM=1 and installs the ``import deep_gemm`` hook (dgx.deep_gemm_alias.install(), what
 the dgx-as-deep-gemm.pth of an installed dgx does at interpreter start; here for a checkout on PYTHONPATH too), then
 checks that ``import deep_gemm`` gives dgx.deep_gemm. Everything the test files import from ``deep_gemm``,
 ``deep_gemm.utils`` and ``deep_gemm.testing`` is dgx.deep_gemm's own; the only helper from outside the package is
