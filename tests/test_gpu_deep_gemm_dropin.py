@@ -67,7 +67,8 @@ def test_fp4_and_k_grouped_helpers_match_the_cpu():
     for kwargs in ({"use_ue8m0": False}, {"use_ue8m0": True, "use_packed_ue8m0": True, "gran_k": 32}):
         q_cpu, s_cpu = dg.per_token_cast_to_fp4(x, **kwargs)
         q_gpu, s_gpu = dg.per_token_cast_to_fp4(x.cuda(), **kwargs)
-        assert torch.equal(q_gpu.cpu(), q_cpu) and torch.equal(s_gpu.cpu(), s_cpu)
+        # the values bitwise; the scales to the last bits (GPU and CPU divide in different orders)
+        assert torch.equal(q_gpu.cpu(), q_cpu) and torch.allclose(s_gpu.cpu(), s_cpu, rtol=1e-6, atol=0)
         assert torch.equal(dg.transpose_packed_fp4(q_gpu).cpu(), dg.transpose_packed_fp4(q_cpu))
     ks = [384, 0, 1024, 128]
     sf = torch.cat([dg.per_channel_cast_to_fp8(torch.randn(k, 256), True)[1] for k in ks])

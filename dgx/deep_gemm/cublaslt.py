@@ -47,13 +47,22 @@ def _product_fp32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
             return torch._scaled_mm(a.contiguous(), b.contiguous().t(), scale_a=one, scale_b=one,
                                     out_dtype=torch.float32)
         except (RuntimeError, NotImplementedError):  # shapes or devices _scaled_mm does not take
-            return a.float() @ b.float().t()
+            return (a.double() @ b.double().t()).float()  # exact products (not TF32 where a caller enabled it)
     if a.dtype != torch.float32 and a.is_cuda:
         try:
             return torch.mm(a, b.t(), out_dtype=torch.float32)
         except (RuntimeError, TypeError, NotImplementedError):  # a torch without mm's out_dtype
             pass
     return a.float() @ b.float().t()
+
+
+def _reduced_reduction(dtype: torch.dtype) -> bool:
+    """Whether torch lets cuBLAS reduce in `dtype` itself (split-K partial sums rounded to BF16/FP16), which is not
+    DeepGEMM's FP32 accumulation: then the product is formed in FP32 first."""
+    flags = torch.backends.cuda.matmul
+    if dtype == torch.bfloat16:
+        return bool(getattr(flags, "allow_bf16_reduced_precision_reduction", False))
+    return dtype == torch.float16 and bool(getattr(flags, "allow_fp16_reduced_precision_reduction", False))
 
 
 def cublaslt_gemm_nt(a, b, d, c=None) -> None:
@@ -68,7 +77,7 @@ def cublaslt_gemm_nt(a, b, d, c=None) -> None:
         if not accumulate:
             d.zero_()
         return
-    if a.dtype == d.dtype and a.dtype != torch.float32 and a.dtype not in _FP8:
+    if a.dtype == d.dtype and a.dtype != torch.float32 and a.dtype not in _FP8 and not _reduced_reduction(a.dtype):
         # one cuBLAS GEMM, FP32 accumulation and epilogue (beta = 1 adds d), one rounding into d
         if accumulate:
             d.addmm_(a, b.t())
