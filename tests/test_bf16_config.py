@@ -131,6 +131,41 @@ def test_split_k_config():
     assert "_sk" not in unsplit.kernel_name and unsplit.traits().endswith(", false, false, 1>")
 
 
+def test_resident_clusters_and_split_candidates():
+    from dgx.kernels.bf16_gemm_heuristics import resident_clusters, split_candidates
+
+    assert [resident_clusters(s, 132) for s in (1, 2, 4, 8)] == [132, 66, 30, 15]
+    # 64x144 tiles of 64x2112x7168: 15 tiles, one wave of clusters of 2, 4 or 8.
+    splits = [c.split_k for c in split_candidates(0, 64, 2112, 7168, 1, 132, 64, 144, 1, "k", "k", "bfloat16", False)]
+    assert splits == [2, 4, 8]
+    # 33 tiles of 64 columns: clusters of 4 would take two waves (30 fit), so only pairs of CTAs split.
+    splits = [c.split_k for c in split_candidates(0, 64, 2112, 7168, 1, 132, 64, 64, 1, "k", "k", "bfloat16", False)]
+    assert splits == [2]
+    # Every tile a wave of its own already, BF16 D with C, 256-row tiles, contiguous: no split.
+    assert not split_candidates(0, 4096, 4096, 7168, 1, 132, 128, 256, 1, "k", "k", "bfloat16", False)
+    assert not split_candidates(0, 64, 2112, 7168, 1, 132, 64, 144, 1, "k", "k", "bfloat16", True)
+    assert not split_candidates(0, 64, 2112, 7168, 1, 132, 256, 144, 1, "k", "k", "bfloat16", False)
+    assert not split_candidates(LAYOUT_CONTIGUOUS, 128, 2112, 7168, 1, 132, 64, 144, 1, "k", "k", "bfloat16", False)
+
+
+def test_decode_choices_after_the_h200_calibration():
+    """What the H200 dense suite taught the model: at M = 128 the 64-row tiles that read every B tile twice and all
+    of A per tile (13-14% behind cuBLAS) give way to wide split-K tiles or pairs sharing an operand; an N-major B
+    never takes 64-byte-swizzled 128x224 tiles on the large shapes (14% behind); the large K-major choices and the
+    M = 64 shapes that were level with cuBLAS mostly stay."""
+    for n, k in ((2112, 7168), (4096, 7168), (7168, 16384), (7168, 2048)):
+        c = choose("dense", 128, n, k)
+        assert c.split_k > 1 or c.pair != 0, c.kernel_name
+        old = Bf16GemmConfig(n=n, k=k, block_m=64, block_n={2112: 32, 4096: 64}.get(n, 112), stages=7)
+        assert estimate(c, 128, k, 1, 132).cycles < estimate(old, 128, k, 1, 132).cycles
+    for n, k in ((24576, 1536), (32768, 512)):
+        c = choose("dense", 4096, n, k, major_b="mn")
+        assert c.block_n % 64 == 0, c.kernel_name  # 128-byte swizzle atoms of B
+    assert choose("dense", 4096, 4096, 7168) == Bf16GemmConfig(n=4096, k=7168, block_m=128, block_n=256, stages=3)
+    for n, k in ((24576, 1536), (32768, 512), (7168, 16384), (7168, 2048)):
+        assert choose("dense", 64, n, k).split_k == 1
+
+
 def test_max_stages_fill_shared_memory_and_no_more():
     for bm in (64, 128, 256):
         for bn in range(16, 257, 16):
