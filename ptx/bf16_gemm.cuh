@@ -5,7 +5,8 @@
 //   swizzle; 2-CTA clusters multicast the operand they share);
 // - one or two math warpgroups (bf16_gemm_math.cuh) run wgmma m64nNk16 into FP32 registers over the whole of K;
 // - their epilogue (bf16_gemm_epilogue.cuh) stores the tile through swizzled shared memory with TMA (or, with C,
-//   reduce-adds it into D, which holds C) while the producer already loads the next tile.
+//   reduce-adds it into D, which holds C) while the producer already loads the next tile; or, split-K, the
+//   cluster's CTAs sum their partial tiles of one tile's K ranges through distributed shared memory.
 // Tiles come from the scheduler every dgx GEMM shares (scheduler.cuh): dense, M-grouped contiguous (m_indices or
 // prefix sums), masked, and K-grouped. Compile-time configuration: Bf16GemmTraits in bf16_gemm_traits.cuh.
 #pragma once
@@ -28,7 +29,7 @@ namespace dgx {
 template <typename T, typename Params>
 __device__ __forceinline__ void bf16_gemm_body(const Params& params) {
     using Scheduler = TileScheduler<T::kLayout, T::kBlockM, T::kBlockN, T::kNumNBlocks, T::kNumKBlocks, T::kGroupN,
-                                    T::kPair, T::kN>;
+                                    T::kPair, T::kN, T::kSplit>;
     const Bf16GemmSmem smem = bf16_gemm_smem<T>();
     if (warp_id() == T::kProducerWarp && lane_id() == 0) {
         prefetch_tensor_map(&params.tmap_a);
@@ -38,9 +39,14 @@ __device__ __forceinline__ void bf16_gemm_body(const Params& params) {
             mbarrier_init(&smem.full[s], T::kFullArrivals);
             mbarrier_init(&smem.empty[s], T::kEmptyArrivals);
         }
+        if constexpr (T::kSplit > 1) {
+            // One arrival per math thread of every CTA of the cluster (each publishes its own accesses).
+            mbarrier_init(&smem.tile_bars[0], T::kSplit * T::kMathThreads);
+            mbarrier_init(&smem.tile_bars[1], T::kSplit * T::kMathThreads);
+        }
         fence_barrier_init();
     }
-    // The peer's barriers must be initialised before our multicast can signal them.
+    // The peers' barriers must be initialised before our multicast (or split-K arrival) can signal them.
     if constexpr (T::kCluster > 1) cluster_sync(); else __syncthreads();
     // PDL (ptx/pdl.cuh): the prologue above overlaps the previous kernel's tail. Every role reads global memory from
     // here on (the schedulers' constructors read masked_m or the prefix sums), so all threads wait here.
@@ -50,7 +56,7 @@ __device__ __forceinline__ void bf16_gemm_body(const Params& params) {
         bf16_gemm_producer<T, Scheduler>(params);
     else
         bf16_gemm_math<T, Scheduler>(params);
-    // No CTA may leave while its peer can still multicast into it or arrive on its barriers.
+    // No CTA may leave while its peer can still multicast into it, arrive on its barriers or read its partial.
     if constexpr (T::kCluster > 1) cluster_sync();
 }
 

@@ -48,7 +48,8 @@ DGX_DEVICE void bf16_mma_block(float (&acc)[T::kMmaPerWG][T::kAccum], uint64_t d
 
 // The math warpgroups' role: every tile of the scheduler, k-loop then epilogue. The k-loop keeps one k-block's MMAs
 // in flight: once k-block kb's are issued it waits for kb - 1's (wgmma.wait_group 1) and hands that stage back, so
-// the tensor cores always have the next group queued. The ring runs on across tiles.
+// the tensor cores always have the next group queued. The ring runs on across tiles. Split-K: the k-loop covers
+// this CTA's range of the tile's K, and the cluster sums its partials (reduce_split_tile) instead of the store.
 template <typename T, typename Scheduler, typename Params>
 DGX_DEVICE void bf16_gemm_math(const Params& params) {
     if constexpr (T::kNumMathWG == 2) setmaxnreg_inc<T::kMathRegs>();
@@ -64,10 +65,11 @@ DGX_DEVICE void bf16_gemm_math(const Params& params) {
     const uint64_t desc_a0 = T::TileA::desc(smem.a, static_cast<int>(wg) * T::kWGRows);
     const uint64_t desc_b0 = T::TileB::desc(smem.b, 0);
     float acc[T::kMmaPerWG][T::kAccum];
-    uint32_t it = 0;  // k-blocks consumed so far
+    uint32_t it = 0;     // k-blocks consumed so far
+    uint32_t tiles = 0;  // split-K: tiles reduced so far (the parities of the tile barriers)
     Tile tile;
     while (scheduler.next_tile(tile)) {
-        const int num_kb = T::kKGrouped ? tile.num_kb * (128 / T::kBlockK) : T::kNumKBlocks;
+        const int num_kb = T::kKGrouped ? tile.num_kb * (128 / T::kBlockK) : T::kTileKBlocks;
         uint32_t held = 0;  // the previous k-block's stage, handed back once its MMAs are done
 #pragma unroll 1
         for (int kb = 0; kb < num_kb; ++kb, ++it) {
@@ -84,7 +86,11 @@ DGX_DEVICE void bf16_gemm_math(const Params& params) {
 #pragma unroll
             for (int i = 0; i < T::kAccum; ++i) fence_operand(acc[mm][i]);
         if (num_kb > 0) bf16_release<T>(smem.empty, held, lane);
-        bf16_store_tile<T, Scheduler>(params, tile, acc, me, smem.d);
+        if constexpr (T::kSplit > 1)
+            reduce_split_tile<T>(tile, tile.n_block * T::kBlockN, acc, me, smem.d, smem.tile_bars, scheduler.rank,
+                                 tiles++, params.d_ptr, params.ld_d, T::kReduce);
+        else
+            bf16_store_tile<T, Scheduler>(params, tile, acc, me, smem.d);
     }
     if (threadIdx.x % 128 == 0) tma_store_wait_all();
 }

@@ -37,8 +37,9 @@ DGX_DEVICE void bf16_gemm_producer(const Params& params) {
         uint32_t it = 0;  // k-blocks loaded so far
         Tile tile;
         while (scheduler.next_tile(tile)) {
-            const int num_kb = T::kKGrouped ? tile.num_kb * (128 / T::kBlockK) : T::kNumKBlocks;
-            const int kb_first = T::kKGrouped ? tile.kb0 * (128 / T::kBlockK) : 0;
+            // Split-K: this CTA's range of the tile's K (the scheduler's kb0, num_kb in this kernel's k-blocks).
+            const int num_kb = T::kKGrouped ? tile.num_kb * (128 / T::kBlockK) : T::kTileKBlocks;
+            const int kb_first = T::kKGrouped ? tile.kb0 * (128 / T::kBlockK) : (T::kSplit > 1 ? tile.kb0 : 0);
             // MN-major B of the M-grouped layouts: its 3-D map's group coordinate (the K-grouped B is one 2-D-like
             // [K, N] slab whose group lies in the K offset).
             const int b_group = T::kKGrouped ? 0 : tile.group;

@@ -112,7 +112,7 @@ struct OperandTile {
 };
 
 template <int kLayout_, int kN_, int kK_, int kBlockM_, int kBlockN_, int kNumStages_, int kGroupN_, int kPair_,
-          int kMajorA_, int kMajorB_, bool kOutF32_, bool kReduce_, int kKAtoms_ = 1>
+          int kMajorA_, int kMajorB_, bool kOutF32_, bool kReduce_, int kKAtoms_ = 1, int kSplit_ = 1>
 struct Bf16GemmTraits {
     // ---- The problem and the tile.
     static constexpr int kLayout = kLayout_;  // GemmLayout (scheduler.cuh)
@@ -135,6 +135,12 @@ struct Bf16GemmTraits {
     static constexpr int kNumKBlocks = (kK + kBlockK - 1) / kBlockK;
     static constexpr int kNumNBlocks = (kN + kBlockN - 1) / kBlockN;
     static constexpr bool kKGrouped = kLayout == kLayoutKGrouped;
+    // Split-K (memory-bound decode shapes): the kSplit CTAs of a cluster run one tile each over its own
+    // kTileKBlocks k-blocks and sum their FP32 partial tiles through distributed shared memory in rank order
+    // (fp8_gemm_epilogue.cuh reduce_split_tile: deterministic, no workspace), so wide tiles still fill the SMs and
+    // each CTA streams a fraction of the tile's K instead of all of A for a narrow slice of B.
+    static constexpr int kSplit = kSplit_;
+    static constexpr int kTileKBlocks = kNumKBlocks / kSplit;  // k-blocks one tile runs (K-grouped: per group)
 
     // ---- Warpgroups: one or two math warpgroups of kWGRows rows each, then the producer warpgroup.
     static constexpr int kNumMathWG = kBlockM == 64 ? 1 : 2;
@@ -148,8 +154,11 @@ struct Bf16GemmTraits {
     static constexpr uint32_t kMathRegs = 232;
     static constexpr uint32_t kProducerRegs = 40;
     static constexpr int kPeers = kPair == kPairNone ? 1 : 2;  // CTAs that read each stage (multicast)
-    static constexpr int kCluster = kPeers;
+    static constexpr int kCluster = kPair == kPairNone ? kSplit : 2;
     static constexpr bool kDefer = false;  // (the FP8 epilogue helpers reused here ask)
+    // reduce_split_tile (the FP8 epilogue's) stores FP32 sums, added to D (which holds C) when accumulating, for
+    // what it calls a weight gradient; BF16 sums packed, without C.
+    static constexpr bool kWgrad = kOutF32;
 
     // ---- Operand tiles.
     using TileA = OperandTile<kMajorA, kBlockM, kPair == kPairN, kKAtoms>;
@@ -169,11 +178,16 @@ struct Bf16GemmTraits {
     // store the tile's rows past M over the next group's).
     static constexpr bool kD3D = kKGrouped;
 
-    // ---- Shared memory: the staged output tile, then per stage A and B, then the full and empty barriers.
-    static constexpr uint32_t kSmemD = kBlockM * kBlockN * kOutBytes;
+    // ---- Shared memory: the staged output tile, then per stage A and B, then the full and empty barriers (and
+    // split-K's two tile barriers). Split-K keeps its FP32 partial tile where the output tile would be, rows padded
+    // by 8 floats (reduce_split_tile's layout), 1024-byte aligned.
+    static constexpr uint32_t kPartialStride = kBlockN + 8;  // floats per row of the partial tile
+    static constexpr uint32_t kSmemD = kSplit > 1 ? (kBlockM * kPartialStride * 4 + 1023) / 1024 * 1024
+                                                  : kBlockM * kBlockN * kOutBytes;
     static constexpr uint32_t kSmemA = TileA::kBytes;
     static constexpr uint32_t kSmemB = TileB::kBytes;
-    static constexpr uint32_t kSmemBytes = kSmemD + kNumStages * (kSmemA + kSmemB) + kNumStages * 2 * 8;
+    static constexpr uint32_t kTileBarBytes = kSplit > 1 ? 2 * 8 : 0;
+    static constexpr uint32_t kSmemBytes = kSmemD + kNumStages * (kSmemA + kSmemB) + kNumStages * 2 * 8 + kTileBarBytes;
     static constexpr uint32_t kStageBytes = kSmemA + kSmemB;  // what TMA lands per stage (multicast halves too)
 
     // ---- Barrier arrivals. Full: the producer's expect-tx arrival. Empty: one per math warp of every CTA that
@@ -198,15 +212,22 @@ struct Bf16GemmTraits {
     static_assert(kLayout != kLayoutMasked || !kOutF32, "masked partial blocks are stored row by row in BF16");
     static_assert(!kB3D || kPair != kPairM, "B loaded through a 3-D map is not shared");
     static_assert(!kKGrouped || kBlockK <= 128, "a K-grouped group's K is a multiple of 128: whole k-blocks");
+    static_assert(kSplit >= 1 && kSplit <= 8, "split-K runs on a cluster of at most 8 CTAs (the portable size)");
+    static_assert(kSplit == 1 || (kPair == kPairNone && kMmaPerWG == 1 && kK > 0 && kNumKBlocks % kSplit == 0),
+                  "split-K: no multicast pair, one m64 slice per warpgroup, a compile-time K split in whole k-blocks");
+    static_assert(kSplit == 1 || kLayout == kLayoutDense || kLayout == kLayoutMasked,
+                  "split-K is for the dense and masked layouts");
+    static_assert(kSplit == 1 || !kReduce || kOutF32, "split-K adds C only to an FP32 D (the sums are stored whole)");
 };
 
 // The kernel's shared memory, as bf16_gemm_smem carves it (layout: Bf16GemmTraits' kSmem* sizes).
 struct Bf16GemmSmem {
-    uint8_t* d;       // the staged output tile
+    uint8_t* d;       // the staged output tile (split-K: the FP32 partial tile)
     uint8_t* a;       // kNumStages x kSmemA
     uint8_t* b;       // kNumStages x kSmemB
     uint64_t* full;   // per stage: its data has landed
     uint64_t* empty;  // per stage: every reader has handed it back
+    uint64_t* tile_bars;  // split-K: [0] the cluster's partials are published, [1] they have been read
 };
 
 template <typename T>
@@ -215,7 +236,7 @@ DGX_DEVICE Bf16GemmSmem bf16_gemm_smem() {
     uint8_t* a = dgx_dynamic_smem + T::kSmemD;
     uint8_t* b = a + T::kNumStages * T::kSmemA;
     uint64_t* full = reinterpret_cast<uint64_t*>(b + T::kNumStages * T::kSmemB);
-    return Bf16GemmSmem{dgx_dynamic_smem, a, b, full, full + T::kNumStages};
+    return Bf16GemmSmem{dgx_dynamic_smem, a, b, full, full + T::kNumStages, full + 2 * T::kNumStages};
 }
 
 }  // namespace dgx

@@ -96,3 +96,39 @@ def test_bf16_kernel_compiles_without_spills(config, tmp_path):
         assert re.search(r"\bSTG\.E\b", text)
     # Register reallocation where two math warpgroups share the SM with the producer.
     assert ("USETMAXREG" in text) == (config.block_m > 64)
+
+
+SPLIT = [
+    C(n=2112, k=7168, block_m=64, block_n=144, stages=6, split_k=8),  # decode: clusters of 8 over K
+    C(n=7168, k=16384, block_m=128, block_n=112, stages=5, split_k=2),  # two math warpgroups
+    C(n=4096, k=7168, block_m=128, block_n=144, stages=4, split_k=4, out_dtype="float32", with_c=True),  # D = C + sum
+    C(n=4096, k=7100, block_m=64, block_n=64, stages=6, split_k=4, major_a="mn", major_b="mn", k_atoms=2),  # tn, tail
+    C(n=4096, k=7168, block_m=128, block_n=128, stages=4, split_k=2, layout=LAYOUT_MASKED),  # masked
+]
+
+
+@pytest.mark.parametrize("config", SPLIT, ids=lambda c: c.kernel_name)
+def test_split_k_kernel_compiles_and_sums_through_the_cluster(config, tmp_path):
+    """Split-K kernels: the k-loop as unsplit, then no staged tile and no TMA store: each CTA reads its share of every
+    peer's partial over distributed shared memory (one 16-byte load per peer), publishes twice per tile (a relaxed
+    arrival on each peer's barrier), and stores its sums straight to D (C read first when accumulating)."""
+    src = config.render()
+    result = compiler.compile_cubin(src.source, src.name, compiler.compile_options("sm_90a", ("--ptxas-options=-v",)))
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", result.log)
+    assert spills and all(s == ("0", "0") for s in spills), result.log
+    assert re.search(r"\b0 bytes stack frame", result.log), result.log
+    path = tmp_path / "k.cubin"
+    path.write_bytes(result.cubin)
+    sass = subprocess.run([_nvdisasm(), "--print-code", str(path)], capture_output=True, text=True, timeout=120)
+    assert sass.returncode == 0, sass.stderr
+    text = sass.stdout
+    mmas = re.findall(rf"HGMMA\.64x{config.block_n}x16\.F32\.BF16 [^;]*", text)
+    assert len(mmas) == 4 * config.k_atoms, f"{len(mmas)} HGMMA in the k-loop"
+    assert not re.search(r"\b(LDL|STL)(\.|\s)", text)
+    assert not re.search(r"\b(STSM|UTMASTG|UTMAREDG)\b", text), "a split-K tile is summed, not staged and stored"
+    assert len(re.findall(r"\bLD\.E\.128\b", text)) == config.split_k, "one DSMEM load per peer in the sum loop"
+    assert len(re.findall(r"SYNCS\.ARRIVE\.TRANS64\.RED\.A1T0", text)) == 2 * config.split_k
+    store = "STG.E.128" if config.out_dtype == "float32" else "STG.E.64"
+    assert re.search(rf"\b{re.escape(store)}\b", text)
+    assert bool(re.search(r"\bLDG\.E\.128\b", text)) == config.with_c
+    assert ("USETMAXREG" in text) == (config.block_m > 64)

@@ -94,6 +94,16 @@ def test_shared_operands_load_half_boxes():
         (dict(k_atoms=3), "k_atoms must be one of (1, 2, 4)"),
         (dict(layout=LAYOUT_K_GROUPED, k=0, major_a="mn", major_b="mn", out_dtype="float32", k_atoms=4),
          "the K-grouped layout takes k_atoms 1 or 2"),
+        (dict(split_k=9), "split_k must be an int in 1..8"),
+        (dict(split_k=True), "split_k must be an int in 1..8"),
+        (dict(split_k=2, pair=SHARE_A), "split-K clusters do not also share an operand"),
+        (dict(split_k=2, layout=LAYOUT_CONTIGUOUS), "split-K is for the dense and masked layouts"),
+        (dict(split_k=2, block_m=256, block_n=64, stages=3), "split-K needs one m64 slice per warpgroup"),
+        (dict(split_k=8, k=7168 - 64 * 3), "split_k 8 must divide the 109 k-blocks of K = 6976"),
+        (dict(split_k=4, k_atoms=2, block_m=64, k=64 * 2 * 6), "split_k 4 must divide the 6 k-blocks of K = 768 "
+                                                                "(128 of K each)"),
+        (dict(split_k=2, with_c=True), "split-K adds C only to an FP32 D"),
+        (dict(split_k=2, block_n=256, stages=4), "needs 331856 bytes of shared memory"),  # a 128 x 264 FP32 partial
     ],
 )
 def test_invalid_configs_say_what_is_wrong(over, message):
@@ -101,6 +111,59 @@ def test_invalid_configs_say_what_is_wrong(over, message):
     fields.update(over)
     with pytest.raises(ValueError, match=re.escape(message)):
         Bf16GemmConfig(**fields)
+
+
+def test_split_k_config():
+    c = Bf16GemmConfig(n=2112, k=7168, block_m=64, block_n=144, stages=6, split_k=8)
+    assert (c.cluster, c.threads, c.units(64), c.units(128)) == (8, 256, 15, 30)
+    # The FP32 partial tile (rows padded by 8 floats, 1 KB aligned) replaces the staged output tile; two barriers more.
+    partial = ceil_div(64 * 152 * 4, 1024) * 1024
+    assert c.smem_bytes == partial + 6 * ((64 + 144) * 128 + 16) + 16 == smem_bytes(64, 144, 6, split_k=8)
+    assert max_stages(64, 144, split_k=8) == (bf16_gemm.SMEM_LIMIT - partial - 16) // ((64 + 144) * 128 + 16)
+    assert c.kernel_name == "dgx_bf16_gemm_nt_bf16_n2112_k7168_bm64_bn144_s6_g16_p0_sk8"
+    assert c.traits().endswith(", 1, 8>") and "::kSmemBytes == %d" % c.smem_bytes in c.render().source
+    assert c.grid(15, 132) == 120  # one wave: 15 clusters of 8 CTAs
+    assert c.grid(30, 132) == 120  # two waves of 15 clusters (launch_plan caps the clusters at what fits at once)
+    # An FP32 D may take C (added by the CTA that sums each element); the masked layout splits too.
+    Bf16GemmConfig(n=4096, k=7168, block_m=128, block_n=144, stages=4, split_k=4, out_dtype="float32", with_c=True)
+    Bf16GemmConfig(n=4096, k=7168, block_m=128, block_n=128, stages=4, split_k=2, layout=LAYOUT_MASKED)
+    unsplit = Bf16GemmConfig(n=2112, k=7168, block_m=64, block_n=144, stages=6)
+    assert "_sk" not in unsplit.kernel_name and unsplit.traits().endswith(", false, false, 1>")
+
+
+def test_resident_clusters_and_split_candidates():
+    from dgx.kernels.bf16_gemm_heuristics import resident_clusters, split_candidates
+
+    assert [resident_clusters(s, 132) for s in (1, 2, 4, 8)] == [132, 66, 30, 15]
+    # 64x144 tiles of 64x2112x7168: 15 tiles, one wave of clusters of 2, 4 or 8.
+    splits = [c.split_k for c in split_candidates(0, 64, 2112, 7168, 1, 132, 64, 144, 1, "k", "k", "bfloat16", False)]
+    assert splits == [2, 4, 8]
+    # 33 tiles of 64 columns: clusters of 4 would take two waves (30 fit), so only pairs of CTAs split.
+    splits = [c.split_k for c in split_candidates(0, 64, 2112, 7168, 1, 132, 64, 64, 1, "k", "k", "bfloat16", False)]
+    assert splits == [2]
+    # Every tile a wave of its own already, BF16 D with C, 256-row tiles, contiguous: no split.
+    assert not split_candidates(0, 4096, 4096, 7168, 1, 132, 128, 256, 1, "k", "k", "bfloat16", False)
+    assert not split_candidates(0, 64, 2112, 7168, 1, 132, 64, 144, 1, "k", "k", "bfloat16", True)
+    assert not split_candidates(0, 64, 2112, 7168, 1, 132, 256, 144, 1, "k", "k", "bfloat16", False)
+    assert not split_candidates(LAYOUT_CONTIGUOUS, 128, 2112, 7168, 1, 132, 64, 144, 1, "k", "k", "bfloat16", False)
+
+
+def test_decode_choices_after_the_h200_calibration():
+    """What the H200 dense suite taught the model: at M = 128 the 64-row tiles that read every B tile twice and all
+    of A per tile (13-14% behind cuBLAS) give way to wide split-K tiles or pairs sharing an operand; an N-major B
+    never takes 64-byte-swizzled 128x224 tiles on the large shapes (14% behind); the large K-major choices and the
+    M = 64 shapes that were level with cuBLAS mostly stay."""
+    for n, k in ((2112, 7168), (4096, 7168), (7168, 16384), (7168, 2048)):
+        c = choose("dense", 128, n, k)
+        assert c.split_k > 1 or c.pair != 0, c.kernel_name
+        old = Bf16GemmConfig(n=n, k=k, block_m=64, block_n={2112: 32, 4096: 64}.get(n, 112), stages=7)
+        assert estimate(c, 128, k, 1, 132).cycles < estimate(old, 128, k, 1, 132).cycles
+    for n, k in ((24576, 1536), (32768, 512)):
+        c = choose("dense", 4096, n, k, major_b="mn")
+        assert c.block_n % 64 == 0, c.kernel_name  # 128-byte swizzle atoms of B
+    assert choose("dense", 4096, 4096, 7168) == Bf16GemmConfig(n=4096, k=7168, block_m=128, block_n=256, stages=3)
+    for n, k in ((24576, 1536), (32768, 512), (7168, 16384), (7168, 2048)):
+        assert choose("dense", 64, n, k).split_k == 1
 
 
 def test_max_stages_fill_shared_memory_and_no_more():

@@ -155,6 +155,59 @@ def test_dense_is_deterministic():
     assert torch.equal(outs[0].view(torch.int32), outs[1].view(torch.int32))
 
 
+# --- split-K ------------------------------------------------------------------------------------------------------
+
+
+SPLIT_CASES = [
+    ("nt", 64, 2112, 7168, dict(block_m=64, block_n=144, stages=6, split_k=8), BF16, False),  # one wave of clusters
+    ("nt", 1000, 2112, 7168, dict(block_m=64, block_n=144, stages=6, split_k=8), BF16, False),  # 16 tiles a cluster
+    ("nn", 128, 4096, 7000, dict(block_m=128, block_n=96, stages=6, split_k=2), BF16, False),  # K tail, 64-byte atoms
+    ("tn", 17, 584, 1000, dict(block_m=64, block_n=64, stages=6, split_k=4, k_atoms=2), F32, False),  # N and K tails
+    ("tt", 300, 2112, 2048, dict(block_m=128, block_n=144, stages=4, split_k=4), F32, True),  # D = C + sum
+    ("nt", 40, 264, 512, dict(block_m=64, block_n=16, stages=8, split_k=8), F32, True),  # one k-block per CTA
+]
+
+
+@pytest.mark.parametrize("form, m, n, k, fields, out_dtype, with_c", SPLIT_CASES,
+                         ids=[f"{c[0]}-{c[1]}x{c[2]}x{c[3]}-sk{c[4]['split_k']}" for c in SPLIT_CASES])
+def test_split_k(form, m, n, k, fields, out_dtype, with_c):
+    """Clusters of 2, 4 and 8 CTAs summing one tile's K ranges through distributed shared memory: every form, K and
+    N tails, more tiles than clusters (the tile barriers' parities over many tiles), FP32 D accumulating C; each
+    element written once (poisoned D), bitwise the same on a second run."""
+    from dgx import bf16
+    from dgx.kernels.bf16_gemm import Bf16GemmConfig
+
+    major_a, major_b = FORM_MAJORS[form]
+    a, b = _operand(m, k, major_a), _operand(n, k, major_b)
+    config = Bf16GemmConfig(n=n, k=k, major_a=major_a, major_b=major_b, out_dtype="float32" if out_dtype == F32
+                            else "bfloat16", with_c=with_c, **fields)
+    c = (torch.randn(m, n, device="cuda", dtype=F32) * 32).to(out_dtype) if with_c else None
+    outs = []
+    for _ in range(2):
+        d = c.clone() if with_c else _poisoned(m, n, dtype=out_dtype)
+        bf16.bf16_gemm_nt(a, b, d, c=d if with_c else None, config=config)
+        outs.append(d)
+    torch.cuda.synchronize()
+    ref = a.double() @ b.double().T + (c.double() if with_c else 0)
+    _check(outs[0], ref, f"{form} {m}x{n}x{k} {fields}")
+    bits = torch.int32 if out_dtype == F32 else torch.int16
+    assert torch.equal(outs[0].view(bits), outs[1].view(bits)), "split-K sums differ between two runs"
+
+
+def test_split_k_masked_leaves_rows_past_the_counts():
+    from dgx import bf16
+    from dgx.kernels.bf16_gemm import LAYOUT_MASKED, Bf16GemmConfig
+
+    groups, m_max, n, k = 4, 256, 2048, 1024
+    a, b, d = _masked_inputs(groups, m_max, n, k)
+    counts = [0, 100, 256, 63]
+    config = Bf16GemmConfig(n=n, k=k, block_m=64, block_n=128, stages=7, layout=LAYOUT_MASKED, split_k=4)
+    bf16.m_grouped_bf16_gemm_nt_masked(a, b, d, torch.tensor(counts, device="cuda", dtype=torch.int32), 64,
+                                       config=config)
+    torch.cuda.synchronize()
+    _check_masked(a, b, d, counts, "masked split-K")
+
+
 # --- M-grouped ----------------------------------------------------------------------------------------------------
 
 

@@ -28,6 +28,8 @@ BLOCK_K = 64  # BF16 of K per K atom: one 128-byte swizzle row (a k-block holds 
 K_ATOMS = (1, 2, 4)
 SMEM_LIMIT = 232448  # bytes of shared memory one block may use on Hopper (227 KB)
 BARRIER_BYTES = 16  # full + empty mbarrier per stage
+TILE_BARRIER_BYTES = 16  # split-K: the partials-published and partials-read barriers
+MAX_SPLIT_K = 8  # a portable cluster holds at most 8 CTAs
 MAX_ACCUMULATORS = 160  # FP32 accumulators per math thread (Bf16GemmTraits: kMmaPerWG * kAccum)
 MAX_STAGES = 16
 
@@ -70,16 +72,26 @@ def stage_bytes(block_m: int, block_n: int, k_atoms: int = 1) -> int:
     return (block_m + block_n) * 128 * k_atoms
 
 
-def smem_bytes(block_m: int, block_n: int, stages: int, out_dtype: str = "bfloat16", k_atoms: int = 1) -> int:
-    """Dynamic shared memory of a config (Bf16GemmTraits::kSmemBytes): the staged output tile, then per stage A and
-    B (k_atoms x 64 of K each) and two barriers."""
-    return (block_m * block_n * (4 if out_dtype == "float32" else 2)
-            + stages * (stage_bytes(block_m, block_n, k_atoms) + BARRIER_BYTES))
+def out_tile_bytes(block_m: int, block_n: int, out_dtype: str = "bfloat16", split_k: int = 1) -> int:
+    """Bytes of the staged output tile (Bf16GemmTraits::kSmemD); split-K: the FP32 partial tile instead, rows padded
+    by 8 floats, rounded up to 1024 bytes."""
+    if split_k > 1:
+        return ceil_div(block_m * (block_n + 8) * 4, 1024) * 1024
+    return block_m * block_n * (4 if out_dtype == "float32" else 2)
 
 
-def max_stages(block_m: int, block_n: int, out_dtype: str = "bfloat16", k_atoms: int = 1) -> int:
+def smem_bytes(block_m: int, block_n: int, stages: int, out_dtype: str = "bfloat16", k_atoms: int = 1,
+               split_k: int = 1) -> int:
+    """Dynamic shared memory of a config (Bf16GemmTraits::kSmemBytes): the staged output tile (split-K: the partial
+    tile), then per stage A and B (k_atoms x 64 of K each) and two barriers (split-K: two more)."""
+    return (out_tile_bytes(block_m, block_n, out_dtype, split_k)
+            + stages * (stage_bytes(block_m, block_n, k_atoms) + BARRIER_BYTES)
+            + (TILE_BARRIER_BYTES if split_k > 1 else 0))
+
+
+def max_stages(block_m: int, block_n: int, out_dtype: str = "bfloat16", k_atoms: int = 1, split_k: int = 1) -> int:
     """The most stages that fit next to the staged output tile (at most MAX_STAGES)."""
-    fixed = smem_bytes(block_m, block_n, 0, out_dtype)
+    fixed = smem_bytes(block_m, block_n, 0, out_dtype, k_atoms, split_k)
     return max(0, min(MAX_STAGES, (SMEM_LIMIT - fixed) // (stage_bytes(block_m, block_n, k_atoms) + BARRIER_BYTES)))
 
 
@@ -135,9 +147,34 @@ def validate(config: "Bf16GemmConfig") -> str:
         return "the M-grouped layouts write a BF16 D"
     if c.layout in (LAYOUT_CONTIGUOUS, LAYOUT_CONTIGUOUS_PSUM, LAYOUT_MASKED) and c.with_c:
         return "the M-grouped layouts add no C"
-    need = smem_bytes(c.block_m, c.block_n, c.stages, c.out_dtype, c.k_atoms)
+    problem = validate_split(c)
+    if problem:
+        return problem
+    need = smem_bytes(c.block_m, c.block_n, c.stages, c.out_dtype, c.k_atoms, c.split_k)
     if need > SMEM_LIMIT:
         return f"needs {need} bytes of shared memory; the limit is {SMEM_LIMIT}"
+    return ""
+
+
+def validate_split(c: "Bf16GemmConfig") -> str:
+    """'' if the config's split_k is a split the kernel supports (Bf16GemmTraits' split-K static_asserts), else what
+    is wrong."""
+    if isinstance(c.split_k, bool) or not isinstance(c.split_k, int) or not 1 <= c.split_k <= MAX_SPLIT_K:
+        return f"split_k must be an int in 1..{MAX_SPLIT_K} (CTAs of a portable cluster); got {c.split_k!r}"
+    if c.split_k == 1:
+        return ""
+    if c.pair != SHARE_NONE:
+        return "split-K clusters do not also share an operand through multicast (pair must be 0)"
+    if c.layout not in (LAYOUT_DENSE, LAYOUT_MASKED):
+        return "split-K is for the dense and masked layouts"
+    if c.block_m > 128:
+        return f"split-K needs one m64 slice per warpgroup (block_m 64 or 128); got block_m {c.block_m}"
+    k_blocks = ceil_div(c.k, BLOCK_K * c.k_atoms)
+    if k_blocks % c.split_k:
+        return (f"split_k {c.split_k} must divide the {k_blocks} k-blocks of K = {c.k} ({BLOCK_K * c.k_atoms} of K "
+                "each): whole k-blocks per range")
+    if c.with_c and c.out_dtype != "float32":
+        return "split-K adds C only to an FP32 D (the cluster's sums are stored whole, not reduce-added)"
     return ""
 
 
@@ -158,6 +195,10 @@ class Bf16GemmConfig:
     group_n: int = 16  # raster band of the scheduler, in units along N
     pair: int = SHARE_NONE  # 2-CTA clusters sharing A (SHARE_A, along N) or B (SHARE_B, along M) by multicast
     k_atoms: int = 1  # 64-K atoms per k-block (stage): 2 or 4 take fewer, larger k-blocks (one barrier round each)
+    # Split-K: clusters of `split_k` CTAs run each tile, CTA r over the r-th of split_k equal ranges of K, and sum
+    # their FP32 partial tiles through distributed shared memory in rank order (deterministic). For the memory-bound
+    # decode shapes: wide tiles that read A (and the tile's B) once per K range and still give every SM work.
+    split_k: int = 1
 
     def __post_init__(self) -> None:
         for name in ("layout", "pair"):  # plain ints: an enum member renders and hashes like its value
@@ -173,7 +214,8 @@ class Bf16GemmConfig:
 
     @property
     def cluster(self) -> int:
-        return 1 if self.pair == SHARE_NONE else 2
+        """CTAs per cluster: a multicast pair, or the split-K ranks of one tile."""
+        return self.split_k if self.pair == SHARE_NONE else 2
 
     @property
     def math_warpgroups(self) -> int:
@@ -193,7 +235,7 @@ class Bf16GemmConfig:
 
     @property
     def smem_bytes(self) -> int:
-        return smem_bytes(self.block_m, self.block_n, self.stages, self.out_dtype, self.k_atoms)
+        return smem_bytes(self.block_m, self.block_n, self.stages, self.out_dtype, self.k_atoms, self.split_k)
 
     def box(self, operand: str) -> tuple[int, ...]:
         """The TMA box (innermost first) of operand "a" or "b" (OperandTile's boxes): K-major (64 of K, rows), half
@@ -212,7 +254,7 @@ class Bf16GemmConfig:
         return 128 if major == "k" else mn_swizzle(rows)
 
     def units(self, m: int) -> int:
-        """Scheduler work units for M rows: tiles, or tile pairs when paired."""
+        """Scheduler work units for M rows: tiles (one per cluster under split-K), or tile pairs when paired."""
         mb, nb = ceil_div(m, self.block_m), ceil_div(self.n, self.block_n)
         if self.pair == SHARE_B:
             mb = ceil_div(mb, 2)
@@ -233,8 +275,9 @@ class Bf16GemmConfig:
         out = "f32" if self.out_dtype == "float32" else "bf16"
         c = "_c" if self.with_c else ""
         ka = f"_ka{self.k_atoms}" if self.k_atoms > 1 else ""
+        sk = f"_sk{self.split_k}" if self.split_k > 1 else ""
         return (f"dgx_bf16_gemm_{self.form}{layout}_{out}{c}_n{self.n}_k{self.k}_bm{self.block_m}_bn{self.block_n}"
-                f"_s{self.stages}_g{self.group_n}_p{self.pair}{ka}")
+                f"_s{self.stages}_g{self.group_n}_p{self.pair}{ka}{sk}")
 
     @property
     def warmup_kind(self) -> str:
@@ -252,7 +295,7 @@ class Bf16GemmConfig:
             f"dgx::Bf16GemmTraits<{self.layout}, {self.n}, {self.k}, {self.block_m}, {self.block_n}, {self.stages}, "
             f"{self.group_n}, {self.pair}, {MAJORS.index(self.major_a)}, {MAJORS.index(self.major_b)}, "
             f"{'true' if self.out_dtype == 'float32' else 'false'}, {'true' if self.with_c else 'false'}, "
-            f"{self.k_atoms}>"
+            f"{self.k_atoms}{f', {self.split_k}' if self.split_k > 1 else ''}>"
         )
 
     def render(self) -> jit.KernelSource:

@@ -1,14 +1,20 @@
 """Config choice for the BF16 GEMM family: pure Python, no GPU, unit-tested on the CPU.
 
-The model: a persistent grid of one CTA per SM (or per two SMs for 2-CTA clusters) runs ceil(units / slots) waves of
-tiles. A tile costs, per k-block of 64 of K, the larger of its tensor-core time (2·BM·BN·64 FLOP at 4096 BF16
-FLOP/clk per SM, plus a per-k-block issue cost, more for one math warpgroup, which has no other warpgroup to hide
-it behind; one-warpgroup tiles may take 2 or 4 K atoms per k-block to share it) and the time its SM takes to stream the k-block's A and B into shared memory; plus an epilogue. Two
-floors bound the whole grid: HBM (every operand byte once, D written, C read) and the L2-to-SM traffic of all
-tiles (a shared operand counted once per cluster). The lowest estimate wins; ties go to larger tiles, then no
-cluster, then fewer K atoms (near-ties: more SMs busy per wave first). The constants are first estimates from the H100's datasheet and the FP8 family's measured per-SM stream
-rate; they only need to rank configs the way the device does (tests/device/bf16_bench.py --sweep times the
-candidates around the choice, to calibrate them).
+The model: a persistent grid of one CTA per SM (or per cluster: 2-CTA multicast pairs, split-K clusters of 2, 4 or
+8, as many as fit at once) runs ceil(units / slots) waves of tiles. A tile costs, per k-block of 64 of K, the larger
+of its tensor-core time (2·BM·BN·64 FLOP at 4096 BF16 FLOP/clk per SM, plus a per-k-block issue cost, more for one
+math warpgroup, which has no other warpgroup to hide it behind; one-warpgroup tiles may take 2 or 4 K atoms per
+k-block to share it) and the time its SM takes to stream the k-block's A and B into shared memory; plus an
+epilogue. Split-K tiles run 1/split of the k-blocks and then sum the cluster's partials through distributed shared
+memory (a cost after the stream, never hidden). Two floors bound the whole grid: HBM (every operand byte once, D
+written, C read) and the L2-to-SM traffic of all tiles (a shared operand at 3/4 of its tiles' reads). The lowest
+estimate wins; near-ties (1%) go to more SMs busy per wave, then larger tiles, then no cluster, then fewer K atoms.
+
+Calibration: the floors' rates, the per-SM stream rate and the 64-byte-swizzle penalty are fitted to the dense
+suite timed on an H200 (tests/device/bf16_bench.py, every form, M 64 / 128 / 4096; docs/notes/bf16perf.md): the
+decode shapes' times follow a fixed cost plus the larger of the HBM floor (~3.6 TB/s) and the L2-to-SM floor
+(~9.3 TB/s), so narrow 64-row tiles at M = 128, which read every B tile twice and A once per tile, lose to wide
+tiles whose K is split over a cluster; the split-K reduction's cost is the FP8 family's measurement.
 
 M enters the estimate only through block counts (rows rounded up to 64 in the floors), so the choice is constant
 between consecutive multiples of the block heights: dgx.enumeration.m_samples covers every M of a warm-up range.
@@ -39,13 +45,31 @@ from .bf16_gemm_config import (
 )
 
 BLOCK_MS = (64, 128, 256)
-TENSOR_FLOP_PER_CLK_PER_SM = 4096  # BF16 dense: 989 TFLOPS / 132 SMs / 1.83 GHz
+# BF16 dense: 989 TFLOPS / 132 SMs / 1.83 GHz is 4096; the large shapes ran at 0.87-0.89 of this model with 4096 on
+# an H200 (128x256 tiles 787-790 TFLOPS), at any tile: the effective rate.
+TENSOR_FLOP_PER_CLK_PER_SM = 3600
 KBLOCK_ISSUE_CLK = {1: 160.0, 2: 60.0}  # per k-block and math warpgroup count: barrier wait, issue, wait_group
-STREAM_BYTES_PER_CLK_PER_SM = 57  # what one SM's TMA ring takes in (measured for the FP8 family, ~100 GB/s)
-L2_BYTES_PER_CLK = 6000  # L2 to SMs, all SMs together (~10.5 TB/s at 1.75 GHz: cuBLAS moves ~9 TB/s on 128x256 tiles)
-HBM_BYTES_PER_CLK = 1700  # ~3.0 TB/s measured copy bandwidth at 1.75 GHz
+STREAM_BYTES_PER_CLK_PER_SM = 57  # what one SM's TMA ring takes in (~100 GB/s: 66 CTAs of 64x32 tiles took that)
+L2_BYTES_PER_CLK = 5300  # L2 to SMs, all SMs together (~9.7 TB/s at 1.83 GHz: the H200 decode times' fit, ~9.3,
+# raised to where 4096x4096x7168 on 128x256 tiles, 9.2 TB/s of L2 reads at 306 µs, is bound by its MMAs)
+HBM_BYTES_PER_CLK = 1950  # ~3.6 TB/s at 1.83 GHz: the H200 decode times' fit (the H100's ~3.0 TB/s ranks alike)
+# A multicast operand costs 3/4 of its tile's L2 reads, not 1/2: on 128x4096x7168 (64x64 tiles, H200) the stream
+# took 24.1 µs unshared, 23.2 with A shared and 22.7 with B shared (the pair's lockstep and the multicast's own cost).
+MULTICAST_L2_SHARE = 0.75
 EPILOGUE_BYTES_PER_CLK = 64
 TILE_FIXED_CLK = 400  # per tile: the first stage's latency not hidden by the previous tile
+# An MN-major operand whose tile is not whole 64-element atoms is stored with a 64-byte swizzle: its wgmma reads
+# ran ~17% slower (nn/tn 4096x24576x1536 and 4096x32768x512 on 128x224 tiles: 659 and 578 TFLOPS, where the nt
+# form's 256x144 ran 749 and 631 on an H200).
+SWIZZLE64_MMA_FACTOR = 1.18
+# Split-K: each tile ends with its partial published to the cluster, the peers' shares read over distributed
+# shared memory and summed (the FP8 family measured 1.5 µs on 64x32 split 2 and 2.5 µs on 64x144 split 8).
+SPLIT_REDUCE_CLK = 2000
+SPLIT_REDUCE_BYTES_PER_CLK = 16
+SPLITS = (2, 4, 8)
+# Clusters of 4 and 8 CTAs that fit at once on a 132-SM Hopper (cudaOccupancyMaxActiveClusters, one CTA per SM):
+# 30 and 15, not 132 / 4 and 132 / 8 (a cluster stays in one GPC, and the GPCs' SM counts are not multiples of 4).
+RESIDENT_SM_SHARE = 120 / 132
 # One-warpgroup (64-row) tiles keep at most this many bytes of stages in flight (the FP8 family measured more to
 # be slower; PERFLOG exp. 14), and every tile at least MIN_STAGES.
 ONE_WG_RING_BYTES = 168 * 1024
@@ -66,6 +90,14 @@ KIND_LAYOUTS = {
 }
 
 
+def resident_clusters(size: int, num_sms: int) -> int:
+    """Clusters of `size` CTAs (one per SM) that run at once: every SM for single CTAs and pairs, ~120 of 132 SMs
+    for clusters of 4 and 8."""
+    if size <= 2:
+        return max(num_sms // size, 1)
+    return max(int(num_sms * RESIDENT_SM_SHARE) // size, 1)
+
+
 @dataclass(frozen=True)
 class Estimate:
     config: Bf16GemmConfig
@@ -79,23 +111,42 @@ def block_ns(major_b: str) -> tuple[int, ...]:
     return tuple(range(32 if major_b == "mn" else 16, 257, 32 if major_b == "mn" else 16))
 
 
-def stages_for(block_m: int, block_n: int, out_dtype: str, k_atoms: int = 1) -> int:
+def stages_for(block_m: int, block_n: int, out_dtype: str, k_atoms: int = 1, split_k: int = 1) -> int:
     """As many stages as fit, and for one-warpgroup tiles no more than ONE_WG_RING_BYTES of them."""
-    stages = max_stages(block_m, block_n, out_dtype, k_atoms)
+    stages = max_stages(block_m, block_n, out_dtype, k_atoms, split_k)
     if block_m == 64:
         stages = min(stages, max(ONE_WG_RING_BYTES // stage_bytes(block_m, block_n, k_atoms), MIN_STAGES))
     return stages
 
 
+def swizzle64(config: Bf16GemmConfig) -> bool:
+    """Whether an MN-major operand tile of the config is stored with the slower 64-byte swizzle."""
+    return any(config.swizzle(op) == 64 for op in ("a", "b"))
+
+
 def tile_cycles(config: Bf16GemmConfig, k: int) -> float:
-    """Estimated cycles of one tile over K: k-blocks x the larger of its MMA and stream times, plus its epilogue."""
+    """Estimated cycles of one tile over K (split-K: one CTA's range of it): k-blocks x the larger of its MMA and
+    stream times, plus its epilogue (split-K: the cluster's reduction)."""
     atoms = config.k_atoms
-    k_blocks = ceil_div(k, BLOCK_K * atoms)
+    k_blocks = ceil_div(ceil_div(k, BLOCK_K * atoms), config.split_k)
     mma = atoms * 2 * config.block_m * config.block_n * BLOCK_K / TENSOR_FLOP_PER_CLK_PER_SM
+    if swizzle64(config):
+        mma *= SWIZZLE64_MMA_FACTOR
     mma += KBLOCK_ISSUE_CLK[config.math_warpgroups]
     stream = atoms * (config.block_m + config.block_n) * 128 / STREAM_BYTES_PER_CLK_PER_SM
-    epilogue = config.block_m * config.block_n * config.out_bytes * (2 if config.with_c else 1) / EPILOGUE_BYTES_PER_CLK
+    if config.split_k > 1:
+        epilogue = SPLIT_REDUCE_CLK + config.block_m * config.block_n * 4 / SPLIT_REDUCE_BYTES_PER_CLK
+    else:
+        epilogue = (config.block_m * config.block_n * config.out_bytes * (2 if config.with_c else 1)
+                    / EPILOGUE_BYTES_PER_CLK)
     return k_blocks * max(mma, stream) + epilogue + TILE_FIXED_CLK
+
+
+def split_reduce_cycles(config: Bf16GemmConfig) -> float:
+    """The split-K reduction of one tile (0 without split-K): it follows the tile's stream, so no floor hides it."""
+    if config.split_k == 1:
+        return 0.0
+    return SPLIT_REDUCE_CLK + config.block_m * config.block_n * 4 / SPLIT_REDUCE_BYTES_PER_CLK
 
 
 def estimate(config: Bf16GemmConfig, m: int, k: int, groups: int, num_sms: int) -> Estimate:
@@ -104,7 +155,7 @@ def estimate(config: Bf16GemmConfig, m: int, k: int, groups: int, num_sms: int) 
     units = config.units(m)
     if config.layout in (LAYOUT_MASKED, LAYOUT_K_GROUPED):
         units *= groups
-    slots = max(num_sms // config.cluster, 1)
+    slots = resident_clusters(config.cluster, num_sms)
     waves = max(ceil_div(units, slots), 1)
     compute = waves * tile_cycles(config, k)
     per_group = config.layout in (LAYOUT_MASKED, LAYOUT_K_GROUPED)  # every group has its own rows of D
@@ -113,11 +164,13 @@ def estimate(config: Bf16GemmConfig, m: int, k: int, groups: int, num_sms: int) 
     b_bytes = config.n * k * 2 * (1 if config.layout == LAYOUT_DENSE else groups)
     d_bytes = rows * config.n * config.out_bytes * (2 if config.with_c else 1)
     hbm = (a_bytes + b_bytes + d_bytes) / HBM_BYTES_PER_CLK
-    tiles = units * config.cluster
-    a_rows = config.block_m // 2 if config.pair == SHARE_A else config.block_m
-    b_rows = config.block_n // 2 if config.pair == SHARE_B else config.block_n
+    tiles = units * (1 if config.pair == SHARE_NONE else 2)  # (a split-K unit is one tile over the cluster's CTAs)
+    a_rows = config.block_m * (MULTICAST_L2_SHARE if config.pair == SHARE_A else 1)
+    b_rows = config.block_n * (MULTICAST_L2_SHARE if config.pair == SHARE_B else 1)
     l2 = tiles * ceil_div(k, BLOCK_K) * (a_rows + b_rows) * 128 / L2_BYTES_PER_CLK  # (per 64 of K: any k_atoms)
-    return Estimate(config, units, waves, max(compute, hbm, l2))
+    # The split-K reduction follows each tile's stream: the floors do not hide it.
+    floor = max(hbm, l2) + waves * split_reduce_cycles(config)
+    return Estimate(config, units, waves, max(compute, floor))
 
 
 def _better(a: Estimate, b: Estimate, num_sms: int) -> bool:
@@ -137,6 +190,8 @@ def _better(a: Estimate, b: Estimate, num_sms: int) -> bool:
         return area > 0
     if a.config.pair != b.config.pair:
         return a.config.pair < b.config.pair
+    if a.config.split_k != b.config.split_k:
+        return a.config.split_k < b.config.split_k
     return a.config.k_atoms < b.config.k_atoms
 
 
@@ -174,6 +229,33 @@ def candidates(kind: str, m: int, n: int, k: int, groups: int, num_sms: int, maj
                     out.append(Bf16GemmConfig(**config))
                 except ValueError:
                     continue  # a combination the kernel does not support (validate says which)
+            out += split_candidates(layout, m, n, k, groups, num_sms, bm, bn, k_atoms, major_a, major_b, out_dtype,
+                                    with_c)
+    return out
+
+
+def split_candidates(layout: int, m: int, n: int, k: int, groups: int, num_sms: int, bm: int, bn: int, k_atoms: int,
+                     major_a: str, major_b: str, out_dtype: str, with_c: bool) -> list[Bf16GemmConfig]:
+    """Split-K variants of a (bm, bn, k_atoms) tile: only where the unsplit tiles leave SMs idle (their clusters
+    still fit in one wave), the K ranges are whole k-blocks, and the partial tile leaves room for the ring."""
+    if layout not in (LAYOUT_DENSE, LAYOUT_MASKED) or bm > 128:
+        return []
+    tiles = ceil_div(m, bm) * ceil_div(n, bn) * (groups if layout == LAYOUT_MASKED else 1)
+    out = []
+    for split in SPLITS:
+        if tiles > resident_clusters(split, num_sms):
+            break  # more than one wave of clusters: splitting adds waves, not busy SMs
+        if ceil_div(k, BLOCK_K * k_atoms) % split:
+            continue
+        stages = stages_for(bm, bn, out_dtype, k_atoms, split)
+        if stages < (MIN_STAGES if k_atoms == 1 else MIN_MERGED_STAGES):
+            continue
+        try:
+            out.append(Bf16GemmConfig(n=n, k=k, block_m=bm, block_n=bn, stages=stages, major_a=major_a,
+                                      major_b=major_b, out_dtype=out_dtype, with_c=with_c, layout=layout,
+                                      k_atoms=k_atoms, split_k=split))
+        except ValueError:
+            continue
     return out
 
 
@@ -218,8 +300,8 @@ def _choose(kind: str, m: int, n: int, k: int, groups: int, num_sms: int, major_
     if env.print_configs():
         c = best.config
         print(f"dgx: bf16 {kind} ({c.form}) M={m} N={n} K={k} groups={groups} SMs={num_sms}: block "
-              f"{c.block_m}x{c.block_n}, {c.stages} stages, pair {c.pair}, {best.units} units in {best.waves} waves",
-              file=sys.stderr)
+              f"{c.block_m}x{c.block_n}, {c.stages} stages, pair {c.pair}, split-K {c.split_k}, {best.units} units in "
+              f"{best.waves} waves", file=sys.stderr)
     return best.config
 
 
@@ -250,5 +332,5 @@ def warmup_configs(kind: str, n: int, k: int, groups: int = 1, max_m: int = 8192
     return list(seen)
 
 
-__all__ = ["choose", "warmup_configs", "candidates", "estimate", "tile_cycles", "stages_for", "KIND_LAYOUTS",
-           "CONTIGUOUS_ALIGNMENT"]
+__all__ = ["choose", "warmup_configs", "candidates", "estimate", "tile_cycles", "stages_for", "resident_clusters",
+           "KIND_LAYOUTS", "CONTIGUOUS_ALIGNMENT"]

@@ -1,6 +1,8 @@
 """Small BF16 GEMM runs for compute-sanitizer (racecheck, memcheck, synccheck), one per kernel variant: 1 or 2 math
 warpgroups, 256-row tiles (two m64 slices per warpgroup), 2-CTA clusters sharing A or B, every dense form (MN-major
-operands with 128- and 64-byte atoms), FP32 D, C added in place, masked (partial blocks stored from registers),
+operands with 128- and 64-byte atoms), FP32 D, C added in place, split-K clusters of 2, 4 and 8 summing through
+distributed shared memory (planned for 16 SMs, so each cluster runs several tiles), masked (partial blocks stored
+from registers; split-K),
 contiguous (m_indices with a skipped block, prefix sums, N-major B), K-grouped (an empty group). Each run is checked
 against float64 and prints one line; several tiles per CTA (small grids) exercise the ring across tiles.
 
@@ -15,6 +17,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+import dgx  # noqa: E402
 from dgx import bf16  # noqa: E402
 from dgx.kernels.bf16_gemm import (  # noqa: E402
     LAYOUT_CONTIGUOUS,
@@ -75,6 +78,46 @@ for form, m, n, k, bm, bn, stages, pair, out, with_c, *k_atoms in DENSE:
     bf16.bf16_gemm_nt(a, b, d, c=d if with_c else None, config=cfg)
     torch.cuda.synchronize()
     check(cfg.kernel_name, d, ref, 3e-3 if out == BF16 else 1e-4)
+
+# Split-K: clusters of 2, 4 and 8 CTAs, planned for 16 SMs so each cluster sums several tiles in turn (the tile
+# barriers' parities); BF16 and FP32 D, C added in place, an N tail, MN-major operands.
+# (form, M, N, K, block_m, block_n, stages, out, with_c, split_k, k_atoms)
+SPLIT = [
+    ("nt", 200, 288, 512, 64, 144, 4, BF16, False, 8, 1),
+    ("tn", 130, 264, 640, 128, 96, 4, F32, True, 2, 1),
+    ("tt", 65, 200, 1024, 64, 64, 4, BF16, False, 4, 2),
+]
+dgx.set_num_sms(16)
+for form, m, n, k, bm, bn, stages, out, with_c, split_k, k_atoms in SPLIT:
+    ma, mb = FORMS[form]
+    a, b = operand(m, k, ma), operand(n, k, mb)
+    ref = a.double() @ b.double().T
+    if with_c:
+        d = torch.randn(m, n, device="cuda").to(out)
+        ref = ref + d.double()
+    else:
+        d = torch.full((m, n), float("nan"), device="cuda", dtype=out)
+    cfg = Bf16GemmConfig(n=n, k=k, block_m=bm, block_n=bn, stages=stages, major_a=ma, major_b=mb,
+                         out_dtype="float32" if out == F32 else "bfloat16", with_c=with_c, k_atoms=k_atoms,
+                         split_k=split_k)
+    bf16.bf16_gemm_nt(a, b, d, c=d if with_c else None, config=cfg)
+    torch.cuda.synchronize()
+    check(cfg.kernel_name, d, ref, 3e-3 if out == BF16 else 1e-4)
+g, m_max, n, k = 3, 200, 256, 512
+a, b = randn(g, m_max, k), randn(g, n, k)
+d = torch.full((g, m_max, n), float("nan"), device="cuda", dtype=BF16)
+counts = [70, 0, 999]
+cfg = Bf16GemmConfig(n=n, k=k, block_m=64, block_n=64, stages=4, layout=LAYOUT_MASKED, split_k=2)
+bf16.m_grouped_bf16_gemm_nt_masked(a, b, d, torch.tensor(counts, device="cuda", dtype=torch.int32), 64, config=cfg)
+torch.cuda.synchronize()
+for j, c in enumerate(counts):
+    rows = min(c, m_max)
+    if rows:
+        check(f"{cfg.kernel_name} group {j}", d[j, :rows], a[j, :rows].double() @ b[j].double().T, 3e-3)
+    if not torch.isnan(d[j, rows:]).all():
+        print(f"FAIL masked split-K group {j}: rows past the count written")
+        failures.append("masked split-K rows")
+dgx.set_num_sms(torch.cuda.get_device_properties(0).multi_processor_count)
 
 # Masked: partial blocks, an empty group, a count over M_max.
 g, m_max, n, k = 3, 200, 256, 320

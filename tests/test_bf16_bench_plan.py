@@ -1,0 +1,71 @@
+"""What tests/device/bf16_bench.py runs, decided on the CPU: the problems and their configs, the prior heuristic's
+choices for --baseline, the sweep's distinct kinds of tile, --shapes (no GPU, no torch)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+DEVICE = Path(__file__).resolve().parent / "device"
+_spec = importlib.util.spec_from_file_location("bf16_bench", DEVICE / "bf16_bench.py")
+bench = importlib.util.module_from_spec(_spec)
+sys.modules["bf16_bench"] = bench  # (its dataclasses look their module up)
+_spec.loader.exec_module(bench)
+
+
+def _args(**over):
+    args = dict(suites=list(bench.SUITES), forms=["nt", "nn", "tn", "tt"], shapes=None, sweep=0, sweep_max_m=0,
+                baseline=False, num_sms=132)
+    args.update(over)
+    return argparse.Namespace(**args)
+
+
+def test_every_problem_has_its_prior_choice():
+    problems = bench.problem_configs(_args())
+    assert len(problems) == 4 * 18 + 6 + 4 + 4
+    assert all(prior is not None for _, _, _, prior in problems)
+    # The prior configs are the kernels the H200 run timed, e.g. nn 4096x24576x1536 on 64-byte-swizzled 128x224.
+    found = {(suite, key): prior for suite, key, _, prior in problems}
+    assert found["dense", ("nn", 4096, 24576, 1536)].kernel_name == \
+        "dgx_bf16_gemm_nn_bf16_n24576_k1536_bm128_bn224_s3_g16_p0"
+    assert found["dense", ("nt", 64, 2112, 7168)].kernel_name == \
+        "dgx_bf16_gemm_nt_bf16_n2112_k7168_bm64_bn16_s8_g16_p1_ka2"
+    assert found["k_grouped", (4, 7168, 4096, 4096)].kernel_name == \
+        "dgx_bf16_gemm_tn_k_grouped_f32_c_n4096_k0_bm128_bn192_s3_g16_p0"
+
+
+def test_baseline_adds_the_prior_kernels_that_differ():
+    plain = set(bench.configs_for_run(_args(suites=["dense"], forms=["nt"])))
+    with_old = set(bench.configs_for_run(_args(suites=["dense"], forms=["nt"], baseline=True)))
+    changed = {prior for suite, _, config, prior in bench.problem_configs(_args(suites=["dense"], forms=["nt"]))
+               if prior != config}
+    assert changed and with_old == plain | changed
+
+
+def test_sweep_spans_distinct_kinds_with_the_choice_first():
+    from dgx.kernels.bf16_gemm import choose
+
+    configs = bench.sweep_configs(128, 2112, 7168, "k", "k", 6, 132)
+    assert configs[0] == choose("dense", 128, 2112, 7168)
+    kinds = [(c.block_m, c.pair, c.split_k) for c in configs]
+    assert len(configs) == 6 and len(set(kinds)) == 6
+    assert bench.sweep_configs(128, 2112, 7168, "k", "k", 0, 132) == []
+    sweeps = bench.configs_for_run(_args(suites=["dense"], forms=["nt"], sweep=3, sweep_max_m=128))
+    assert len(sweeps) > len(bench.configs_for_run(_args(suites=["dense"], forms=["nt"])))
+    assert bench.wants_sweep(_args(sweep=3, sweep_max_m=128), 128) and not bench.wants_sweep(
+        _args(sweep=3, sweep_max_m=128), 4096)
+
+
+def test_shapes_select_dense_problems():
+    assert bench.parse_shapes("") is None and bench.parse_shapes("decode") == "decode"
+    assert bench.parse_shapes("128x2112x7168,4096X4096x7168") == {(128, 2112, 7168), (4096, 4096, 7168)}
+    with pytest.raises(ValueError, match="is not one of the dense shapes"):
+        bench.parse_shapes("1x2x3")
+    with pytest.raises(ValueError, match="expected MxNxK items"):
+        bench.parse_shapes("big")
+    decode = list(bench.dense_problems(["nt"], "decode"))
+    assert len(decode) == 12 and all(m <= 128 for _, _, m, _, _ in decode)
