@@ -209,7 +209,6 @@ def load_preset(name: str) -> list[ShapeSpec]:
 # --- enumeration ----------------------------------------------------------------------------------
 
 # Kept here for callers of earlier versions; dgx/enumeration.py holds the logic.
-EXHAUSTIVE_BELOW = enumeration.EXHAUSTIVE_BELOW
 CONTIGUOUS_WARM_LIMIT = enumeration.CONTIGUOUS_WARM_LIMIT
 m_samples = enumeration.m_samples
 #: Enumerate in worker processes only past this many heuristic calls (spawning one costs about a second).
