@@ -5,7 +5,9 @@ entry :func:`plan` asks the heuristics which kernel they pick for every M in 1..
 kernels by cache key across all entries, and :func:`run` compiles the ones missing from the cache in
 parallel (spawned) processes. Each worker goes through :func:`dgx.jit.get_cubin`, which stores into the
 cache under the key's lock, so several warmups (or ranks) sharing one cache compile each kernel once.
-No GPU is needed: the SM count and the architecture are arguments.
+No GPU is needed: the SM count and the architecture are arguments. :func:`recorded_plan` (what ``dgx warmup``
+and :func:`warmup` use) answers a warmup identical to an earlier one from the plan record that one left in the
+cache (dgx/plan_record.py) instead of enumerating again.
 
 A plan with any GEMM entry also holds the shape-independent helper kernels a GEMM call can launch before the
 GEMM itself (:func:`helper_kernels`: the SFA layout conversion, dgx/scales.py, and the UE8M0 unpack of
@@ -23,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from . import enumeration, interrupts, jit, workpool
+from . import enumeration, interrupts, jit, plan_record, workpool
 from .jit import KernelSource
 from .kinds import MQA_KIND_NAMES, Layout
 from .problems import GROUPED_KINDS, KINDS, ProblemError, check_arch, check_problem
@@ -264,7 +266,8 @@ class Plan:
     arch: str
     num_sms: int
     kernels: list[PlannedKernel]
-    seconds: float = 0.0
+    seconds: float = 0.0  # spent enumerating (for a reused plan: reading its record)
+    reused: bool = False  # read from the plan record of an identical earlier warmup (dgx/plan_record.py)
 
 
 @dataclass(frozen=True)
@@ -311,6 +314,16 @@ def _check_positive(name: str, value: object) -> None:
         raise ValueError(f"{name}: expected a positive integer, got {value!r}")
 
 
+def _check_plan_args(entries: list, max_m: int, num_sms: int, arch: str, jobs: int) -> None:
+    for name, value in (("max_m", max_m), ("num_sms", num_sms), ("jobs", jobs)):
+        _check_positive(name, value)
+    check_arch(arch)
+    for spec in entries:
+        if isinstance(spec, ShapeSpec):
+            limit = spec.m_limit(max_m)
+            check_problem(spec.kind, n=spec.n, k=spec.k, groups=spec.groups, m=limit, m_field="max_m")
+
+
 def plan(
     entries: Iterable[ShapeSpec],
     *,
@@ -328,9 +341,8 @@ def plan(
     ``progress`` is called as windows end. A SIGINT or SIGTERM stops the enumeration at once and raises
     :class:`dgx.interrupts.Interrupted` (nothing has been written by then).
     """
-    for name, value in (("max_m", max_m), ("num_sms", num_sms), ("jobs", jobs)):
-        _check_positive(name, value)
-    check_arch(arch)
+    entries = list(entries)
+    _check_plan_args(entries, max_m, num_sms, arch, jobs)
     t0 = time.perf_counter()
     tasks: list[tuple] = []
     owners: list[ShapeSpec] = []
@@ -343,7 +355,6 @@ def plan(
             continue
         any_gemm = True
         limit = spec.m_limit(max_m)
-        check_problem(spec.kind, n=spec.n, k=spec.k, groups=spec.groups, m=limit, m_field="max_m")
         for lo, hi, count in enumeration.windows(spec.kind, spec.groups, limit):
             tasks.append((spec.kind, spec.n, spec.k, spec.groups, limit, lo, hi, num_sms, arch))
             owners.append(spec)
@@ -389,6 +400,54 @@ def plan(
             by_key.setdefault(key, (src, []))[1].append(why)
     kernels = [PlannedKernel(key, src, tuple(used), key in helper_keys) for key, (src, used) in by_key.items()]
     return Plan(arch, num_sms, kernels, time.perf_counter() - t0)
+
+
+def _entry_fields(spec: ShapeSpec | MqaSpec) -> dict[str, Any]:
+    """What of an entry decides its kernels (not its note)."""
+    if isinstance(spec, MqaSpec):
+        return {"kind": spec.kind, "heads": spec.heads, "head_dim": spec.head_dim}
+    return {"kind": spec.kind, "n": spec.n, "k": spec.k, "groups": spec.groups, "max_m": spec.max_m, "m": spec.m}
+
+
+def plan_record_key(entries: Iterable[ShapeSpec | MqaSpec], *, max_m: int = DEFAULT_MAX_M,
+                    num_sms: int = DEFAULT_NUM_SMS, arch: str = DEFAULT_ARCH) -> str:
+    """The key of the plan record of these arguments (:mod:`dgx.plan_record`)."""
+    return plan_record.record_key([_entry_fields(s) for s in entries], max_m=max_m, num_sms=num_sms, arch=arch)
+
+
+def recorded_plan(
+    entries: Iterable[ShapeSpec | MqaSpec],
+    *,
+    max_m: int = DEFAULT_MAX_M,
+    num_sms: int = DEFAULT_NUM_SMS,
+    arch: str = DEFAULT_ARCH,
+    jobs: int = 1,
+    progress: Callable[[PlanProgress], None] | None = None,
+    root: str | os.PathLike | None = None,
+) -> Plan:
+    """:func:`plan`, answered from the plan record an identical earlier warmup left in the cache at ``root``
+    (default: the kernel cache's) when there is one (``Plan.reused``); else enumerated, and recorded there unless
+    that cache is read-only. Same arguments, checks and interrupts as :func:`plan`."""
+    entries = list(entries)
+    _check_plan_args(entries, max_m, num_sms, arch, jobs)
+    t0 = time.perf_counter()
+    if root is None:
+        kc = jit.kernel_cache()
+        root, writable = kc.root, not kc.read_only
+    else:
+        writable = True
+    key = plan_record_key(entries, max_m=max_m, num_sms=num_sms, arch=arch)
+    found = plan_record.load(root, key)
+    if found is not None:
+        kernels = [PlannedKernel(k.key, k.source, k.used_by, k.helper) for k in found[0]]
+        return Plan(arch, num_sms, kernels, time.perf_counter() - t0, reused=True)
+    the_plan = plan(entries, max_m=max_m, num_sms=num_sms, arch=arch, jobs=jobs, progress=progress)
+    if writable:
+        recorded = [plan_record.RecordedKernel(pk.key, pk.source, pk.used_by, pk.helper) for pk in the_plan.kernels]
+        inputs = {"entries": len(entries), "max_m": max_m, "num_sms": num_sms, "arch": arch,
+                  "kernels": len(recorded), **jit.install_summary(arch)}
+        plan_record.save(root, key, recorded, the_plan.seconds, inputs)
+    return the_plan
 
 
 # --- compiling ------------------------------------------------------------------------------------
@@ -540,6 +599,7 @@ def warmup(
     jobs: int | None = None,
     progress: Callable[[Progress], None] | None = None,
 ) -> WarmupResult:
-    """plan() then run(): builds every kernel the entries can need into the cache (DGX_CACHE_DIR)."""
+    """recorded_plan() then run(): builds every kernel the entries can need into the cache (DGX_CACHE_DIR)."""
     jobs = jobs or os.cpu_count() or 1
-    return run(plan(entries, max_m=max_m, num_sms=num_sms, arch=arch, jobs=jobs), jobs=jobs, progress=progress)
+    the_plan = recorded_plan(entries, max_m=max_m, num_sms=num_sms, arch=arch, jobs=jobs)
+    return run(the_plan, jobs=jobs, progress=progress)

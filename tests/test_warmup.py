@@ -469,7 +469,8 @@ import json, dgx
 from dgx import jit, warmup
 specs = warmup.parse_shapes([{"kind": "dense", "n": 2112, "k": 7168, "max_m": 300}])
 plan = warmup.plan(specs, arch="sm_90a")
-print(json.dumps({"file": dgx.__file__, "keys": sorted(pk.key for pk in plan.kernels)}))
+print(json.dumps({"file": dgx.__file__, "keys": sorted(pk.key for pk in plan.kernels),
+                  "record": warmup.plan_record_key(specs, arch="sm_90a")}))
 """
 
 
@@ -489,3 +490,4 @@ def test_package_copied_elsewhere_gives_the_same_keys(tmp_path):
     specs = warmup.parse_shapes([{"kind": "dense", "n": 2112, "k": 7168, "max_m": 300}])
     here = sorted(pk.key for pk in warmup.plan(specs, arch="sm_90a").kernels)
     assert here and there["keys"] == here
+    assert there["record"] == warmup.plan_record_key(specs, arch="sm_90a")  # the plan record too: no path in it
