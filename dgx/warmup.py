@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from . import enumeration, interrupts, jit, plan_record, workpool
+from . import compile_cost, enumeration, interrupts, jit, plan_record, workpool
 from .jit import KernelSource
 from .kinds import MQA_KIND_NAMES, Layout
 from .problems import GROUPED_KINDS, KINDS, ProblemError, check_arch, check_problem
@@ -483,7 +483,9 @@ class WarmupResult:
 @dataclass(frozen=True)
 class Progress:
     """Reported after each kernel that had to be built: ``done`` of ``total`` so far, of which
-    ``compiled`` were compiled here and ``elsewhere`` built meanwhile by another process."""
+    ``compiled`` were compiled here and ``elsewhere`` built meanwhile by another process.
+    ``predicted_eta`` is :class:`dgx.compile_cost.CompileClock`'s estimate of the seconds left (None before it
+    has one)."""
 
     done: int
     total: int
@@ -493,11 +495,15 @@ class Progress:
     error: str | None
     compiled: int = 0
     elsewhere: int = 0
+    predicted_eta: float | None = None
 
     @property
     def eta(self) -> float | None:
+        """Seconds left: the compile clock's estimate, else the mean time per kernel so far times the kernels left."""
         if self.done == 0 or self.done >= self.total:
             return None if self.done == 0 else 0.0
+        if self.predicted_eta is not None:
+            return self.predicted_eta
         return self.elapsed / self.done * (self.total - self.done)
 
 
@@ -516,6 +522,13 @@ def build_one(source: KernelSource, arch: str) -> tuple[bool, str | None]:
     return jit.jit_stats()["compiles"] > before, None
 
 
+def _build_timed(source: KernelSource, arch: str) -> tuple[bool, str | None, float]:
+    """:func:`build_one`, and the seconds it took in the worker (what the compile clock's speed is made of)."""
+    t0 = time.perf_counter()
+    compiled, error = build_one(source, arch)
+    return compiled, error, time.perf_counter() - t0
+
+
 def run(
     the_plan: Plan,
     *,
@@ -523,7 +536,8 @@ def run(
     progress: Callable[[Progress], None] | None = None,
     on_interrupt: Callable[[int], None] | None = None,
 ) -> WarmupResult:
-    """Compiles the planned kernels missing from the cache in up to ``jobs`` spawned processes.
+    """Compiles the planned kernels missing from the cache in up to ``jobs`` spawned processes, the longest
+    first (as :func:`dgx.compile_cost.predicted_seconds` has it), so the processes finish together.
 
     SIGINT or SIGTERM (the first) stops handing out kernels and lets the running compiles finish
     (``on_interrupt(running)`` is told how many); a second one kills them. Either way the workers are
@@ -545,14 +559,22 @@ def run(
             todo.append(pk)
     result.corrupt_rebuilt = kc.stats.corrupt - corrupt_before
     done = 0
+    costs = [compile_cost.predicted_seconds(pk.source) for pk in todo]
+    clock = compile_cost.CompileClock(costs, max(1, min(jobs, len(todo))))
+
+    def started(index: int) -> None:
+        clock.start(index, time.perf_counter())
 
     def finished(index: int, value, error: BaseException | None) -> None:
         nonlocal done
         pk = todo[index]
+        now = time.perf_counter()
         if error is not None:  # the worker died (crash, out of memory): that kernel failed
             compiled, message = False, f"worker process failed: {type(error).__name__}: {error}"
+            clock.finish(index, now, measured=False)
         else:
-            compiled, message = value
+            compiled, message, seconds = value
+            clock.finish(index, now, seconds, measured=compiled)
         if message is not None:
             result.failed += 1
             result.failures.append((pk.source.name, message))
@@ -565,21 +587,23 @@ def run(
         if progress is not None:
             progress(
                 Progress(
-                    done, len(todo), result.failed, time.perf_counter() - t0, pk.source.name, message,
-                    result.compiled, result.built_elsewhere,
+                    done, len(todo), result.failed, now - t0, pk.source.name, message,
+                    result.compiled, result.built_elsewhere, clock.eta(now),
                 )
             )
 
     if todo:
         with interrupts.guard() as state:
             outcome = workpool.run_tasks(
-                build_one,
+                _build_timed,
                 [(pk.source, the_plan.arch) for pk in todo],
                 jobs=jobs,
                 on_done=finished,
                 state=state,
                 on_interrupt=on_interrupt,
                 initializer=_worker_init,
+                order=compile_cost.longest_first(costs),
+                on_start=started,
             )
         if outcome.killed:
             kc.remove_abandoned([todo[i].key for i in outcome.killed])
