@@ -623,7 +623,9 @@ def warmup(preset, shapes_file, max_m, num_sms, arch, jobs, as_json) -> None:
     )
     line = _ProgressLine()
     try:
-        the_plan = warmup_mod.plan(entries, max_m=max_m, num_sms=num_sms, arch=arch, jobs=jobs, progress=line.enumerate)
+        the_plan = warmup_mod.recorded_plan(
+            entries, max_m=max_m, num_sms=num_sms, arch=arch, jobs=jobs, progress=line.enumerate
+        )
     except interrupts.Interrupted as exc:
         click.echo(f"\ndgx warmup: {exc} while enumerating kernels; nothing was compiled", err=True)
         sys.exit(exc.exit_code)
@@ -635,8 +637,9 @@ def warmup(preset, shapes_file, max_m, num_sms, arch, jobs, as_json) -> None:
     if corrupt:
         click.echo(f"dgx warmup: {_plural(corrupt, 'corrupt cache entry', 'corrupt cache entries')} removed; rebuilding", err=True)
     helpers = [pk for pk in the_plan.kernels if pk.helper]
+    how = "reusing the plan of an identical warmup" if the_plan.reused else f"{the_plan.seconds:.1f} s to enumerate"
     click.echo(
-        f"dgx warmup: {_plural(len(the_plan.kernels), 'distinct kernel')} ({the_plan.seconds:.1f} s to enumerate), "
+        f"dgx warmup: {_plural(len(the_plan.kernels), 'distinct kernel')} ({how}), "
         f"{missing} to compile" + (f" with {_plural(min(jobs, missing), 'process', 'processes')}" if missing else ""),
         err=True,
     )

@@ -17,12 +17,9 @@ from collections.abc import Iterator, Sequence
 #: layout (multiples of the alignment), and the prefix-sum layout's heuristic M (any integer up to the groups' rows).
 ROWS, CONTIGUOUS_SUM, PSUM = "rows", "contiguous_sum", "psum"
 
-# Every M up to here is asked of the heuristics; beyond it, only the M at which some block count
-# changes (see m_samples).
-EXHAUSTIVE_BELOW = 512
 #: Largest M_sum (rows of all groups) warmed for the contiguous layout.
 CONTIGUOUS_WARM_LIMIT = 65536
-#: Consecutive M values per enumeration piece (about a thousand heuristic calls above EXHAUSTIVE_BELOW).
+#: Consecutive M values per enumeration piece (about a thousand heuristic calls for the dense kinds).
 WINDOW = 32768
 
 
@@ -39,24 +36,25 @@ def m_samples_between(max_m: int, lo: int, hi: int, block_ms: Sequence[int] | No
     lo, hi = max(lo, 1), min(hi, max_m + 1)
     if lo >= hi:
         return []
-    ms = set(range(lo, min(hi, EXHAUSTIVE_BELOW + 1)))
+    ms = {1} if lo == 1 else set()
     for bm in _block_ms(block_ms):
-        for edge in range((lo - 1) // bm * bm, hi, bm):
-            for m in (edge, edge + 1):
-                if lo <= m < hi and 0 < m <= max_m and edge > 0:
-                    ms.add(m)
-    if lo <= max_m < hi:
+        for edge in range(max((lo - 1) // bm, 1) * bm, hi, bm):  # both ends of every interval (edge - bm, edge]
+            ms.update(m for m in (edge, edge + 1) if lo <= m < hi)
+    if max_m < hi:
         ms.add(max_m)
     return sorted(ms)
 
 
 def m_samples(max_m: int, block_ms: Sequence[int] | None = None) -> list[int]:
-    """The M values whose heuristic choices cover every M in 1..max_m.
+    """The M values whose heuristic choices cover every M in 1..max_m: M by ranges, two per range.
 
-    The dense heuristic sees M only through block counts ceil(M / block_m) (and comparisons of M with
-    block sizes), so its choice is constant between consecutive multiples of the block sizes. Every M
-    up to EXHAUSTIVE_BELOW is taken anyway; above it, each multiple j*block_m and j*block_m + 1 of every
-    candidate block_m, and max_m itself. tests/test_warmup.py checks this against asking for every M.
+    The heuristics see M only through block counts ceil(M / block_m) of the candidate block sizes and through
+    comparisons of M with multiples of them (M <= 64 drops 128-row tiles, M >= 256 takes the plain weight
+    gradient). So between consecutive multiples j*b and (j+1)*b of a block size the block counts are constant,
+    and a comparison splits such a range at most once, at one of its ends: asking both ends, j*b + 1 and
+    (j+1)*b, of every range (and 1 and max_m) finds every choice. For max_m 8192 that is 257 M instead of 8192.
+    tests/test_warmup.py checks this against asking for every M, for every kind and for every entry of the
+    deepseek-v3 preset.
     """
     if max_m <= 0:
         raise ValueError(f"max_m: expected a positive integer, got {max_m}")

@@ -5,7 +5,9 @@ entry :func:`plan` asks the heuristics which kernel they pick for every M in 1..
 kernels by cache key across all entries, and :func:`run` compiles the ones missing from the cache in
 parallel (spawned) processes. Each worker goes through :func:`dgx.jit.get_cubin`, which stores into the
 cache under the key's lock, so several warmups (or ranks) sharing one cache compile each kernel once.
-No GPU is needed: the SM count and the architecture are arguments.
+No GPU is needed: the SM count and the architecture are arguments. :func:`recorded_plan` (what ``dgx warmup``
+and :func:`warmup` use) answers a warmup identical to an earlier one from the plan record that one left in the
+cache (dgx/plan_record.py) instead of enumerating again.
 
 The kinds, their fields, how their kernels are enumerated and which helper kernels their calls launch come from
 the families' registry (dgx/families): a plan with a GEMM entry also holds the shape-independent helper kernels a
@@ -18,13 +20,14 @@ The prefix-sum contiguous layout (DeepGEMM's ``use_psum_layout=True``) has a kin
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from . import enumeration, families, interrupts, jit, workpool
+from . import compile_cost, enumeration, families, interrupts, jit, plan_record, workpool
 from .families import MqaSpec, ShapeSpec
 from .jit import KernelSource
 from .kinds import Layout
@@ -143,7 +146,6 @@ def load_preset(name: str) -> list[ShapeSpec]:
 # --- enumeration ----------------------------------------------------------------------------------
 
 # Kept here for callers of earlier versions; dgx/enumeration.py holds the logic.
-EXHAUSTIVE_BELOW = enumeration.EXHAUSTIVE_BELOW
 CONTIGUOUS_WARM_LIMIT = enumeration.CONTIGUOUS_WARM_LIMIT
 m_samples = enumeration.m_samples
 #: Enumerate in worker processes only past this many heuristic calls (spawning one costs about a second).
@@ -193,7 +195,8 @@ class Plan:
     arch: str
     num_sms: int
     kernels: list[PlannedKernel]
-    seconds: float = 0.0
+    seconds: float = 0.0  # spent enumerating (for a reused plan: reading its record)
+    reused: bool = False  # read from the plan record of an identical earlier warmup (dgx/plan_record.py)
 
 
 @dataclass(frozen=True)
@@ -216,6 +219,12 @@ def _check_positive(name: str, value: object) -> None:
         raise ValueError(f"{name}: expected a positive integer, got {value!r}")
 
 
+def _check_plan_args(entries: list, max_m: int, num_sms: int, arch: str, jobs: int) -> None:
+    for name, value in (("max_m", max_m), ("num_sms", num_sms), ("jobs", jobs)):
+        _check_positive(name, value)
+    check_arch(arch)  # (each entry's own fields are checked by its kind: dgx/families)
+
+
 def plan(
     entries: Iterable[ShapeSpec],
     *,
@@ -233,9 +242,8 @@ def plan(
     enough of them, in that many spawned processes. ``progress`` is called as pieces end. A SIGINT or SIGTERM
     stops the enumeration at once and raises :class:`dgx.interrupts.Interrupted` (nothing has been written by then).
     """
-    for name, value in (("max_m", max_m), ("num_sms", num_sms), ("jobs", jobs)):
-        _check_positive(name, value)
-    check_arch(arch)
+    entries = list(entries)
+    _check_plan_args(entries, max_m, num_sms, arch, jobs)
     t0 = time.perf_counter()
     tasks: list[tuple] = []
     owners: list[ShapeSpec | MqaSpec] = []
@@ -293,6 +301,52 @@ def plan(
     return Plan(arch, num_sms, kernels, time.perf_counter() - t0)
 
 
+def _entry_fields(spec) -> dict[str, Any]:
+    """What of an entry decides its kernels: every field of its kind's spec (a frozen dataclass) but its note."""
+    return {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if f.name != "note"}
+
+
+def plan_record_key(entries: Iterable[ShapeSpec | MqaSpec], *, max_m: int = DEFAULT_MAX_M,
+                    num_sms: int = DEFAULT_NUM_SMS, arch: str = DEFAULT_ARCH) -> str:
+    """The key of the plan record of these arguments (:mod:`dgx.plan_record`)."""
+    return plan_record.record_key([_entry_fields(s) for s in entries], max_m=max_m, num_sms=num_sms, arch=arch)
+
+
+def recorded_plan(
+    entries: Iterable[ShapeSpec | MqaSpec],
+    *,
+    max_m: int = DEFAULT_MAX_M,
+    num_sms: int = DEFAULT_NUM_SMS,
+    arch: str = DEFAULT_ARCH,
+    jobs: int = 1,
+    progress: Callable[[PlanProgress], None] | None = None,
+    root: str | os.PathLike | None = None,
+) -> Plan:
+    """:func:`plan`, answered from the plan record an identical earlier warmup left in the cache at ``root``
+    (default: the kernel cache's) when there is one (``Plan.reused``); else enumerated, and recorded there unless
+    that cache is read-only. Same arguments, checks and interrupts as :func:`plan`."""
+    entries = list(entries)
+    _check_plan_args(entries, max_m, num_sms, arch, jobs)
+    t0 = time.perf_counter()
+    if root is None:
+        kc = jit.kernel_cache()
+        root, writable = kc.root, not kc.read_only
+    else:
+        writable = True
+    key = plan_record_key(entries, max_m=max_m, num_sms=num_sms, arch=arch)
+    found = plan_record.load(root, key)
+    if found is not None:
+        kernels = [PlannedKernel(k.key, k.source, k.used_by, k.helper) for k in found[0]]
+        return Plan(arch, num_sms, kernels, time.perf_counter() - t0, reused=True)
+    the_plan = plan(entries, max_m=max_m, num_sms=num_sms, arch=arch, jobs=jobs, progress=progress)
+    if writable:
+        recorded = [plan_record.RecordedKernel(pk.key, pk.source, pk.used_by, pk.helper) for pk in the_plan.kernels]
+        inputs = {"entries": len(entries), "max_m": max_m, "num_sms": num_sms, "arch": arch,
+                  "kernels": len(recorded), **jit.install_summary(arch)}
+        plan_record.save(root, key, recorded, the_plan.seconds, inputs)
+    return the_plan
+
+
 # --- compiling ------------------------------------------------------------------------------------
 
 
@@ -326,7 +380,9 @@ class WarmupResult:
 @dataclass(frozen=True)
 class Progress:
     """Reported after each kernel that had to be built: ``done`` of ``total`` so far, of which
-    ``compiled`` were compiled here and ``elsewhere`` built meanwhile by another process."""
+    ``compiled`` were compiled here and ``elsewhere`` built meanwhile by another process.
+    ``predicted_eta`` is :class:`dgx.compile_cost.CompileClock`'s estimate of the seconds left (None before it
+    has one)."""
 
     done: int
     total: int
@@ -336,11 +392,15 @@ class Progress:
     error: str | None
     compiled: int = 0
     elsewhere: int = 0
+    predicted_eta: float | None = None
 
     @property
     def eta(self) -> float | None:
+        """Seconds left: the compile clock's estimate, else the mean time per kernel so far times the kernels left."""
         if self.done == 0 or self.done >= self.total:
             return None if self.done == 0 else 0.0
+        if self.predicted_eta is not None:
+            return self.predicted_eta
         return self.elapsed / self.done * (self.total - self.done)
 
 
@@ -359,6 +419,13 @@ def build_one(source: KernelSource, arch: str) -> tuple[bool, str | None]:
     return jit.jit_stats()["compiles"] > before, None
 
 
+def _build_timed(source: KernelSource, arch: str) -> tuple[bool, str | None, float]:
+    """:func:`build_one`, and the seconds it took in the worker (what the compile clock's speed is made of)."""
+    t0 = time.perf_counter()
+    compiled, error = build_one(source, arch)
+    return compiled, error, time.perf_counter() - t0
+
+
 def run(
     the_plan: Plan,
     *,
@@ -366,7 +433,8 @@ def run(
     progress: Callable[[Progress], None] | None = None,
     on_interrupt: Callable[[int], None] | None = None,
 ) -> WarmupResult:
-    """Compiles the planned kernels missing from the cache in up to ``jobs`` spawned processes.
+    """Compiles the planned kernels missing from the cache in up to ``jobs`` spawned processes, the longest
+    first (as :func:`dgx.compile_cost.predicted_seconds` has it), so the processes finish together.
 
     SIGINT or SIGTERM (the first) stops handing out kernels and lets the running compiles finish
     (``on_interrupt(running)`` is told how many); a second one kills them. Either way the workers are
@@ -388,14 +456,22 @@ def run(
             todo.append(pk)
     result.corrupt_rebuilt = kc.stats.corrupt - corrupt_before
     done = 0
+    costs = [compile_cost.predicted_seconds(pk.source) for pk in todo]
+    clock = compile_cost.CompileClock(costs, max(1, min(jobs, len(todo))))
+
+    def started(index: int) -> None:
+        clock.start(index, time.perf_counter())
 
     def finished(index: int, value, error: BaseException | None) -> None:
         nonlocal done
         pk = todo[index]
+        now = time.perf_counter()
         if error is not None:  # the worker died (crash, out of memory): that kernel failed
             compiled, message = False, f"worker process failed: {type(error).__name__}: {error}"
+            clock.finish(index, now, measured=False)
         else:
-            compiled, message = value
+            compiled, message, seconds = value
+            clock.finish(index, now, seconds, measured=compiled)
         if message is not None:
             result.failed += 1
             result.failures.append((pk.source.name, message))
@@ -408,21 +484,23 @@ def run(
         if progress is not None:
             progress(
                 Progress(
-                    done, len(todo), result.failed, time.perf_counter() - t0, pk.source.name, message,
-                    result.compiled, result.built_elsewhere,
+                    done, len(todo), result.failed, now - t0, pk.source.name, message,
+                    result.compiled, result.built_elsewhere, clock.eta(now),
                 )
             )
 
     if todo:
         with interrupts.guard() as state:
             outcome = workpool.run_tasks(
-                build_one,
+                _build_timed,
                 [(pk.source, the_plan.arch) for pk in todo],
                 jobs=jobs,
                 on_done=finished,
                 state=state,
                 on_interrupt=on_interrupt,
                 initializer=_worker_init,
+                order=compile_cost.longest_first(costs),
+                on_start=started,
             )
         if outcome.killed:
             kc.remove_abandoned([todo[i].key for i in outcome.killed])
@@ -442,6 +520,7 @@ def warmup(
     jobs: int | None = None,
     progress: Callable[[Progress], None] | None = None,
 ) -> WarmupResult:
-    """plan() then run(): builds every kernel the entries can need into the cache (DGX_CACHE_DIR)."""
+    """recorded_plan() then run(): builds every kernel the entries can need into the cache (DGX_CACHE_DIR)."""
     jobs = jobs or os.cpu_count() or 1
-    return run(plan(entries, max_m=max_m, num_sms=num_sms, arch=arch, jobs=jobs), jobs=jobs, progress=progress)
+    the_plan = recorded_plan(entries, max_m=max_m, num_sms=num_sms, arch=arch, jobs=jobs)
+    return run(the_plan, jobs=jobs, progress=progress)

@@ -50,17 +50,24 @@ def run_tasks(
     finish_running: bool = True,
     on_interrupt: Callable[[int], None] | None = None,
     initializer: Callable[[], None] | None = None,
+    order: Sequence[int] | None = None,
+    on_start: Callable[[int], None] | None = None,
 ) -> PoolOutcome:
     """Run ``fn(*tasks[i])`` for every i in up to ``jobs`` spawned processes.
 
-    ``on_done(i, result, error)`` is called in this process as each task ends (``error`` is the
-    exception the task raised, or the pool's when its worker died). ``state`` is the
+    Tasks are handed out in ``order`` (a permutation of their indices; default: as given), each when a
+    worker is free; ``on_start(i)`` is called as task i is handed out. ``on_done(i, result, error)`` is
+    called in this process as each task ends (``error`` is the exception the task raised, or the pool's
+    when its worker died). ``not_started`` and ``killed`` of the outcome are task indices. ``state`` is the
     :func:`dgx.interrupts.guard` the caller holds; ``on_interrupt(running)`` is called once, at the
     first interrupt, with the number of tasks still running (to say what happens next).
     """
     outcome = PoolOutcome()
     if not tasks:
         return outcome
+    sequence = list(range(len(tasks))) if order is None else list(order)
+    if sorted(sequence) != list(range(len(tasks))):
+        raise ValueError(f"order: expected a permutation of the {len(tasks)} task indices, got {order!r}")
     workers = max(1, min(jobs, len(tasks)))
     ctx = multiprocessing.get_context("spawn")
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(initializer,))
@@ -70,14 +77,17 @@ def run_tasks(
     try:
         while next_task < len(tasks) or inflight:
             while next_task < len(tasks) and len(inflight) < workers and not state.requested:
+                index = sequence[next_task]
+                if on_start is not None:
+                    on_start(index)
                 with interrupts.spawning():
-                    future = pool.submit(fn, *tasks[next_task])
-                inflight[future] = next_task
+                    future = pool.submit(fn, *tasks[index])
+                inflight[future] = index
                 next_task += 1
             if state.requested:
                 if outcome.signum is None:
                     outcome.signum = state.signum
-                    outcome.not_started = list(range(next_task, len(tasks)))
+                    outcome.not_started = sorted(sequence[next_task:])
                     next_task = len(tasks)
                 if state.count >= 2 or not finish_running:
                     break

@@ -276,9 +276,11 @@ def test_warmup_tiny_shapes_twice(runner, tmp_cache, tmp_path, fresh_jit):
     assert "of them, 2 helper kernels any GEMM call can launch, whatever its shape: SFA layout conversion" in result.stderr
     assert set(first) == {"kernels", "compiled", "cached", "failed", "seconds"}
     assert (first["kernels"], first["compiled"], first["cached"], first["failed"]) == (expected, expected, 0, 0)
+    assert "s to enumerate)" in result.stderr
 
     result = runner.invoke(cli.main, ["warmup", "--shapes", str(shapes), "--json"])
     assert result.exit_code == 0, result.output
+    assert f"{expected} distinct kernels (reusing the plan of an identical warmup), 0 to compile" in result.stderr
     second = json.loads(result.stdout)
     assert (second["kernels"], second["compiled"], second["cached"], second["failed"]) == (expected, 0, expected, 0)
 

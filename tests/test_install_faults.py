@@ -113,7 +113,8 @@ def test_clear_leaves_no_locks_or_shards(runner, tmp_path, tmp_cache, fresh_jit)
     result = runner.invoke(cli.main, ["cache", "clear", "--yes"])
     assert result.exit_code == 0 and "removed 3 kernels" in result.output  # with the two helpers
     assert list((tmp_cache / "locks").iterdir()) == []
-    assert sorted(p.name for p in tmp_cache.iterdir()) == ["locks", "tmp"]
+    # (plans/: the warmup's plan record, which names kernels and holds none)
+    assert sorted(p.name for p in tmp_cache.iterdir()) == ["locks", "plans", "tmp"]
 
 
 def test_lock_survives_a_clear_between_open_and_flock(tmp_path):

@@ -173,14 +173,48 @@ def test_sampled_m_finds_every_config(n, k, num_sms):
     assert len(sampled) == len(set(sampled))
 
 
+@pytest.mark.parametrize(
+    "kind, n, k, groups, max_m",
+    [
+        ("wgrad", 2112, 4096, None, 1600),  # M >= 256 takes the plain 128x128 tile: a threshold inside a range
+        ("wgrad", 7168, 8192, None, 700),
+        ("k_grouped", 4096, 4096, 4, 1600),
+        ("m_grouped_masked", 4096, 7168, 4, 1100),
+        ("m_grouped_masked", 7168, 2048, 256, 300),
+    ],
+)
+def test_ranges_find_every_config_of_every_kind(kind, n, k, groups, max_m):
+    """M by ranges finds exactly the configs that asking for every M finds, for the kinds whose M is any integer
+    (the contiguous kind asks every M_sum anyway; the prefix-sum kind: test_psum_kind_enumerates_...)."""
+    from dgx import enumeration
+
+    sampled = enumeration.configs_for(kind, n, k, groups, warmup.m_samples(max_m), 132)
+    exhaustive = enumeration.configs_for(kind, n, k, groups, range(1, max_m + 1), 132)
+    assert set(sampled) == set(exhaustive) and len(exhaustive) >= 2
+
+
 def test_m_samples():
+    """M by ranges: 1, both ends of every range between consecutive multiples of a block size, and max_m."""
     ms = warmup.m_samples(2000, (64, 128, 256))
     assert ms[0] == 1 and ms[-1] == 2000
-    assert set(range(1, 513)) <= set(ms)
-    assert {576, 577, 640, 768, 1024, 1025, 1920, 1921} <= set(ms)
-    assert 600 not in ms
+    edges = range(64, 2000, 64)
+    assert ms == sorted({1, 2000, *edges, *(e + 1 for e in edges)})
+    assert 63 not in ms and 600 not in ms and len(ms) == 64
+    assert warmup.m_samples(1) == [1] and warmup.m_samples(64) == [1, 64] and warmup.m_samples(65) == [1, 64, 65]
+    assert len(warmup.m_samples(8192)) == 256  # instead of 8192 heuristic calls per entry
     with pytest.raises(ValueError, match="max_m"):
         warmup.m_samples(0)
+
+
+@pytest.mark.parametrize("max_m", [1, 64, 1000, 70_000])
+def test_windows_cut_the_samples_without_losing_any(max_m, monkeypatch):
+    """The enumeration asks M window by window; the windows together ask exactly m_samples, each once."""
+    from dgx import enumeration
+
+    monkeypatch.setattr(enumeration, "WINDOW", 100)
+    asked = [m for lo, hi, _ in enumeration.windows("dense", None, max_m)
+             for m in enumeration.m_values("dense", None, max_m, lo, hi)]
+    assert asked == warmup.m_samples(max_m)
 
 
 def test_plan_dedupes_kernels_across_entries_of_every_kind():
@@ -436,7 +470,8 @@ import json, dgx
 from dgx import families, jit, warmup
 specs = warmup.parse_shapes([{"kind": "dense", "n": 2112, "k": 7168, "max_m": 300}])
 plan = warmup.plan(specs, arch="sm_90a")
-print(json.dumps({"file": dgx.__file__, "keys": sorted(pk.key for pk in plan.kernels)}))
+print(json.dumps({"file": dgx.__file__, "keys": sorted(pk.key for pk in plan.kernels),
+                  "record": warmup.plan_record_key(specs, arch="sm_90a")}))
 """
 
 
@@ -456,3 +491,4 @@ def test_package_copied_elsewhere_gives_the_same_keys(tmp_path):
     specs = warmup.parse_shapes([{"kind": "dense", "n": 2112, "k": 7168, "max_m": 300}])
     here = sorted(pk.key for pk in warmup.plan(specs, arch="sm_90a").kernels)
     assert here and there["keys"] == here
+    assert there["record"] == warmup.plan_record_key(specs, arch="sm_90a")  # the plan record too: no path in it
