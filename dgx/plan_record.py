@@ -62,7 +62,9 @@ def code_digest() -> str:
     h = hashlib.sha256()
     for package in _CODE_PACKAGES:
         root = Path(importlib.import_module(package).__file__).parent
-        files = sorted(p for p in root.rglob("*") if p.suffix in _CODE_SUFFIXES and "__pycache__" not in p.parts)
+        nested = {sub.split(".", 1)[1] for sub in _CODE_PACKAGES if sub.startswith(package + ".")}  # hashed alone
+        files = sorted(p for p in root.rglob("*") if p.suffix in _CODE_SUFFIXES and "__pycache__" not in p.parts
+                       and p.relative_to(root).parts[0] not in nested)
         for path in files:
             name = f"{package}/{path.relative_to(root).as_posix()}".encode()
             data = path.read_bytes()

@@ -71,7 +71,7 @@ def test_code_or_key_inputs_changed_give_another_key(monkeypatch):
 def test_code_digest_covers_every_package_and_no_path():
     digest = plan_record.code_digest()
     assert len(digest) == 64 and digest == plan_record.code_digest()
-    assert set(plan_record._CODE_PACKAGES) == {"dgx", "ptx", "cache", "sass_tools"}
+    assert set(plan_record._CODE_PACKAGES) == {"dgx", "dgx.ptx", "dgx.cache", "dgx.sass_tools"}
 
 
 @pytest.mark.parametrize("damage", ["truncate", "edit", "other key", "garbage"])

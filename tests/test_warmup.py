@@ -181,6 +181,10 @@ def test_sampled_m_finds_every_config(n, k, num_sms):
         ("k_grouped", 4096, 4096, 4, 1600),
         ("m_grouped_masked", 4096, 7168, 4, 1100),
         ("m_grouped_masked", 7168, 2048, 256, 300),
+        ("bf16_gemm", 2112, 7168, None, 700),  # the BF16 family's heuristic (split-K for small M) too
+        ("bf16_gemm", 7168, 2048, None, 1100),
+        ("bf16_m_grouped_masked", 4096, 7168, 4, 600),
+        ("bf16_k_grouped", 4096, 4096, 4, 700),
     ],
 )
 def test_ranges_find_every_config_of_every_kind(kind, n, k, groups, max_m):
@@ -188,8 +192,8 @@ def test_ranges_find_every_config_of_every_kind(kind, n, k, groups, max_m):
     (the contiguous kind asks every M_sum anyway; the prefix-sum kind: test_psum_kind_enumerates_...)."""
     from dgx import enumeration
 
-    sampled = enumeration.configs_for(kind, n, k, groups, warmup.m_samples(max_m), 132)
-    exhaustive = enumeration.configs_for(kind, n, k, groups, range(1, max_m + 1), 132)
+    sampled = families.configs_for(kind, n, k, groups, warmup.m_samples(max_m), 132)
+    exhaustive = families.configs_for(kind, n, k, groups, range(1, max_m + 1), 132)
     assert set(sampled) == set(exhaustive) and len(exhaustive) >= 2
 
 
@@ -212,8 +216,8 @@ def test_windows_cut_the_samples_without_losing_any(max_m, monkeypatch):
     from dgx import enumeration
 
     monkeypatch.setattr(enumeration, "WINDOW", 100)
-    asked = [m for lo, hi, _ in enumeration.windows("dense", None, max_m)
-             for m in enumeration.m_values("dense", None, max_m, lo, hi)]
+    asked = [m for lo, hi, _ in enumeration.windows(enumeration.ROWS, None, max_m)
+             for m in enumeration.m_values(enumeration.ROWS, None, max_m, lo, hi)]
     assert asked == warmup.m_samples(max_m)
 
 

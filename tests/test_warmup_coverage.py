@@ -16,13 +16,12 @@ import random
 
 import pytest
 
-from cache import CacheMissError
-from dgx import enumeration, jit, warmup
+from dgx.cache import CacheMissError
+from dgx import enumeration, families, jit, warmup
 from dgx.errors import JitStrictError
 from dgx.grouped_psum import psum_config
 from dgx.heuristics import CONTIGUOUS_ALIGNMENT
-from dgx.kinds import M_GROUPED_CONTIGUOUS_PSUM, GemmKind
-from dgx.launch import _choose
+from dgx.kinds import M_GROUPED_CONTIGUOUS_PSUM
 
 PRESET = "deepseek-v3"
 ARCH = "sm_90a"
@@ -58,7 +57,7 @@ def _server_config(spec: warmup.ShapeSpec, m: int):
     """The config a server picks for M as its GEMM entry points do (dgx/launch.py, dgx/grouped_psum.py)."""
     if spec.kind == M_GROUPED_CONTIGUOUS_PSUM:
         return psum_config(m, spec.n, spec.k, spec.groups or 1, SMS, CONTIGUOUS_ALIGNMENT)
-    return _choose(GemmKind(spec.kind), m, spec.n, spec.k, spec.groups or 1, SMS)
+    return families.kind(spec.kind).choose(m, spec.n, spec.k, spec.groups or 1, SMS).config
 
 
 def _server_ms(spec: warmup.ShapeSpec, rng: random.Random) -> list[int]:
@@ -66,8 +65,9 @@ def _server_ms(spec: warmup.ShapeSpec, rng: random.Random) -> list[int]:
     EVERY_M unset every small M and one random M inside each range (contiguous: one M_sum in CONTIGUOUS_SAMPLE)."""
     limit = spec.m_limit(warmup.DEFAULT_MAX_M)
     if spec.kind == "m_grouped_contiguous":
-        top = enumeration.m_range(spec.kind, spec.groups, limit)
-        every = enumeration.m_values(spec.kind, spec.groups, limit, 1, top)
+        space = families.kind(spec.kind).m_space
+        top = enumeration.m_range(space, spec.groups, limit)
+        every = enumeration.m_values(space, spec.groups, limit, 1, top)
         if EVERY_M:
             return every
         return [m for m in every if m <= SMALL_M * CONTIGUOUS_SAMPLE or rng.randrange(CONTIGUOUS_SAMPLE) == 0]
