@@ -368,7 +368,7 @@ def parse_shapes(data: Any, seed: int = DEFAULT_SEED) -> tuple[list[Shape], list
     """
     warnings: list[str] = []
     _refuse_fixed_kinds(data)
-    specs = _warmup.parse_shapes(data, on_unknown_field=warnings.append)
+    specs = _warmup.parse_shapes(data, on_unknown_field=warnings.append, m_with_max_m=True)
     return _bench_shapes(specs, seed, warnings), warnings
 
 
@@ -408,7 +408,7 @@ def load_shapes_file(path: str, seed: int = DEFAULT_SEED) -> tuple[list[Shape], 
     """Read and validate a shapes file (see :func:`parse_shapes`); errors name the file too."""
     warnings: list[str] = []
     try:
-        specs = _warmup.load_shapes_file(path, on_unknown_field=warnings.append)
+        specs = _warmup.load_shapes_file(path, on_unknown_field=warnings.append, m_with_max_m=True)
     except ShapesFileError:
         try:  # the clearer message where the file names an MQA suite's kind
             _refuse_fixed_kinds(_raw_entries(path))
