@@ -262,8 +262,9 @@ def _make_parents(path: str) -> None:
 
 
 def _is_layout_name(name: str) -> bool:
-    """True for a name a kernel cache holds at its root: tmp/, locks/ or a two-hex-digit shard directory."""
-    return name in (TMP_DIR, LOCK_DIR) or (len(name) == 2 and _HEX.issuperset(name))
+    """True for a name a kernel cache holds at its root: tmp/, locks/ or a two-hex-digit shard directory (and
+    lost+found, which a filesystem mounted as the cache root brings)."""
+    return name in (TMP_DIR, LOCK_DIR, "lost+found") or (len(name) == 2 and _HEX.issuperset(name))
 
 
 def _check_is_cache(root: str) -> None:

@@ -283,3 +283,5 @@ def test_10_a_cache_is_still_a_cache(tmp_path):
     assert stat.S_IMODE(root.stat().st_mode) == 0o700
     assert sorted(p.name for p in root.iterdir()) == ["ab", "locks", "tmp"]
     assert run(["cache", "clear", "--yes"], DGX_CACHE_DIR=str(root))["output"].startswith("removed 1 kernels")
+    (root / "lost+found").mkdir()  # a filesystem mounted as the cache root
+    assert run(["cache", "list"], DGX_CACHE_DIR=str(root))["code"] == 0
