@@ -710,7 +710,8 @@ def warmup(preset, shapes_file, max_m, num_sms, arch, jobs, as_json) -> None:
 )
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the results as JSON.")
 @click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False), help="Write a Markdown table.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a PNG plot.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+              help="Write a PNG plot per suite: FILE.png for one suite, FILE-SUITE.png for each of several.")
 def bench(suite, shapes_file, peers, repeat, timer, json_path, markdown_path, plot_path) -> None:
     """Benchmark dgx against cuBLASLt, Triton and BF16 on this GPU (needs an NVIDIA GPU)."""
     env.check()
