@@ -34,7 +34,7 @@ VARIABLES: tuple[EnvVar, ...] = (
     EnvVar("DGX_JIT_LINEINFO", "0", "1: compile with -lineinfo (source lines in profilers); part of the key."),
     EnvVar("DGX_JIT_PTXAS_VERBOSE", "0", "1: ptxas -v (registers, spills) printed for every compile."),
     EnvVar("DGX_JIT_DUMP_DIR", "", "If set: write each compiled kernel's source, PTX, cubin and (with nvdisasm installed) SASS there."),
-    EnvVar("DGX_SASS_INTERLEAVE", "auto", "auto|on|off: the FFMA yield/reuse SASS pass (README says what auto does)."),
+    EnvVar("DGX_SASS_INTERLEAVE", "auto", "auto|on|off: the FFMA yield/reuse SASS pass (auto: on no kernel; docs/PERFORMANCE.md says why)."),
     EnvVar("DGX_PRINT_CONFIGS", "0", "1: print the kernel config the heuristic picks for each new shape."),
     EnvVar("DGX_NUM_SMS", "", f"Use this many SMs (default: all of the device's; at most {MAX_NUM_SMS})."),
     EnvVar("DGX_AS_DEEP_GEMM", "0", "1: `import deep_gemm` gets dgx.deep_gemm in every process of this environment (the startup hook dgx installs)."),

@@ -47,10 +47,13 @@ def text_files() -> list[Path]:
 
 
 def expand(path: str) -> list[str]:
-    """``a{x,y}b`` -> ``axb``, ``ayb`` (one level, as many lists as there are)."""
+    """``a{x,y}b`` -> ``axb``, ``ayb`` (one level, as many lists as there are); a brace group without a comma is
+    code (an f-string's field), not a list: no citation."""
     match = re.search(r"\{([^{}]*)\}", path)
     if not match:
         return [path]
+    if "," not in match.group(1):
+        return []
     return [q for alt in match.group(1).split(",") for q in expand(path[: match.start()] + alt + path[match.end():])]
 
 
