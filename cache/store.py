@@ -261,10 +261,14 @@ def _make_parents(path: str) -> None:
         ) from None
 
 
+#: Other names a cache root may hold besides its own layout: the dumps dgx writes under it for DeepGEMM's
+#: DG_JIT_DUMP_* variables, and the lost+found of a filesystem mounted as the root.
+ROOT_EXTRAS = frozenset({"dumps", "lost+found"})
+
+
 def _is_layout_name(name: str) -> bool:
-    """True for a name a kernel cache holds at its root: tmp/, locks/ or a two-hex-digit shard directory (and
-    lost+found, which a filesystem mounted as the cache root brings)."""
-    return name in (TMP_DIR, LOCK_DIR, "lost+found") or (len(name) == 2 and _HEX.issuperset(name))
+    """True for a name a kernel cache root may hold: tmp/, locks/, a two-hex-digit shard directory, ROOT_EXTRAS."""
+    return name in (TMP_DIR, LOCK_DIR) or name in ROOT_EXTRAS or (len(name) == 2 and _HEX.issuperset(name))
 
 
 def _check_is_cache(root: str) -> None:
@@ -279,7 +283,7 @@ def _check_is_cache(root: str) -> None:
         shown = ", ".join(repr(n) for n in foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
         raise CacheError(
             f"kernel cache root {root!r} is not a kernel cache: it holds {shown}, and a cache holds only tmp/, "
-            "locks/ and two-hex-digit shard directories; use an empty or new directory"
+            "locks/, two-hex-digit shard directories, dumps/ and lost+found; use an empty or new directory"
         )
 
 

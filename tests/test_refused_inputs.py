@@ -284,4 +284,21 @@ def test_10_a_cache_is_still_a_cache(tmp_path):
     assert sorted(p.name for p in root.iterdir()) == ["ab", "locks", "tmp"]
     assert run(["cache", "clear", "--yes"], DGX_CACHE_DIR=str(root))["output"].startswith("removed 1 kernels")
     (root / "lost+found").mkdir()  # a filesystem mounted as the cache root
+    (root / "dumps").mkdir()  # what DeepGEMM's DG_JIT_DUMP_* variables make dgx write there
     assert run(["cache", "list"], DGX_CACHE_DIR=str(root))["code"] == 0
+
+
+# --- DeepGEMM's stand-in variables get the same checks ---------------------------------------------------------------
+
+
+def test_deepgemm_variables_are_checked_like_dgx_ones(tmp_cache, tmp_path, monkeypatch):
+    refused(run(INSPECT, DG_JIT_DEBUG="maybe"), "DG_JIT_DEBUG='maybe'", "expected 1, true, yes or on")
+    assert "INVALID: DG_JIT_DEBUG" in run(["info"], DG_JIT_DEBUG="ture")["output"]
+    monkeypatch.setenv("DG_JIT_DEBUG", "2")  # DeepGEMM reads its variables as integers: 2 is on
+    assert env.jit_debug() is True
+    monkeypatch.setenv("DGX_JIT_DEBUG", "0")  # a DGX_* value wins
+    assert env.jit_debug() is False
+    monkeypatch.delenv("DGX_CACHE_DIR")
+    monkeypatch.chdir(tmp_path)
+    refused(run(["cache", "list"], DG_JIT_CACHE_DIR="kernels"), "DG_JIT_CACHE_DIR='kernels'", "absolute path")
+    refused(run(["warmup", "--shapes", shapes(tmp_path, TINY)], DGX_AS_DEEP_GEMM="sure"), "DGX_AS_DEEP_GEMM='sure'")

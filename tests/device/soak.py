@@ -1,7 +1,8 @@
 """Soak test: a random mix of every kernel family and shape kind dgx has, for a set time, from several threads.
 
-What a serving process does for hours, compressed: calls of every family (dense, M-grouped contiguous with
-m_indices and with prefix sums, masked, the dense and K-grouped weight gradients, MQA-logits prefill and paged
+What a serving process does for hours, compressed: calls of every kind of kernel dgx has (FP8 dense, M-grouped
+contiguous with m_indices and with prefix sums, masked, the dense and K-grouped weight gradients, skip-head-mid; the
+BF16 GEMMs in their forms and grouped layouts; the HyperConnection pre-norm GEMM; MQA-logits prefill and paged
 decode), eagerly on fresh tensors, eagerly on tensors reused from call to call, and as CUDA-graph replays (whose
 counts, windows and context lengths change between replays), from --threads threads with a stream each; now and
 then a bad input, which must raise one of dgx's typed errors (TypeError, ValueError, dgx.DgxError) before anything
@@ -457,6 +458,259 @@ def mqa_paged(heads: int, dim: int, next_n: int, logits_dtype: str, max_batch: i
     return Maker("paged_mqa_logits", f"H {heads} D {dim} next_n {next_n} {logits_dtype}", (None,), build, bad)
 
 
+BF16_TOL, BF16_F32_TOL = 2.5e-3, 2e-5  # BF16 GEMMs: BF16 out (its rounding dominates), FP32 out
+FORM_MAJORS = {"nt": ("k", "k"), "nn": ("k", "mn"), "tn": ("mn", "mn"), "tt": ("mn", "k")}
+
+
+def _bf16(rng, *shape):
+    torch = _torch()
+    return torch.randn(*shape, device="cuda", generator=_gen(rng)).to(torch.bfloat16)
+
+
+def _bf16_operand(rng, rows: int, k: int, major: str):
+    """A [rows, K] BF16 operand stored K-major, or rows-major with 16-byte aligned lines (rows padded to 8)."""
+    if major == "k":
+        return _bf16(rng, rows, k)
+    return _bf16(rng, k, -(-rows // 8) * 8)[:, :rows].T
+
+
+def _check_close(out, ref, tol: float, what: str = "output") -> float:
+    assert not out.isnan().any(), f"{what}: elements left unwritten"
+    err = _rel(out, ref)
+    assert err <= tol, f"{what}: relative error {err:.2e} > {tol:.0e}"
+    return err
+
+
+def bf16_gemm(form: str, n: int, k: int, ms: Sequence[int], out_dtype: str, with_c: bool) -> Maker:
+    """BF16 GEMM in one of the four forms (operands stored as the form takes them), BF16 or FP32 out, c separate."""
+
+    def build(rng, m, weights):
+        from dgx import bf16
+
+        torch = _torch()
+        major_a, major_b = FORM_MAJORS[form]
+        a_nt, b_nt = _bf16_operand(rng, m, k, major_a), _bf16_operand(rng, n, k, major_b)
+        a = a_nt if form[0] == "n" else a_nt.T
+        b = b_nt if form[1] == "t" else b_nt.T
+        dtype = getattr(torch, out_dtype)
+        c = torch.randn(m, n, device="cuda", generator=_gen(rng)).to(dtype) if with_c else None
+        d = _nan(m, n, dtype=dtype)
+        tol = BF16_TOL if out_dtype == "bfloat16" else BF16_F32_TOL
+
+        def check():
+            ref = a_nt.double() @ b_nt.double().T
+            return _check_close(d, ref + c.double() if with_c else ref, tol)
+
+        fn = getattr(bf16, f"bf16_gemm_{form}")
+        return Call(lambda: fn(a, b, d, c=c), check, lambda rng: d.fill_(float("nan")))
+
+    def bad():
+        from dgx import bf16
+
+        torch = _torch()
+        a = torch.zeros(64, 256, device="cuda")  # float32 where BF16 is expected
+        bf16.bf16_gemm_nt(a, _bf16(random.Random(1), 64, 256), _nan(64, 64))
+
+    return Maker("bf16_gemm", f"{form} N {n} K {k} {out_dtype}{' with c' if with_c else ''}", tuple(ms), build, bad)
+
+
+def bf16_contiguous(groups: int, n: int, k: int, layouts: Sequence[tuple[int, ...]], psum: bool) -> Maker:
+    """BF16 M-grouped contiguous, m_indices or prefix sums (a replay takes new group sizes that fit)."""
+
+    def build(rng, group_rows, weights):
+        from dgx import bf16
+
+        torch = _torch()
+        b = weights.get("b")
+        if b is None:
+            b = weights.setdefault("b", _bf16(rng, groups, n, k))
+        starts, m = _padded_layout(group_rows)
+        state = {"starts": starts, "rows": list(group_rows)}
+        a = _bf16(rng, m, k)
+        d = _nan(m, n)
+        if psum:
+            layout = torch.tensor([s + r for s, r in zip(starts, group_rows)], dtype=torch.int32, device="cuda")
+        else:
+            idx = torch.full((m,), -1, dtype=torch.int32)
+            for g, (s0, rows) in enumerate(zip(starts, group_rows)):
+                idx[s0:s0 + rows] = g
+            layout = idx.cuda()
+
+        def prep(rng):
+            if psum:
+                rows = [rng.randint(0, max(1, m // groups - 128)) for _ in range(groups)]
+                new_starts, total = _padded_layout(rows)
+                if total <= m:
+                    state["starts"], state["rows"] = new_starts, rows
+                    layout.copy_(torch.tensor([s0 + r for s0, r in zip(new_starts, rows)], dtype=torch.int32))
+            d.fill_(float("nan"))
+
+        def check():
+            worst = 0.0
+            for g, (s0, rows) in enumerate(zip(state["starts"], state["rows"])):
+                if rows:
+                    ref = a[s0:s0 + rows].double() @ b[g].double().T
+                    worst = max(worst, _check_close(d[s0:s0 + rows], ref, BF16_TOL, f"group {g}"))
+            return worst
+
+        return Call(lambda: bf16.m_grouped_bf16_gemm_nt_contiguous(a, b, d, layout, use_psum_layout=psum), check, prep)
+
+    def bad():
+        from dgx import bf16
+
+        torch = _torch()
+        a, b = _bf16(random.Random(1), 128, 256), _bf16(random.Random(2), 2, 256, 256)
+        layout = torch.zeros(128, dtype=torch.int64, device="cuda")  # int64 indices
+        bf16.m_grouped_bf16_gemm_nt_contiguous(a, b, _nan(128, 256), layout)
+
+    family = "bf16_m_grouped_contiguous_psum" if psum else "bf16_m_grouped_contiguous"
+    return Maker(family, f"{groups} groups N {n} K {k}", tuple(layouts), build, bad)
+
+
+def bf16_masked(groups: int, m_max: int, n: int, k: int, expected_m: int) -> Maker:
+    def build(rng, _variant, weights):
+        from dgx import bf16
+
+        torch = _torch()
+        b = weights.get("b")
+        if b is None:
+            b = weights.setdefault("b", _bf16(rng, groups, n, k))
+        a = _bf16(rng, groups, m_max, k)
+        d = _nan(groups, m_max, n)
+        counts = [0] * groups
+        masked_m = torch.zeros(groups, dtype=torch.int32, device="cuda")
+
+        def prep(rng):
+            counts[:] = [rng.choice([0, m_max, m_max + 3, rng.randint(1, m_max)]) for _ in range(groups)]
+            masked_m.copy_(torch.tensor(counts, dtype=torch.int32))
+            d.fill_(float("nan"))
+
+        def check():
+            worst = 0.0
+            for g, c in enumerate(counts):
+                rows = min(c, m_max)
+                if rows:
+                    ref = a[g, :rows].double() @ b[g].double().T
+                    worst = max(worst, _check_close(d[g, :rows], ref, BF16_TOL, f"group {g}"))
+                assert d[g, rows:].isnan().all(), f"group {g}: rows past masked_m written"
+            return worst
+
+        return Call(lambda: bf16.m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, expected_m), check, prep)
+
+    def bad():
+        from dgx import bf16
+
+        torch = _torch()
+        a, b = _bf16(random.Random(1), 2, 64, 256), _bf16(random.Random(2), 2, 256, 256)
+        bf16.m_grouped_bf16_gemm_nt_masked(a, b, _nan(2, 64, 256), torch.zeros(2, dtype=torch.int32, device="cuda"), 0)
+
+    return Maker("bf16_m_grouped_masked", f"{groups} groups M_max {m_max} N {n} K {k}", (None,), build, bad)
+
+
+def bf16_k_grouped(m: int, n: int, ks_variants: Sequence[tuple[int, ...]]) -> Maker:
+    """BF16 K-grouped weight gradient, d[g] = c[g] + a_gᵀ·b_g, FP32, c separate."""
+
+    def build(rng, ks, weights):
+        from dgx import bf16
+
+        torch = _torch()
+        a, b = _bf16(rng, sum(ks), m), _bf16(rng, sum(ks), n)
+        c = torch.randn(len(ks), m, n, device="cuda", generator=_gen(rng))
+        d = _nan(len(ks), m, n, dtype=torch.float32)
+        ks_tensor = torch.tensor(ks, dtype=torch.int32, device="cuda")
+
+        def check():
+            worst, off = 0.0, 0
+            for g, kg in enumerate(ks):
+                ref = a[off:off + kg].double().T @ b[off:off + kg].double() + c[g].double()
+                worst, off = max(worst, _check_close(d[g], ref, BF16_F32_TOL, f"group {g}")), off + kg
+            return worst
+
+        return Call(lambda: bf16.k_grouped_bf16_gemm_tn_contiguous(a, b, d, list(ks), ks_tensor, c=c), check,
+                    lambda rng: d.fill_(float("nan")))
+
+    def bad():
+        from dgx import bf16
+
+        torch = _torch()
+        a, b = _bf16(random.Random(1), 256, 64), _bf16(random.Random(2), 256, 64)
+        bf16.k_grouped_bf16_gemm_tn_contiguous(a, b, torch.zeros(2, 64, 64, device="cuda"), [100, 156])  # k not x128
+
+    return Maker("bf16_k_grouped", f"M {m} N {n}", tuple(ks_variants), build, bad)
+
+
+def hc_prenorm(n: int, k: int, splits: int | None, ms: Sequence[int]) -> Maker:
+    """The HyperConnection pre-norm GEMM: d = a·bᵀ (b read as TF32) and s = the rows' sums of squares, whole or as
+    partial sums over `splits` K ranges (checked summed)."""
+
+    def build(rng, m, weights):
+        from dgx.hc_prenorm import tf32_hc_prenorm_gemm
+
+        torch = _torch()
+        a = _bf16(rng, m, k)
+        b = torch.randn(n, k, device="cuda", generator=_gen(rng))
+        lead = () if splits is None else (splits,)
+        d, s = _nan(*lead, m, n, dtype=torch.float32), _nan(*lead, m, dtype=torch.float32)
+
+        def check():
+            whole_d, whole_s = (d, s) if splits is None else (d.sum(0), s.sum(0))
+            err = _check_close(whole_d, a.double() @ b.double().T, 2e-3, "d")  # TF32's error of the exact product
+            _check_close(whole_s, a.double().square().sum(-1), 1e-4, "s")
+            return err
+
+        def prep(rng):
+            d.fill_(float("nan"))
+            s.fill_(float("nan"))
+
+        return Call(lambda: tf32_hc_prenorm_gemm(a, b, d, s, splits), check, prep)
+
+    def bad():
+        from dgx.hc_prenorm import tf32_hc_prenorm_gemm
+
+        torch = _torch()
+        a, b = _bf16(random.Random(1), 16, 256), torch.zeros(65, 256, device="cuda")  # N 65: above the 64 it takes
+        tf32_hc_prenorm_gemm(a, b, _nan(16, 65, dtype=torch.float32), _nan(16, dtype=torch.float32))
+
+    return Maker("hc_prenorm", f"N {n} K {k} splits {splits}", tuple(ms), build, bad)
+
+
+def skip_head_mid(n: int, k: int, head_splits: tuple[int, int, int], ms: Sequence[int]) -> Maker:
+    """The dense FP8 GEMM writing each head's left and right columns of a wider output, its mid columns untouched."""
+    left, mid, right = head_splits
+    heads = n // (left + right)
+    sentinel = -3.5
+
+    def build(rng, m, weights):
+        from dgx.skip_head_mid import fp8_gemm_nt_skip_head_mid
+
+        torch = _torch()
+        b = weights.get("b") or weights.setdefault("b", _block_weights(rng, 0, n, k))
+        a = _tokens(rng, m, k)
+        d = torch.full((m, heads * (left + mid + right)), sentinel, device="cuda", dtype=torch.bfloat16)
+        v = d.view(m, heads, left + mid + right)
+
+        def prep(rng):
+            v[:, :, :left].fill_(float("nan"))
+            v[:, :, left + mid:].fill_(float("nan"))
+
+        def check():
+            ref = _ref(a, b, 128).view(m, heads, left + right)
+            err = _check_bf16(v[:, :, :left], ref[:, :, :left], "left columns")
+            err = max(err, _check_bf16(v[:, :, left + mid:], ref[:, :, left:], "right columns"))
+            assert (v[:, :, left:left + mid] == sentinel).all(), "mid columns were written"
+            return err
+
+        return Call(lambda: fp8_gemm_nt_skip_head_mid(a, b, d, head_splits), check, prep)
+
+    def bad():
+        from dgx.skip_head_mid import fp8_gemm_nt_skip_head_mid
+
+        a, b = _tokens(random.Random(1), 64, 256), _block_weights(random.Random(2), 0, 256, 256)
+        fp8_gemm_nt_skip_head_mid(a, b, _nan(64, 256), (60, 0, 68))  # left not a multiple of 8
+
+    return Maker("dense_skip_head_mid", f"N {n} K {k} heads {heads} x {head_splits}", tuple(ms), build, bad)
+
+
 # The mix: every family, each shape kind a Maker (variants: what the kernel choice depends on, all warmed).
 MAKERS: list[Maker] = [
     dense(2112, 7168, (1, 13, 64, 128, 384, 1024, 4096)),
@@ -475,6 +729,16 @@ MAKERS: list[Maker] = [
     mqa_prefill(32, 64, "bfloat16", 512, 2048),
     mqa_paged(64, 128, 1, "float32", 64, 4096),
     mqa_paged(64, 128, 2, "bfloat16", 32, 8192),
+    mqa_paged(16, 128, 4, "float32", 16, 4096),  # V4's 16 heads, four query tokens per sequence
+    bf16_gemm("nt", 2112, 7168, (1, 64, 128, 4096), "bfloat16", False),
+    bf16_gemm("tn", 584, 1000, (17, 256, 1000), "float32", True),  # MN-major operands, FP32 out, c
+    bf16_contiguous(4, 2048, 1024, ((128, 0, 300, 17), (512,) * 4), psum=False),
+    bf16_contiguous(4, 2048, 1024, ((600, 100, 0, 900),), psum=True),
+    bf16_masked(4, 256, 2048, 1024, 96),
+    bf16_k_grouped(512, 1024, ((512, 0, 1024, 128),)),
+    hc_prenorm(24, 7168, None, (13, 137, 4096)),
+    hc_prenorm(24, 7680, 16, (13, 2000)),
+    skip_head_mid(8192, 512, (128, 64, 128), (1, 128, 4096)),
 ]
 
 
