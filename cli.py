@@ -103,6 +103,13 @@ def _default_num_sms() -> int:
     return env.num_sms_override() or warmup_mod.DEFAULT_NUM_SMS
 
 
+def _num_sms(given: int | None) -> int:
+    """--num-sms, checked (one Error: line naming the option), else $DGX_NUM_SMS, else 132."""
+    if given is None:
+        return _default_num_sms()
+    return problems.check_num_sms(given, "--num-sms")
+
+
 @click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(version=dgx.__version__, prog_name="dgx")
 def main() -> None:
@@ -146,22 +153,29 @@ def collect_info() -> dict:
             }
         )
     info["gpus"] = gpus
-    root = env.cache_root()
-    info["cache_root"] = str(root)
     info["cache_entries"] = 0
-    if root.exists():
-        try:
-            from dgx.cache import KernelCache
+    try:
+        root = env.cache_root()
+    except Exception as exc:  # a relative DGX_CACHE_DIR: the environment section says so too
+        root = None
+        info["cache_root"] = os.environ.get("DGX_CACHE_DIR")
+        info["cache_entries"] = None
+        info["cache_error"] = str(exc)
+    if root is not None:
+        info["cache_root"] = str(root)
+        if root.exists():
+            try:
+                from dgx.cache import KernelCache
 
-            info["cache_entries"] = len(KernelCache(root).entries())
-        except Exception as exc:
-            info["cache_entries"] = None
-            info["cache_error"] = str(exc)
-    else:
-        blocker = next((p for p in root.parents if p.exists()), None)
-        if blocker is not None and not blocker.is_dir():
-            info["cache_entries"] = None
-            info["cache_error"] = f"it cannot be created: {blocker} is a file, not a directory"
+                info["cache_entries"] = len(KernelCache(root).entries())
+            except Exception as exc:
+                info["cache_entries"] = None
+                info["cache_error"] = str(exc)
+        else:
+            why = env.unwritable_reason(root)
+            if why is not None:
+                info["cache_entries"] = None
+                info["cache_error"] = f"it cannot be created: {why}"
     try:
         from dgx import sass_tools
         info["nvdisasm"] = sass_tools.nvdisasm_path()
@@ -475,10 +489,13 @@ def inspect(cubin_path, key, gemm, kind, groups, num_sms, heads, head_dim, next_
               "next_n": next_n}
     given = {name for name in values if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE}
     sources = [name for name, v in (("--cubin", cubin_path), ("--key", key)) if v]
-    if sources and given:
+    kind_flags = [flag for name, flag in (("kind", "--kind"), ("arch", "--arch"))
+                  if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE]
+    if sources and (given or kind_flags):
         raise click.UsageError(
             f"expected {sources[0]} alone or the options of --kind {kind}; got {sources[0]} with "
-            f"{', '.join(families.base.INSPECT_OPTIONS[n].flag for n in sorted(given))}")
+            f"{', '.join([families.base.INSPECT_OPTIONS[n].flag for n in sorted(given)] + kind_flags)} "
+            "(it inspects a built kernel as it is)")
     if len(sources) > 1:
         raise click.UsageError(f"expected one of --cubin, --key; got {', '.join(sources)}")
     if not sources:
@@ -491,7 +508,10 @@ def inspect(cubin_path, key, gemm, kind, groups, num_sms, heads, head_dim, next_
             raise click.UsageError("expected exactly one of --cubin, --key, --gemm; got none")
     if sass and as_json:
         raise click.UsageError("expected --sass or --json, got both")
+    env.check()
     problems.check_arch(arch)
+    if num_sms is not None:
+        problems.check_num_sms(num_sms, "--num-sms")
     header = None
     if cubin_path:
         with open(cubin_path, "rb") as f:
@@ -504,7 +524,7 @@ def inspect(cubin_path, key, gemm, kind, groups, num_sms, heads, head_dim, next_
             raise click.ClickException(f"--key: the entry {full} failed verification and was removed")
         header = f"cache entry {full}"
     else:
-        cubin, header = _kind_cubin(chosen, values, num_sms or _default_num_sms(), arch)
+        cubin, header = _kind_cubin(chosen, values, _num_sms(num_sms), arch)
     if sass:
         tools = _sass_tools("disassemble")
         try:
@@ -607,14 +627,17 @@ def warmup(preset, shapes_file, max_m, num_sms, arch, jobs, as_json) -> None:
     them) and what was built stays in the cache."""
     if (preset is None) == (shapes_file is None):
         raise click.UsageError("expected exactly one of --preset NAME or --shapes FILE, got " + ("both" if preset else "neither"))
+    env.check()
     problems.check_arch(arch)
+    num_sms = _num_sms(num_sms)
+    source = f"preset {preset}" if preset else shapes_file
     try:
+        warmup_mod.check_warm_max_m(max_m, "--max-m")
         entries = warmup_mod.load_preset(preset) if preset else warmup_mod.load_shapes_file(shapes_file)
+        warmup_mod.check_warm_range(entries, max_m, where=f"preset {preset}: " if preset else f"shapes file {shapes_file}: ")
     except (warmup_mod.ShapesFileError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
-    num_sms = num_sms or _default_num_sms()
     jobs = jobs or os.cpu_count() or 1
-    source = f"preset {preset}" if preset else shapes_file
     kc = _kernel_cache()
     click.echo(
         f"dgx warmup: {len(entries)} shapes from {source}; M up to {max_m} (unless an entry says), "
@@ -690,9 +713,11 @@ def warmup(preset, shapes_file, max_m, num_sms, arch, jobs, as_json) -> None:
 )
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the results as JSON.")
 @click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False), help="Write a Markdown table.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a PNG plot.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+              help="Write a PNG plot per suite: FILE.png for one suite, FILE-SUITE.png for each of several.")
 def bench(suite, shapes_file, peers, repeat, timer, json_path, markdown_path, plot_path) -> None:
     """Benchmark dgx against cuBLASLt, Triton and BF16 on this GPU (needs an NVIDIA GPU)."""
+    env.check()
     try:
         from dgx import bench as bench_mod
 

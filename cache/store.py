@@ -255,6 +255,36 @@ def _make_parents(path: str) -> None:
         ) from None
     except PermissionError:
         raise CacheReadOnlyError(path, f"cannot be created (no permission to create {parent!r})") from None
+    except OSError as exc:  # a virtual or read-only filesystem (/proc, /sys), a name too long, ...
+        raise CacheError(
+            f"kernel cache root {path!r} cannot be created: creating {parent!r} failed: {exc.strerror or exc}"
+        ) from None
+
+
+#: Other names a cache root may hold besides its own layout: the dumps dgx writes under it for DeepGEMM's
+#: DG_JIT_DUMP_* variables, and the lost+found of a filesystem mounted as the root.
+ROOT_EXTRAS = frozenset({"dumps", "lost+found"})
+
+
+def _is_layout_name(name: str) -> bool:
+    """True for a name a kernel cache root may hold: tmp/, locks/, a two-hex-digit shard directory, ROOT_EXTRAS."""
+    return name in (TMP_DIR, LOCK_DIR) or name in ROOT_EXTRAS or (len(name) == 2 and _HEX.issuperset(name))
+
+
+def _check_is_cache(root: str) -> None:
+    """Raise CacheError if ``root`` holds anything a kernel cache does not (it is some other directory: creating
+    tmp/ and locks/ in it, or clearing it, would mix the cache into someone's files)."""
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return  # unreadable: the permission checks and the loads say what is wrong
+    foreign = [n for n in names if not _is_layout_name(n)]
+    if foreign:
+        shown = ", ".join(repr(n) for n in foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise CacheError(
+            f"kernel cache root {root!r} is not a kernel cache: it holds {shown}, and a cache holds only tmp/, "
+            "locks/, two-hex-digit shard directories, dumps/ and lost+found; use an empty or new directory"
+        )
 
 
 def _check_root(root: str) -> None:
@@ -267,22 +297,27 @@ def _check_root(root: str) -> None:
     uid = os.geteuid()
     reasons: list[str] = []
     fixes: list[str] = []
+    shared = bool(st.st_mode & stat.S_ISVTX) and bool(st.st_mode & 0o002)  # /tmp and the like
     if st.st_uid != uid:
         reasons.append(f"owned by uid {st.st_uid}, not by us (uid {uid})")
         fixes.append("use a cache directory you own")
-    if st.st_mode & 0o022:
+    if shared:
+        reasons.append(f"a directory shared by every user (mode {stat.S_IMODE(st.st_mode):o})")
+        fixes = [f"use a directory of your own inside it, e.g. {os.path.join(root, 'dgx-cache')}"]
+    elif st.st_mode & 0o022:
         who = " and ".join(w for w, bit in (("group", 0o020), ("others", 0o002)) if st.st_mode & bit)
         reasons.append(f"writable by {who} (mode {stat.S_IMODE(st.st_mode):o})")
-        fixes.append(f"chmod 700 {root}")
+        fixes.append(f"chmod 700 {root}" if st.st_uid == uid else "use a cache directory you own")
     if reasons:
-        raise CacheSecurityError(root, reasons, fixes)
+        raise CacheSecurityError(root, reasons, list(dict.fromkeys(fixes)))
 
 
 class KernelCache:
     """Kernels (cubin bytes) stored on disk under ``root`` with an in-process dict in front.
 
     ``root`` is created with mode 0700 (parents with the default mode). A root that is writable
-    by group or others, or owned by another uid, is refused with :class:`CacheSecurityError`.
+    by group or others, or owned by another uid, is refused with :class:`CacheSecurityError`; one that
+    holds anything but a cache's own layout (another directory's files) with :class:`CacheError`.
     A symlinked root is resolved once, here. Safe to share between threads and processes.
     """
 
@@ -295,10 +330,15 @@ class KernelCache:
             pass
         except PermissionError:
             raise CacheReadOnlyError(given, "cannot be created (no permission to write its parent)") from None
+        except OSError as exc:
+            if exc.errno == errno.EROFS:
+                raise CacheReadOnlyError(given, "cannot be created (its parent is on a read-only filesystem)") from None
+            raise CacheError(f"kernel cache root {given!r} cannot be created: {exc.strerror or exc}") from None
         else:
             os.chmod(given, 0o700)  # the umask may have taken bits away; never adds any
         real = os.path.realpath(given)
         _check_root(real)
+        _check_is_cache(real)
         self._root = real
         self._tmp = os.path.join(real, TMP_DIR)
         self._locks = os.path.join(real, LOCK_DIR)

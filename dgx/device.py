@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from . import env, runtime
 from .errors import DgxError
+from .limits import MAX_NUM_SMS
 
 _num_sms: int | None = None
 generation = 0  # bumped by set_num_sms so that per-call caches keyed on it drop their old plans
@@ -11,8 +12,10 @@ generation = 0  # bumped by set_num_sms so that per-call caches keyed on it drop
 
 def set_num_sms(num_sms: int) -> None:
     """Plan kernels for `num_sms` SMs (e.g. to leave SMs to a concurrent communication kernel)."""
-    if not isinstance(num_sms, int) or num_sms <= 0:
-        raise ValueError(f"set_num_sms: expected a positive int; got {num_sms!r}")
+    if isinstance(num_sms, bool) or not isinstance(num_sms, int) or not 0 < num_sms <= MAX_NUM_SMS:
+        raise ValueError(
+            f"set_num_sms: expected an SM count from 1 to {MAX_NUM_SMS} (the most a Hopper GPU has); got {num_sms!r}"
+        )
     try:
         available = runtime.device_info(0).num_sms if runtime.device_count() else num_sms
     except Exception:  # no usable driver: nothing to check the count against

@@ -6,10 +6,12 @@ Values are read when asked for (not cached at import), so tests and long-running
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import EnvError
+from .limits import MAX_NUM_SMS
 
 
 @dataclass(frozen=True)
@@ -19,33 +21,100 @@ class EnvVar:
     help: str
 
 
+#: The values an on/off variable accepts (any case, surrounding spaces ignored); anything else is refused.
+FLAG_ON = ("1", "true", "yes", "on")
+FLAG_OFF = ("0", "false", "no", "off", "")
+FLAG_VALUES = "1, true, yes or on (on), or 0, false, no, off or empty (off)"
+
 VARIABLES: tuple[EnvVar, ...] = (
-    EnvVar("DGX_CACHE_DIR", "$XDG_CACHE_HOME/dgx or ~/.cache/dgx", "Root of the on-disk kernel cache."),
+    EnvVar("DGX_CACHE_DIR", "$XDG_CACHE_HOME/dgx or ~/.cache/dgx", "Root of the on-disk kernel cache (an absolute path)."),
     EnvVar("DGX_JIT_STRICT", "0", "1: compiling a kernel at run time is an error (production servers)."),
     EnvVar("DGX_JIT_DEBUG", "0", "1: print each compile (kernel, options, time) and each cache miss."),
     EnvVar("DGX_JIT_PRINT_COMPILER_COMMAND", "0", "1: print the NVRTC options of every compile."),
     EnvVar("DGX_JIT_LINEINFO", "0", "1: compile with -lineinfo (source lines in profilers); part of the key."),
     EnvVar("DGX_JIT_PTXAS_VERBOSE", "0", "1: ptxas -v (registers, spills) printed for every compile."),
     EnvVar("DGX_JIT_DUMP_DIR", "", "If set: write each compiled kernel's source, PTX, cubin and (with nvdisasm installed) SASS there."),
-    EnvVar("DGX_SASS_INTERLEAVE", "auto", "auto|on|off: the FFMA yield/reuse SASS pass (README says what auto does)."),
+    EnvVar("DGX_SASS_INTERLEAVE", "auto", "auto|on|off: the FFMA yield/reuse SASS pass (auto: on no kernel; docs/PERFORMANCE.md says why)."),
     EnvVar("DGX_PRINT_CONFIGS", "0", "1: print the kernel config the heuristic picks for each new shape."),
-    EnvVar("DGX_NUM_SMS", "", "Use this many SMs (default: all of the device's)."),
+    EnvVar("DGX_NUM_SMS", "", f"Use this many SMs (default: all of the device's; at most {MAX_NUM_SMS})."),
     EnvVar("DGX_AS_DEEP_GEMM", "0", "1: `import deep_gemm` gets dgx.deep_gemm in every process of this environment (the startup hook dgx installs)."),
+)
+
+#: The on/off variables (read through :func:`_flag`).
+FLAGS = (
+    "DGX_JIT_STRICT",
+    "DGX_JIT_DEBUG",
+    "DGX_JIT_PRINT_COMPILER_COMMAND",
+    "DGX_JIT_LINEINFO",
+    "DGX_JIT_PTXAS_VERBOSE",
+    "DGX_PRINT_CONFIGS",
+    "DGX_AS_DEEP_GEMM",
 )
 
 
 def _flag(name: str) -> bool:
-    return (lookup(name)[0] or "0").strip().lower() in ("1", "true", "yes", "on")
+    """An on/off variable (or the DeepGEMM variable standing in for it): unset or empty is off; a value outside
+    FLAG_ON and FLAG_OFF raises EnvError naming the variable that holds it (a typo such as ``ture`` must not
+    silently mean off). DeepGEMM's own DG_* variables also take what DeepGEMM reads them as, an integer (0 off)."""
+    raw, holder = lookup(name)
+    if raw is None:
+        return False
+    value = raw.strip().lower()
+    if value in FLAG_ON:
+        return True
+    if value in FLAG_OFF:
+        return False
+    if holder.startswith("DG_"):
+        try:
+            return int(value) != 0
+        except ValueError:
+            pass
+    raise EnvError(holder, raw, FLAG_VALUES, "unset it for the default (off)")
+
+
+def unwritable_reason(path: Path) -> str | None:
+    """Why dgx could not create and write the directory ``path``, or None if it can. Probes the filesystem
+    (a file made and removed in it, or a directory in its nearest existing parent) instead of trusting
+    permission bits, which say yes to root even on read-only or virtual filesystems; leaves nothing behind."""
+    probe_in = path
+    while not probe_in.exists():
+        if probe_in.is_symlink():
+            return f"{probe_in} is a broken symbolic link"
+        if probe_in.parent == probe_in:
+            break
+        probe_in = probe_in.parent
+    if not probe_in.is_dir():
+        return f"{probe_in} is a file, not a directory" if probe_in != path else "it is not a directory"
+    try:
+        if probe_in == path:
+            with tempfile.TemporaryFile(dir=probe_in):
+                pass
+        else:
+            os.rmdir(tempfile.mkdtemp(prefix=".dgx-probe-", dir=probe_in))
+    except OSError as exc:
+        what = "write in" if probe_in == path else "create a directory in"
+        return f"cannot {what} {probe_in}: {exc.strerror or exc}"
+    return None
 
 
 def cache_root() -> Path:
     """The kernel cache root: $DGX_CACHE_DIR (or DeepGEMM's $DG_JIT_CACHE_DIR), else $XDG_CACHE_HOME/dgx, else
-    ~/.cache/dgx."""
-    explicit = (lookup("DGX_CACHE_DIR")[0] or "").strip()
+    ~/.cache/dgx.
+
+    A relative DGX_CACHE_DIR raises EnvError (it would put a cache wherever a command happens to run); a
+    relative XDG_CACHE_HOME is ignored, as the XDG base-directory rules say."""
+    raw, holder = lookup("DGX_CACHE_DIR")
+    explicit = (raw or "").strip()
     if explicit:
-        return Path(explicit).expanduser()
+        path = Path(explicit).expanduser()
+        if not path.is_absolute():
+            raise EnvError(
+                holder, raw, "an absolute path (or one starting with ~)",
+                "a relative one would put a kernel cache wherever a command runs; give the full path",
+            )
+        return path
     xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    base = Path(xdg).expanduser() if xdg and Path(xdg).expanduser().is_absolute() else Path.home() / ".cache"
     return base / "dgx"
 
 
@@ -70,13 +139,23 @@ def ptxas_verbose() -> bool:
 
 
 def dump_dir() -> Path | None:
-    """$DGX_JIT_DUMP_DIR; else, with one of DeepGEMM's DG_JIT_DUMP_PTX/_SASS/_ASM on, <cache root>/dumps."""
-    value = os.environ.get("DGX_JIT_DUMP_DIR", "").strip()
+    """Where compiled kernels are dumped: $DGX_JIT_DUMP_DIR; else, with one of DeepGEMM's DG_JIT_DUMP_PTX/_SASS/_ASM
+    on, <cache root>/dumps; else None. A directory dgx cannot create or write raises EnvError naming the variable,
+    so a compile is refused before it starts rather than failing after it."""
+    raw = os.environ.get("DGX_JIT_DUMP_DIR", "")
+    value = raw.strip()
     if value:
-        return Path(value).expanduser()
-    if any(_flag(name) for name in _DUMP_FLAGS):
-        return cache_root() / DEEPGEMM_DUMP_SUBDIR
-    return None
+        path, holder = Path(value).expanduser(), "DGX_JIT_DUMP_DIR"
+    elif any(_flag(name) for name in _DUMP_FLAGS):
+        holder = next(name for name in _DUMP_FLAGS if _flag(name))
+        path, raw = cache_root() / DEEPGEMM_DUMP_SUBDIR, os.environ[holder]
+    else:
+        return None
+    why = unwritable_reason(path)
+    if why is not None:
+        raise EnvError(holder, raw, f"a dump directory dgx can create and write ({path}: {why})",
+                       "point DGX_JIT_DUMP_DIR at a writable directory, or unset it")
+    return path
 
 
 def sass_interleave() -> str:
@@ -100,9 +179,10 @@ def num_sms_override() -> int | None:
         n = int(value)
     except ValueError:
         n = 0
-    if n <= 0:
+    if not 0 < n <= MAX_NUM_SMS:
         raise EnvError(
-            "DGX_NUM_SMS", raw, "a positive integer (the SM count to plan kernels for, e.g. 132)",
+            "DGX_NUM_SMS", raw,
+            f"an SM count from 1 to {MAX_NUM_SMS} (the most a Hopper GPU has; e.g. 132 for H100 SXM)",
             "set it to the SMs the servers use, or unset it to use all of the GPU's",
         )
     return n
@@ -114,7 +194,13 @@ def as_deep_gemm() -> bool:
 
 
 # Variables whose value is checked, and the function that checks it (raising EnvError).
-_CHECKED = {"DGX_SASS_INTERLEAVE": sass_interleave, "DGX_NUM_SMS": num_sms_override}
+_CHECKED = {
+    "DGX_CACHE_DIR": cache_root,
+    "DGX_JIT_DUMP_DIR": dump_dir,
+    "DGX_SASS_INTERLEAVE": sass_interleave,
+    "DGX_NUM_SMS": num_sms_override,
+    **{name: (lambda name=name: _flag(name)) for name in FLAGS},
+}
 
 
 def problems() -> dict[str, str]:
@@ -126,6 +212,13 @@ def problems() -> dict[str, str]:
         except EnvError as exc:
             out[name] = str(exc)
     return out
+
+
+def check() -> None:
+    """Raise the EnvError of the first variable set to a value dgx cannot use (commands call it before any
+    work, so a bad value stops them at once instead of where it is first read)."""
+    for check_one in _CHECKED.values():
+        check_one()
 
 
 # --- DeepGEMM's variables (DG_*) ---------------------------------------------------------------------------------

@@ -149,9 +149,9 @@ STREAM_B_NARROW_MIN_BYTES = 12 << 20
 def with_streamed_b(config: GemmConfig, m: int) -> GemmConfig:
     """`config` with B's loads marked L2 evict-first where the grid has one row of M tiles, so every B tile is read
     once: the stream then leaves other kernels' lines (and their pending write-backs) in L2. Measured on the dense
-    decode shapes (M 64 and 128, kernel-only, PERFLOG L2 policy): 6-15% faster after DESIGN.md's flush, which
-    leaves L2 dirty, and within 1% with a clean L2, except 64-row N 4096 K 7168 (2% slower clean, 12% faster
-    dirty). Not for short K (STREAM_B_MIN_K), nor for 16-column tiles over less than STREAM_B_NARROW_MIN_BYTES of
+    decode shapes (M 64 and 128, kernel-only, PERFLOG L2 policy): 6-15% faster after the benchmark's flush
+    (docs/METHOD.md), which leaves L2 dirty, and within 1% with a clean L2, except 64-row N 4096 K 7168 (2% slower
+    clean, 12% faster dirty). Not for short K (STREAM_B_MIN_K), nor for 16-column tiles over less than STREAM_B_NARROW_MIN_BYTES of
     B."""
     if config.layout != Layout.DENSE or config.wgrad or config.split_k > 1:
         return config

@@ -177,6 +177,7 @@ def build_cubin(
     DGX_JIT_DEBUG=1 prints the compile (options, time, SASS pass); DGX_JIT_DUMP_DIR=<dir> writes the source
     (.cu), NVRTC's PTX (.ptx), the cubin (.cubin) and, where nvdisasm is installed, its SASS (.sass) there.
     """
+    env.check()  # a DGX_* value dgx cannot use stops the compile before it starts, not after
     if sass is None:
         sass = sass_pass_settings()
     debug, dump = env.jit_debug(), env.dump_dir()

@@ -35,3 +35,6 @@ K_ALIGN = TMA_STRIDE_ALIGN
 K_GROUP_ALIGN = 128
 #: The only architecture the kernels are written for (wgmma, setmaxnreg, TMA multicast).
 SUPPORTED_ARCH = "sm_90a"
+#: The most SMs a kernel can be planned for: a full GH100 die has 144 (H100 SXM and H200 enable 132); the
+#: persistent kernels launch one CTA per SM, so a larger count only describes a GPU that does not exist.
+MAX_NUM_SMS = 144

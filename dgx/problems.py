@@ -121,6 +121,18 @@ def check_problem(
         _at_most(groups * m, m_field, label, what, f"{groups} x {m}")
 
 
+def check_num_sms(value: object, label: str = "num_sms") -> int:
+    """Return ``value`` if kernels can be planned for that many SMs (1 to :data:`dgx.limits.MAX_NUM_SMS`), else
+    raise ProblemError naming ``label`` (``--num-sms`` on the CLI)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= limits.MAX_NUM_SMS:
+        raise ProblemError(
+            label,
+            f"expected an SM count from 1 to {limits.MAX_NUM_SMS} (the most a Hopper GPU has; 132 on H100 SXM), "
+            f"got {value!r}",
+        )
+    return value
+
+
 def check_arch(arch: object) -> str:
     """Return ``arch`` if the kernels can be compiled for it (sm_90a only), else raise ArchError."""
     if arch != limits.SUPPORTED_ARCH:

@@ -31,12 +31,16 @@ from . import compile_cost, enumeration, families, interrupts, jit, plan_record,
 from .families import MqaSpec, ShapeSpec
 from .jit import KernelSource
 from .kinds import Layout
-from .problems import GROUPED_KINDS, KINDS, ProblemError, check_arch  # KINDS: the GEMM-like kinds (dgx.bench)
+from .problems import GROUPED_KINDS, KINDS, ProblemError, check_arch, check_num_sms  # KINDS: the GEMM-like kinds (dgx.bench)
 
 #: Every field a shapes-file entry may hold: `kind`, `note` and the fields of every kind (dgx/families).
 FIELDS = ("kind",) + tuple(dict.fromkeys(f for k in families.all_kinds() for f in k.fields)) + ("note",)
 
 DEFAULT_MAX_M = 8192
+#: The largest M warmup enumerates for (--max-m, an entry's max_m or m). It asks the heuristics about every
+#: block boundary up to M: about 33,000 questions per entry at 2**20 (under a minute of CPU), but tens of
+#: millions, for days, near the kernels' own limit of 2**31 - 256.
+MAX_WARM_M = 1 << 20
 DEFAULT_NUM_SMS = 132  # H100 / H800 SXM
 DEFAULT_ARCH = "sm_90a"
 
@@ -59,12 +63,16 @@ def _positive_int(entry: dict, idx: int, name: str, required: bool) -> int | Non
     return value
 
 
-def parse_shapes(data: Any, *, on_unknown_field: Callable[[str], None] | None = None) -> list[ShapeSpec]:
+def parse_shapes(
+    data: Any, *, on_unknown_field: Callable[[str], None] | None = None, m_with_max_m: bool = False
+) -> list[ShapeSpec]:
     """Validates the decoded JSON of a shapes file; raises ShapesFileError naming the entry and field.
 
     A field outside :data:`FIELDS` is an error, unless ``on_unknown_field`` is given: then it is
     called with a message naming the entry and the field, and the field is ignored (``dgx bench``
-    warns about such fields instead of refusing the file).
+    warns about such fields instead of refusing the file). An entry with both ``m`` and ``max_m`` is an
+    error unless ``m_with_max_m``: warmup would have to pick one of them as the largest M (``dgx bench`` reads
+    both: the M it times and the masked kind's M_max).
     """
     if not isinstance(data, list):
         raise ShapesFileError(f"expected a JSON list of shape entries at the top level, got {type(data).__name__}")
@@ -97,6 +105,11 @@ def parse_shapes(data: Any, *, on_unknown_field: Callable[[str], None] | None = 
             if field_name in entry and field_name not in kind.fields + ("kind", "note"):
                 takes = ", ".join(kind.fields[:-1]) + " and " + kind.fields[-1] if len(kind.fields) > 1 else kind.fields[0]
                 raise ShapesFileError(f"entry {idx}: field {field_name!r}: kind {name!r} takes {takes}, not {field_name}")
+        if "m" in entry and "max_m" in entry and not m_with_max_m:
+            raise ShapesFileError(
+                f"entry {idx}: field 'm': expected either 'max_m' (the largest M to warm for) or 'm' (the "
+                f"benchmark's M, which stands in for it), got both (m={entry['m']!r}, max_m={entry['max_m']!r})"
+            )
         try:
             specs.append(kind.parse(entry, lambda f: f"field {f!r}"))
         except ProblemError as exc:
@@ -105,11 +118,11 @@ def parse_shapes(data: Any, *, on_unknown_field: Callable[[str], None] | None = 
 
 
 def load_shapes_file(
-    path: str | os.PathLike, *, on_unknown_field: Callable[[str], None] | None = None
+    path: str | os.PathLike, *, on_unknown_field: Callable[[str], None] | None = None, m_with_max_m: bool = False
 ) -> list[ShapeSpec]:
     """Reads and validates a shapes file; errors name the file, the entry index and the field.
 
-    ``on_unknown_field`` is passed to :func:`parse_shapes`.
+    ``on_unknown_field`` and ``m_with_max_m`` are passed to :func:`parse_shapes`.
     """
     path = os.fspath(path)
     try:
@@ -117,12 +130,17 @@ def load_shapes_file(
             text = f.read()
     except OSError as exc:
         raise ShapesFileError(f"shapes file {path}: expected a readable file, got {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ShapesFileError(
+            f"shapes file {path}: expected JSON text (UTF-8), got a byte that is not UTF-8 at offset {exc.start} "
+            f"({exc.reason}): is it the right file?"
+        ) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ShapesFileError(f"shapes file {path}: expected JSON, got an error at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     try:
-        return parse_shapes(data, on_unknown_field=on_unknown_field)
+        return parse_shapes(data, on_unknown_field=on_unknown_field, m_with_max_m=m_with_max_m)
     except ShapesFileError as exc:
         raise ShapesFileError(f"shapes file {path}: {exc}") from None
 
@@ -220,9 +238,38 @@ def _check_positive(name: str, value: object) -> None:
 
 
 def _check_plan_args(entries: list, max_m: int, num_sms: int, arch: str, jobs: int) -> None:
-    for name, value in (("max_m", max_m), ("num_sms", num_sms), ("jobs", jobs)):
+    for name, value in (("max_m", max_m), ("jobs", jobs)):
         _check_positive(name, value)
-    check_arch(arch)  # (each entry's own fields are checked by its kind: dgx/families)
+    check_num_sms(num_sms)
+    check_arch(arch)
+    check_warm_range(entries, max_m)  # (each entry's own fields are checked by its kind: dgx/families)
+
+
+_WARM_LIMIT_TEXT = f"at most {MAX_WARM_M} (2**20: warmup asks the heuristics about every block boundary up to M)"
+
+
+def check_warm_max_m(value: object, label: str = "max_m") -> int:
+    """Return ``value`` if warmup can enumerate M up to it (1 to MAX_WARM_M), else raise ShapesFileError naming
+    ``label`` (``--max-m`` on the CLI)."""
+    _check_positive(label, value)
+    if value > MAX_WARM_M:
+        raise ShapesFileError(f"{label}: expected {_WARM_LIMIT_TEXT}, got {value}")
+    return value
+
+
+def check_warm_range(entries: Iterable[Any], max_m: int, *, where: str = "") -> None:
+    """Raise ShapesFileError unless the range of M warmup would enumerate for each entry of a kind with a range of
+    M (its ``max_m``, else its ``m``, else ``max_m``) stays within MAX_WARM_M; the message names the entry and
+    the field, after ``where`` (e.g. ``shapes file x.json: ``). Cheap: called before anything is enumerated."""
+    check_warm_max_m(max_m)
+    for idx, spec in enumerate(entries):
+        if not hasattr(spec, "m_limit"):  # a kind whose kernels do not depend on M (the MQA logits)
+            continue
+        field_name = ("max_m" if getattr(spec, "max_m", None) is not None
+                      else "m" if getattr(spec, "m", None) is not None else None)
+        value = spec.m_limit(max_m)
+        if field_name is not None and value > MAX_WARM_M:
+            raise ShapesFileError(f"{where}entry {idx}: field {field_name!r}: expected {_WARM_LIMIT_TEXT}, got {value}")
 
 
 def plan(

@@ -61,7 +61,7 @@ def check_group_rows(d, a, b, g: int, start: int, rows: int, *, max_rel: float =
 
 
 def bench_cold_l2(fn, warm: int = 5, reps: int = 30) -> float:
-    """DESIGN.md timing for the device scripts: µs of `fn`, median of `reps` calls, each after zeroing
+    """docs/METHOD.md's timing for the device scripts: µs of `fn`, median of `reps` calls, each after zeroing
     a 1 GB buffer (cold L2), CUDA events around the call, `warm` calls first."""
     import statistics
 
@@ -91,7 +91,7 @@ def round_order(count: int, round_index: int) -> list[int]:
 
 
 def l2_flushes(clean: bool = True) -> dict:
-    """The flushes the device experiments time after: "dirty", DESIGN.md's (1 GB zeroed, which leaves L2 full of
+    """The flushes the device experiments time after: "dirty", docs/METHOD.md's (1 GB zeroed, which leaves L2 full of
     dirty lines), and with `clean` also "clean" (that, then 256 MB read, so the dirty lines are written back first
     and L2 ends full of clean ones; PERFLOG, L2 policy)."""
     from dgx.bench.timing import L2Flusher

@@ -93,8 +93,11 @@ def test_main_writes_reports_and_exit_codes(monkeypatch, tmp_path):
     pytest.importorskip("matplotlib")
     rc = bench.main("all", None, True, 2, *paths, echo=echo)
     assert rc == EXIT_OK
-    for p in paths:
-        assert (tmp_path / p.split("/")[-1]).stat().st_size > 0
+    suites = list(dict.fromkeys(c.shape.suite for c in results.repeats[0].cases))
+    plots = [f"r-{suite}.png" for suite in suites]  # one plot per suite of the run
+    for name in ["r.json", "r.md", *plots]:
+        assert (tmp_path / name).stat().st_size > 0 and f"wrote {tmp_path / name}" in echo.text
+    assert len(suites) > 1 and not (tmp_path / "r.png").exists()
     assert "Dense GEMM" in echo.text
     # the weight-gradient suites are compared with DeepGEMM's figures like the others
     md = (tmp_path / "r.md").read_text()

@@ -235,7 +235,7 @@ def test_markdown(tmp_path):
 
 # ---- the weight-gradient suites against DeepGEMM's figures ---------------------------------------
 
-W_NO_ANCHOR = make_shape("wgrad", 7168, 2112, 2048)  # ANCHORS.md has no K = 2048 weight gradient
+W_NO_ANCHOR = make_shape("wgrad", 7168, 2112, 2048)  # docs/PEERS.md has no K = 2048 weight gradient
 W8 = make_shape("wgrad", 16384, 7168, 8192)  # anchor 921 TFLOPS
 KG4 = make_shape("k_grouped", 7168, 4096, 8192, groups=4)  # anchor 923 TFLOPS
 WG_TIMES = [

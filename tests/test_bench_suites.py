@@ -16,7 +16,7 @@ def test_dense_suite_is_the_18_anchor_shapes():
 
 
 def test_dense_bytes_formula_matches_anchor_gbps():
-    # ANCHORS.md's GB/s column is (M·K + K·N + 2·M·N) / t: the same formula must give the same figure
+    # docs/PEERS.md's GB/s column is (M·K + K·N + 2·M·N) / t: the same formula must give the same figure
     for s in S.builtin_suite("dense"):
         a = S.DENSE_ANCHORS[(s.m, s.n, s.k)]
         assert s.bytes_moved == s.m * s.k + s.k * s.n + 2 * s.m * s.n
@@ -71,7 +71,7 @@ def test_wgrad_and_k_grouped_suites():
 
 
 def test_weight_gradient_anchors_cover_their_suites():
-    """ANCHORS.md's weight-gradient tables: one row per built-in shape, keyed the way the suites define M, N, K."""
+    """docs/PEERS.md's weight-gradient tables: one row per built-in shape, keyed the way the suites define M, N, K."""
     wgrad = S.builtin_suite("wgrad")
     assert {(s.m, s.n, s.k) for s in wgrad} == set(S.WGRAD_ANCHORS)
     kg = S.builtin_suite("k_grouped")
@@ -79,7 +79,7 @@ def test_weight_gradient_anchors_cover_their_suites():
     for s in wgrad + kg:
         a = S.anchor_for(s)
         assert a is not None, s.label
-        # ANCHORS.md's µs and TFLOPS agree through the suite's own FLOP count (k_grouped: the base k per group)
+        # docs/PEERS.md's µs and TFLOPS agree through the suite's own FLOP count (k_grouped: the base k per group)
         assert s.flops / (a["us"] * 1e-6) / 1e12 == pytest.approx(a["tflops"], rel=0.01), s.label
         assert S.anchor_for(s, "kernel") is None  # measured with CUDA events: no kernel-only figure
 
@@ -100,7 +100,7 @@ def test_weight_gradient_anchor_values(shape, tflops, us):
 
 
 def test_weight_gradient_shapes_without_an_anchor():
-    assert S.anchor_for(S.make_shape("wgrad", 7168, 2112, 2048)) is None  # K not in ANCHORS.md
+    assert S.anchor_for(S.make_shape("wgrad", 7168, 2112, 2048)) is None  # K not in docs/PEERS.md
     assert S.anchor_for(S.make_shape("wgrad", 2112, 7168, 4096)) is None  # M and N swapped: another output
     assert S.anchor_for(S.make_shape("k_grouped", 4096, 7168, 4096, groups=4)) is None  # M and N swapped
     assert S.anchor_for(S.make_shape("k_grouped", 7168, 4096, 4096, groups=2)) is None  # other group count

@@ -219,7 +219,7 @@ def test_kernel_timer_compares_with_deepgemms_kernel_only_anchors():
     assert DENSE_KERNEL_ANCHORS_US[(64, 7168, 16384)] == 52.1
     s = summarize(_results(timer="kernel"))
     ca, cb = s.suite("dense").cases
-    assert ca.anchor is None  # ANCHORS.md has no kernel-only time for 4096×4096×7168: no mixed clocks
+    assert ca.anchor is None  # docs/PEERS.md has no kernel-only time for 4096×4096×7168: no mixed clocks
     assert cb.anchor["us"] == 52.1 and cb.anchor["tflops"] == pytest.approx(B.flops / 52.1e-6 / 1e12)
     assert cb.vs_anchor == pytest.approx(52.1 / 80.0)
     assert s.suite("masked").cases[0].anchor is None

@@ -1,4 +1,4 @@
-"""fp8_gemm_nt on the GPU: correctness on the ANCHORS.md shapes and odd shapes, determinism, graphs."""
+"""fp8_gemm_nt on the GPU: correctness on the dense suite's shapes (docs/PEERS.md) and odd shapes, determinism, graphs."""
 
 import itertools
 

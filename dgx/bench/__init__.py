@@ -6,7 +6,8 @@ Entry points:
 * :func:`main` — what the ``dgx bench`` command calls; returns the exit code.
 * :func:`run_suite` — run and return a :class:`~dgx.bench.results.BenchResults` (for scripts).
 * :func:`summarize`, :func:`render_table`, :func:`render_markdown`, :func:`write_json`,
-  :func:`load_json`, :func:`write_plot` — reports from recorded results (no GPU needed).
+  :func:`load_json`, :func:`write_plots` (one PNG per suite), :func:`write_plot` — reports from recorded results
+  (no GPU needed); ``python -m dgx.bench.replot`` redraws them from recorded JSON.
 
 Importing this package imports neither torch nor triton nor matplotlib.
 """
@@ -24,6 +25,7 @@ from .report import (
     write_json,
     write_markdown,
     write_plot,
+    write_plots,
 )
 from .results import BenchResults, summarize
 from .runner import NO_GPU_PREFIX, NoGpu, TimerUnavailable, dgx_failures, gpu_problem, run_suite
@@ -40,6 +42,7 @@ __all__ = [
     "write_json",
     "write_markdown",
     "write_plot",
+    "write_plots",
     "load_json",
     "BenchResults",
     "ShapesFileError",
@@ -153,8 +156,8 @@ def main(
             write_markdown(results, markdown_path)
             echo(f"wrote {markdown_path}")
         if plot_path:
-            write_plot(results, plot_path, summary)
-            echo(f"wrote {plot_path}")
+            for written in write_plots(results, plot_path, summary):
+                echo(f"wrote {written}")
     except (OSError, PlotUnavailable) as e:
         echo(f"dgx bench: could not write a report: {e}")
         return EXIT_USAGE

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-DENSE_SHAPE = (64, 2112, 7168)  # ANCHORS.md's decode shape (M, N, K)
+DENSE_SHAPE = (64, 2112, 7168)  # the dense suite's first decode shape (M, N, K); docs/PEERS.md section 2
 M_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 96, 112, 128)  # 13 decode batch sizes
 """The row counts the changing-M patterns cycle through."""
 OFFSET_STEP = 7  # fresh slices start this many row blocks further on each call (pointers change every call)

@@ -3,7 +3,7 @@
 The reference marks what it expects: a finite logit, ``-inf`` (a position the query may not see) or NaN
 (a position the call may leave as it was: not compared). The check demands ``-inf`` exactly where the
 reference has it, a finite value everywhere else it compares, and returns ``calc_diff`` over the finite
-positions (DESIGN.md's figure, compared with the benchmark's tolerance by the caller).
+positions (docs/METHOD.md's figure, compared with the benchmark's tolerance by the caller).
 """
 
 from __future__ import annotations

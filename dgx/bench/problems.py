@@ -90,7 +90,7 @@ def dequant_block(q, s):
 
 
 def calc_diff(x, y) -> float:
-    """``1 − 2Σxy / Σ(x² + y²)`` in float64 (DESIGN.md): 0 for equal tensors."""
+    """``1 − 2Σxy / Σ(x² + y²)`` in float64 (docs/METHOD.md): 0 for equal tensors."""
     x = x.double()
     y = y.double()
     denom = (x * x + y * y).sum()

@@ -1,12 +1,13 @@
-"""Reports of benchmark results: terminal table, Markdown, JSON and a PNG plot.
+"""Reports of benchmark results: terminal table, Markdown, JSON and PNG plots (one per suite).
 
 Everything here works from recorded results (:class:`~dgx.bench.results.BenchResults`), with no GPU
 and no torch: ``load_json`` reads a recorded run back, so reports can be re-rendered anywhere.
-matplotlib is imported only by :func:`write_plot` (a clear error if it is missing).
+matplotlib is imported only by :func:`write_plot` and :func:`write_plots` (a clear error if it is missing).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from typing import Any
@@ -318,7 +319,7 @@ def render_table(results: BenchResults, summary: Summary | None = None) -> str:
     if s.repeats > 1:
         out.append(f"{s.repeats} repeats; µs is the median over repeats of each repeat's median")
     out.append("")
-    out.append(f"Ceilings (measured in this run, {s.timer} timer; ANCHORS.md H100 for reference)")
+    out.append(f"Ceilings (measured in this run, {s.timer} timer; docs/PEERS.md's H100 run for reference)")
     out.append(_ascii_table(["ceiling", "measured", "spread", "H100 anchor"], _ceiling_rows(s)))
     line = hbm_line(s)
     if line:
@@ -375,8 +376,8 @@ def render_markdown(results: BenchResults, summary: Summary | None = None) -> st
         f"Method: {s.timer} timer, {TIMER_METHOD.get(s.timer, s.timer)}; 1 GB zeroed before each call (cold L2), "
         f"{st.get('warmup', 5)} warm-ups, "
         f"{st.get('iters', 30)} timed calls, median; {s.repeats} repeat(s). Every implementation was checked "
-        f"(calc_diff < {st.get('diff_tolerance', 1e-3):g}) before it was timed. DeepGEMM figures are the ANCHORS.md "
-        f"anchors ({ANCHOR_DEVICE}), not measured in this run"
+        f"(calc_diff < {st.get('diff_tolerance', 1e-3):g}) before it was timed. DeepGEMM figures are the H100 "
+        f"reference lines of docs/PEERS.md ({ANCHOR_DEVICE}), not measured in this run"
         + (
             ": its kernel-only times, on the clock of this run (the dense decode shapes it has them for)."
             if s.timer == "kernel"
@@ -508,11 +509,32 @@ def check_matplotlib() -> None:
         ) from None
 
 
+def plot_paths(path: str, suites: list[str]) -> dict[str, str]:
+    """Where :func:`write_plots` puts each suite's PNG: ``path`` itself for one suite; for several, one file per
+    suite beside it, ``<stem>-<suite><suffix>`` (``bench.png`` -> ``bench-dense.png``, ``bench-mqa.png``, ...)."""
+    if len(suites) == 1:
+        return {suites[0]: path}
+    stem, suffix = os.path.splitext(path)
+    return {suite: f"{stem}-{suite}{suffix or '.png'}" for suite in suites}
+
+
+def write_plots(results: BenchResults, path: str, summary: Summary | None = None) -> list[str]:
+    """One PNG per suite of ``results`` (:func:`write_plot` of that suite alone), at :func:`plot_paths`; returns
+    the paths written, in the suites' order."""
+    s = summary or summarize(results)
+    if not s.suites:
+        raise ValueError("no results to plot")
+    paths = plot_paths(path, [suite.suite for suite in s.suites])
+    for suite in s.suites:
+        write_plot(results, paths[suite.suite], dataclasses.replace(s, suites=[suite]))
+    return list(paths.values())
+
+
 def write_plot(results: BenchResults, path: str, summary: Summary | None = None) -> None:
     """PNG: one panel per suite; per shape, grouped TFLOPS bars of dgx and the peers (dgx's value
     written on its bar, × where an implementation did not run or failed); the FP8 ceiling as a
     dashed line; each shape's roofline (the bound the measured ceilings allow) as a black tick;
-    DeepGEMM's H100 anchor as a diamond where ANCHORS.md has one."""
+    DeepGEMM's H100 reference figure (docs/PEERS.md) as a diamond where there is one."""
     check_matplotlib()
     import matplotlib
 
@@ -602,13 +624,18 @@ def write_plot(results: BenchResults, path: str, summary: Summary | None = None)
     if any_roof:
         handles.append(Line2D([], [], color="k", linewidth=1.6, label="roofline: FP8 ceiling / copy bandwidth"))
     if any_anchor:
-        handles.append(Line2D([], [], color="#9467bd", marker="D", linestyle="none", label="DeepGEMM (anchor, H100)"))
+        handles.append(Line2D([], [], color="#9467bd", marker="D", linestyle="none",
+                              label="DeepGEMM, H100 reference run (docs/PEERS.md)"))
     if any_missing:
         handles.append(Line2D([], [], color="k", marker="x", linestyle="none", label="× not run / failed"))
     env = results.env
-    fig.suptitle(f"dgx bench — {env.get('device', '?')} — {env.get('date', '?')}", fontsize=12)
-    fig.legend(handles=handles, loc="upper center", ncol=min(3 if ref_lines else 5, len(handles)), fontsize=8, bbox_to_anchor=(0.5, 0.985 - 0.25 / fig.get_figheight()), frameon=False)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 1.0 / fig.get_figheight()))
+    height = fig.get_figheight()
+    ncol = max(1, min(3 if ref_lines else 5, len(handles), int(width // 3.2)))  # about 3 inches a legend column
+    legend_rows = -(-len(handles) // ncol)
+    fig.suptitle(f"dgx bench — {env.get('device', '?')} — {env.get('date', '?')}", fontsize=12, y=1 - 0.08 / height)
+    fig.legend(handles=handles, loc="upper center", ncol=ncol, fontsize=8, bbox_to_anchor=(0.5, 1 - 0.3 / height),
+               frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 1 - (0.2 + 0.16 * legend_rows) / height))  # below the title and the legend
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
     fig.savefig(path, dpi=110, format="png")

@@ -213,7 +213,7 @@ def probe_timer(ctx) -> None:
 
 def measure_host(impls, ctx, seed: int, calls: int = HOST_CALLS) -> list[HostCost]:
     """CPU µs per call in the patterns engines produce (dgx.bench.host_patterns): dgx in every pattern, each peer
-    with the same tensors and with M changing on the decode shape of ANCHORS.md (64×2112×7168)."""
+    with the same tensors and with M changing on the dense suite's first decode shape (64×2112×7168)."""
     from . import host_patterns
 
     out: list[HostCost] = []

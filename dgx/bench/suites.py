@@ -6,10 +6,10 @@ recorded result says exactly what was measured.
 
 Suites
 ------
-``dense``       the 18 shapes of ANCHORS.md (``fp8_gemm_nt``, BF16 out).
-``contiguous``  ANCHORS.md's M-grouped contiguous shapes: per group ``m × U(0.7, 1.3)`` rows, each
+``dense``       the 18 shapes of docs/PEERS.md's dense table (``fp8_gemm_nt``, BF16 out).
+``contiguous``  docs/PEERS.md's M-grouped contiguous shapes: per group ``m × U(0.7, 1.3)`` rows, each
                 segment padded to 128 rows with ``m_indices = -1``.
-``masked``      ANCHORS.md's M-grouped masked shapes: ``M_max = 4096`` rows per group,
+``masked``      docs/PEERS.md's M-grouped masked shapes: ``M_max = 4096`` rows per group,
                 ``masked_m = expected × U(0.7, 1.3)``.
 ``wgrad``       dense weight gradient (FP32 ``d = c + a·bᵀ``, both operands scaled per 1×128).
 ``k_grouped``   MoE weight gradient: per group ``d[g] += A_g·B_gᵀ``, ``A_g [M, k]``, ``B_g [N, k]``.
@@ -161,7 +161,7 @@ class Shape:
 
     @property
     def bytes_moved(self) -> int:
-        """Bytes the GEMM must move at least, as DESIGN.md counts them.
+        """Bytes the GEMM must move at least, as docs/METHOD.md counts them.
 
         ``M·K + K·N + 2·M·N`` for FP8 inputs and BF16 output (grouped: valid rows only, B counted
         once per group). FP32-output suites count 4 bytes per output element, twice (``c`` read,
@@ -236,7 +236,7 @@ def make_shape(
 
 
 # --------------------------------------------------------------------------------------------------
-# the built-in suites (ANCHORS.md and the grouped issue)
+# the built-in suites (the shapes of docs/PEERS.md's tables)
 
 DENSE_MNK: tuple[tuple[int, int, int], ...] = tuple(
     (m, n, k)
@@ -368,7 +368,7 @@ def parse_shapes(data: Any, seed: int = DEFAULT_SEED) -> tuple[list[Shape], list
     """
     warnings: list[str] = []
     _refuse_fixed_kinds(data)
-    specs = _warmup.parse_shapes(data, on_unknown_field=warnings.append)
+    specs = _warmup.parse_shapes(data, on_unknown_field=warnings.append, m_with_max_m=True)
     return _bench_shapes(specs, seed, warnings), warnings
 
 
@@ -408,7 +408,7 @@ def load_shapes_file(path: str, seed: int = DEFAULT_SEED) -> tuple[list[Shape], 
     """Read and validate a shapes file (see :func:`parse_shapes`); errors name the file too."""
     warnings: list[str] = []
     try:
-        specs = _warmup.load_shapes_file(path, on_unknown_field=warnings.append)
+        specs = _warmup.load_shapes_file(path, on_unknown_field=warnings.append, m_with_max_m=True)
     except ShapesFileError:
         try:  # the clearer message where the file names an MQA suite's kind
             _refuse_fixed_kinds(_raw_entries(path))
@@ -422,7 +422,7 @@ def load_shapes_file(path: str, seed: int = DEFAULT_SEED) -> tuple[list[Shape], 
 
 
 # --------------------------------------------------------------------------------------------------
-# anchors: DeepGEMM on this workplace's H100 (ANCHORS.md)
+# anchors: DeepGEMM on an H100 (docs/PEERS.md, section 1; tests/test_docs.py checks the tables agree)
 
 ANCHOR_DEVICE = "NVIDIA H100 80GB HBM3 (SXM, 132 SMs)"
 
@@ -491,7 +491,7 @@ MASKED_ANCHORS = {
     (4, 256, 7168, 2048): {"tflops": 627.0, "us": 50.0},
 }
 
-# Weight gradients: ANCHORS.md, DeepGEMM 3fc6728, measured 2026-11-24 on the same card type with the same method
+# Weight gradients: docs/PEERS.md, DeepGEMM 3fc6728, measured 2026-11-24 on the same card type with the same method
 # (cold L2, CUDA events, median of 30).
 
 # (M, N, K) -> DeepGEMM TFLOPS, µs: dense weight gradient d = c + a·bᵀ, d [M, N] FP32, both operands 1×128
@@ -523,7 +523,7 @@ K_GROUPED_ANCHORS = {
 
 HOST_ANCHOR = {"shape": (64, 2112, 7168), "deepgemm_cpu_us_per_call": 81.0, "goal_us": 10.0}
 
-# (M, N, K) -> DeepGEMM kernel-only µs (CUPTI through torch.profiler; ANCHORS.md, decode sizes)
+# (M, N, K) -> DeepGEMM kernel-only µs (CUPTI through torch.profiler; docs/PEERS.md, decode sizes)
 DENSE_KERNEL_ANCHORS_US = {
     (64, 2112, 7168): 12.3,
     (64, 24576, 1536): 20.5,
@@ -539,8 +539,8 @@ measured with CUDA events includes launch gaps, so the clocks would not match)."
 
 
 def anchor_for(shape: Shape, timer: str = "events") -> dict[str, float] | None:
-    """DeepGEMM's figure for this shape (H100, ANCHORS.md) on the clock of ``timer``, or None where ANCHORS.md
-    has none: with ``events`` the CUDA-events tables (dense, contiguous, masked, wgrad, k_grouped), with ``kernel``
+    """DeepGEMM's figure for this shape (H100, docs/PEERS.md) on the clock of ``timer``, or None where there is
+    none: with ``events`` the CUDA-events tables (dense, contiguous, masked, wgrad, k_grouped), with ``kernel``
     the kernel-only times (dense decode shapes).
 
     Grouped anchors were measured with DeepGEMM's own random group sizes (k_grouped: each group's k drawn as

@@ -1,4 +1,4 @@
-"""GPU timing with the method of DESIGN.md, and host (CPU) cost per call.
+"""GPU timing with the method of docs/METHOD.md, and host (CPU) cost per call.
 
 Two GPU timers, chosen by name (``dgx bench --timer``, :mod:`dgx.bench.timers`), with the same protocol:
 each call preceded by zeroing a 1 GB buffer (cold L2), 5 warm-ups, 30 timed calls; median (min and max

@@ -1,14 +1,14 @@
 """dgx's BF16 GEMMs against cuBLAS (torch.matmul) and the grouped peer (torch._grouped_mm, else a loop of cuBLAS
 calls), in one process, each implementation checked against a float64 reference before it is timed.
 
-Method (DESIGN.md): before each call a 1 GB buffer is zeroed (cold L2), 5 warm-ups, 30 timed calls, median; CUDA
+Method (docs/METHOD.md): before each call a 1 GB buffer is zeroed (cold L2), 5 warm-ups, 30 timed calls, median; CUDA
 events around each call (``--timer kernel``: kernel-only, CUPTI through torch.profiler). Within a problem the
 implementations run in alternating order per round (``--rounds``, default 2): the figure is the median of the
 rounds' medians.
 
-Problems: the 18 dense FP8 anchor shapes of ANCHORS.md run in BF16 (M 64, 128, 4096 x (N, K)), in every form of
-``--forms`` (default nt); masked (ANCHORS.md's: M_max 4096 per group, counts expected x U(0.7, 1.3)); contiguous
-(ANCHORS.md's: groups x expected rows x U(0.7, 1.3), aligned to 128); K-grouped (groups x (M, N), k per group
+Problems: the 18 dense FP8 anchor shapes of docs/PEERS.md run in BF16 (M 64, 128, 4096 x (N, K)), in every form of
+``--forms`` (default nt); masked (docs/PEERS.md's: M_max 4096 per group, counts expected x U(0.7, 1.3)); contiguous
+(docs/PEERS.md's: groups x expected rows x U(0.7, 1.3), aligned to 128); K-grouped (groups x (M, N), k per group
 base x U(0.7, 1.3) rounded to 128, FP32 D += a^T b). ``--suite``: a comma-separated list of dense, masked,
 contiguous, k_grouped, or all; ``--shapes`` restricts the dense suite (MxNxK items, or ``decode`` for M <= 128).
 

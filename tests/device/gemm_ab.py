@@ -1,7 +1,7 @@
 """Device experiment: the dense GEMM kernel of this tree against header variants of it (same config, same inputs),
 outputs checked against the float64 reference and compared bitwise with the first variant (unless
---diagnostic), timed kernel-only (dgx bench's kernel timer) after DESIGN.md's
-flush (and with --clean a clean one) in alternating rounds, on the decode shapes of ANCHORS.md or those given.
+--diagnostic), timed kernel-only (dgx bench's kernel timer) after the benchmark's flush (docs/METHOD.md; with
+--clean also after a clean one) in alternating rounds, on the dense suite's decode shapes or those given.
 
     python gemm_ab.py [--diagnostic] [--precompile] [--shapes MxNxK,...] [--json FILE] VARIANT ...   (tests/device/)
 
@@ -29,7 +29,7 @@ from dgx.heuristics import choose_dense  # noqa: E402
 
 NUM_SMS = 132
 ROUNDS = int(os.environ.get("PERF_ROUNDS", "3"))
-DECODE = [s for s in DENSE_MNK if s[0] <= 128]  # the dense suite's decode shapes (ANCHORS.md)
+DECODE = [s for s in DENSE_MNK if s[0] <= 128]  # the dense suite's decode shapes (docs/PEERS.md)
 
 
 def variant_config(name: str, cfg, m: int = 64):

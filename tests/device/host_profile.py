@@ -3,7 +3,7 @@
 The driver calls (tensor-map encodes, launches, stream-ordered allocations, capture queries) are replaced by
 stand-ins (tests/driver_stand_in.py) and the tensors are CPU torch tensors read as cuda:0, so what is timed
 is dgx's own Python: torch attribute reads, checks, plan and parameter caches, packing, and the Python side
-of the driver calls (argument building). Add the driver's own time to predict a device figure (DESIGN.md:
+of the driver calls (argument building). Add the driver's own time to predict a device figure (docs/METHOD.md:
 cuLaunchKernelEx about 3.7 µs through cuda-bindings, a tensor-map encode about 1.2 µs).
 
     cd tests/device && PYTHONPATH=../.. python host_profile.py [--calls N] [--rounds R] [--only KIND/NAME ...]

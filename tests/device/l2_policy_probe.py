@@ -1,7 +1,8 @@
 """Device experiment: what the cold-L2 flush leaves behind, and the L2 evict-first policy on streamed operands.
 
-DESIGN.md's flush zeroes 1 GB before each timed call, so L2 starts the call full of dirty lines; a kernel that
-streams tens of MB through L2 evicts them and HBM writes them back during its run, on top of its own traffic.
+The benchmark's flush (docs/METHOD.md) zeroes 1 GB before each timed call, so L2 starts the call full of dirty
+lines; a kernel that streams tens of MB through L2 evicts them and HBM writes them back during its run, on top of
+its own traffic.
 This script times the memory-bound kernels kernel-only after two flushes, the method's ("dirty": zero 1 GB) and
 a "clean" one (zero 1 GB, then read 256 MB, so L2 holds clean lines), for a torch copy, the dense decode GEMMs
 and the paged MQA decode kernel, each with and without the evict-first policy on its streamed operand (the
@@ -31,7 +32,7 @@ from dgx.kernels.mqa_logits import paged_config  # noqa: E402
 
 NUM_SMS = 132
 ROUNDS = int(os.environ.get("PERF_ROUNDS", "2"))
-GEMMS = [s for s in DENSE_MNK if s[0] <= 128]  # the dense suite's decode shapes (ANCHORS.md)
+GEMMS = [s for s in DENSE_MNK if s[0] <= 128]  # the dense suite's decode shapes (docs/PEERS.md)
 MASKED = [(16, 64, 4096, 7168), (32, 32, 7168, 2048)]  # groups, rows per group, N, K: the decode MoE sizes
 PAGED = [(64, 8192, 1), (64, 8192, 2), (256, 8192, 1), (1024, 8192, 1), (64, 65536, 1)]
 

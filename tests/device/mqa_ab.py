@@ -1,5 +1,5 @@
 """Device experiment: the MQA-logits kernels of this tree against header variants of them (same config, same
-inputs), outputs compared bitwise, then timed kernel-only (dgx bench's kernel timer, DESIGN.md's flush) in
+inputs), outputs compared bitwise, then timed kernel-only (dgx bench's kernel timer, docs/METHOD.md's flush) in
 alternating rounds: the paged kernel on the decode anchors of `dgx bench --suite paged_mqa` and a ragged batch, or
 with --prefill the prefill kernel on the two causal anchors of `--suite mqa` (TFLOPS on the in-window work).
 

@@ -1,4 +1,4 @@
-"""Quick dense timing against peers in one process (DESIGN.md method); the full tool is `dgx bench`.
+"""Quick dense timing against peers in one process (docs/METHOD.md); the full tool is `dgx bench`.
 
 Also sweeps a few configs per shape (each checked correct first) to calibrate the heuristic."""
 

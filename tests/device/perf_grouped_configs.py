@@ -1,5 +1,5 @@
 """Device experiment: time explicit configs of the M-grouped MoE GEMMs on the benchmark's problems
-(ANCHORS.md: contiguous group sizes m x U(0.7, 1.3), padded to 128 rows; masked counts likewise), in one
+(docs/PEERS.md: contiguous group sizes m x U(0.7, 1.3), padded to 128 rows; masked counts likewise), in one
 process, in alternating rounds. Every config is checked against the benchmark's reference first.
 
     python perf_grouped_configs.py [VARIANT:]BMxBN[sS][pP][gG][d][,...] [[m:]G,M,N,K ...]      (from tests/device/)

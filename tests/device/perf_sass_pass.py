@@ -1,5 +1,5 @@
-"""Device experiment: the FFMA interleave pass on vs off on the ANCHORS.md shapes (dense, contiguous,
-masked), alternating on/off `rounds` times in one process (DESIGN.md timing: cold L2, CUDA events,
+"""Device experiment: the FFMA interleave pass on vs off on the benchmark's shapes (dense, contiguous,
+masked), alternating on/off `rounds` times in one process (docs/METHOD.md timing: cold L2, CUDA events,
 median of 30). Outputs are checked bitwise equal between the two (the pass changes only scheduling bits).
 
 NVRTC already interleaves the promotion FFMAs (yield set on every other one), and the pass leaves such

@@ -1,4 +1,4 @@
-"""Device experiment: the fastest a kernel can read N bytes on this card, under DESIGN.md's flush and a clean one.
+"""Device experiment: the fastest a kernel can read N bytes on this card, under the benchmark's flush and a clean one.
 
 The decode GEMMs (#26) and the paged MQA decode kernel (#25) are judged by the share of the HBM peak they reach on
 the bytes they must read. This script measures what a kernel that does nothing but read reaches on the same byte

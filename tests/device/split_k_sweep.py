@@ -1,6 +1,6 @@
 """Device experiment: split-K tiles on the memory-bound dense decode shapes (M <= 128), against the
 heuristic's choice, each config checked correct first, then timed in alternating rounds with CUDA events
-(cold L2, DESIGN.md) and kernel-only (dgx bench's kernel timer: the kernel's own duration from the profiler).
+(cold L2, docs/METHOD.md) and kernel-only (dgx bench's kernel timer: the kernel's own duration from the profiler).
 
     python split_k_sweep.py [--precompile] [--json FILE] [M,N,K ...]       (from tests/device/)
 
@@ -30,7 +30,7 @@ from dgx.kernels.fp8_gemm import GemmConfig, MAX_SPLIT_K  # noqa: E402
 NUM_SMS = 132
 HBM_GBPS = 3350.0
 ROUNDS = int(os.environ.get("PERF_ROUNDS", "2"))
-DECODE = [s for s in DENSE_MNK if s[0] <= 128]  # the dense suite's decode shapes (ANCHORS.md)
+DECODE = [s for s in DENSE_MNK if s[0] <= 128]  # the dense suite's decode shapes (docs/PEERS.md)
 
 
 def candidates(m: int, n: int, k: int) -> list[tuple[str, GemmConfig]]:

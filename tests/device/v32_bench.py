@@ -1,5 +1,5 @@
 """Device benchmark of the DeepSeek-V3.2/V4 kernels of issue 39 that need no BF16 GEMM: each checked, then timed
-against its torch peer in one process, with DESIGN.md's method (1 GB zeroed before each call, CUDA events, 5
+against its torch peer in one process, with docs/METHOD.md's method (1 GB zeroed before each call, CUDA events, 5
 warm-ups, median of 30) and kernel-only (CUPTI through torch.profiler) for the memory-bound ones.
 
 - hc:   dgx.hc_prenorm.tf32_hc_prenorm_gemm on DeepGEMM's shapes (M 13 .. 8192, N 24, K 7168 .. 28672, no splits
