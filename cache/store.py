@@ -262,8 +262,9 @@ def _make_parents(path: str) -> None:
 
 
 #: Other names a cache root may hold besides its own layout: the dumps dgx writes under it for DeepGEMM's
-#: DG_JIT_DUMP_* variables, and the lost+found of a filesystem mounted as the root.
-ROOT_EXTRAS = frozenset({"dumps", "lost+found"})
+#: DG_JIT_DUMP_* variables, the plan records of dgx warmup (plans/), and the lost+found of a filesystem mounted as
+#: the root.
+ROOT_EXTRAS = frozenset({"dumps", "plans", "lost+found"})
 
 
 def _is_layout_name(name: str) -> bool:
@@ -283,7 +284,7 @@ def _check_is_cache(root: str) -> None:
         shown = ", ".join(repr(n) for n in foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
         raise CacheError(
             f"kernel cache root {root!r} is not a kernel cache: it holds {shown}, and a cache holds only tmp/, "
-            "locks/, two-hex-digit shard directories, dumps/ and lost+found; use an empty or new directory"
+            "locks/, two-hex-digit shard directories, dumps/, plans/ and lost+found; use an empty or new directory"
         )
 
 
