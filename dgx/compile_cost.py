@@ -5,10 +5,10 @@ machine; docs/notes/warmup.md), fitted to the few config traits that make a kern
 
 * a deferred tile at most 32 columns wide with at most 56 k-blocks per tile runs its whole k-loop as one
   straight-line chunk (ptx/fp8_gemm_traits.cuh kDeferChunk): NVVM and ptxas work through every k-block of it,
-  about 0.045 s per k-block and 16 columns (6 s at K 7168 and 32 columns, the slowest kernels of the preset;
+  about 0.047 s per k-block and 16 columns (6 s at K 7168 and 32 columns, the slowest kernels of the preset;
   half that for the weight gradient);
 * a BF16 tile whose columns straddle two 128-column B-scale blocks at a compile-time split (BLOCK_N 96, 160, 192,
-  224) has its k-loop compiled once per split, about 0.8 s more, and 2.2 s more again where the loop runs in
+  224) has its k-loop compiled once per split, about 0.7 s more, and 2.2 s more again where the loop runs in
   stage rounds;
 * everything else costs about half a second (MQA logits and the helpers less).
 
@@ -23,12 +23,12 @@ from math import gcd
 
 from .jit import KernelSource
 
-BASE_SECONDS = 0.45  # an ordinary FP8 GEMM kernel
-STRAIGHT_SECONDS_PER_KBLOCK_16_COLS = 0.045  # per k-block of a straight-line chunk, per 16 columns of the tile
+BASE_SECONDS = 0.51  # an ordinary FP8 GEMM kernel
+STRAIGHT_SECONDS_PER_KBLOCK_16_COLS = 0.047  # per k-block of a straight-line chunk, per 16 columns of the tile
 STRAIGHT_WGRAD_FACTOR = 0.5  # the weight gradient's straight-line chunks (a lighter promotion per k-block)
-SPLIT_SECONDS = 0.8  # a k-loop compiled once per compile-time B-scale split
+SPLIT_SECONDS = 0.73  # a k-loop compiled once per compile-time B-scale split
 SPLIT_ROUNDS_SECONDS = 2.2  # ... and run in stage rounds
-OTHER_SECONDS = 0.15  # MQA logits, helpers and other small families
+OTHER_SECONDS = 0.1  # MQA logits (0.15-0.2 s), helpers (0.03-0.1 s) and other small families
 WHOLE_LOOP_KBLOCKS = 56  # ptx/fp8_gemm_traits.cuh kWholeLoopKBlocks
 STRAIGHT_MAX_BLOCK_N = 32
 
