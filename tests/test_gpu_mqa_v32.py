@@ -172,24 +172,38 @@ def test_paged_indices_graph_replay_follows_new_lengths_and_indices():
 
 
 def test_paged_next_n_4_graph_replay():
+    """A captured schedule and logits call replayed with new context lengths up to the table's width (within
+    max_context_len, the documented precondition): first over a table whose every entry is a block of the cache,
+    then over the original table, whose entries past each sequence's first length are -1 (no block: those keys read
+    as zeros, logit 0, as documented)."""
     import dgx.mqa as mqa
 
-    batch, next_n = 40, 4
+    batch, next_n, max_len = 40, 4, 6000
     lens = _lens(batch, 100, 5000, 31)
     q, cache, w, ctx, table, values, scales = make_paged(batch, next_n, lens, 64, 128, seed=31, spare_blocks=100)
+    assert table.shape[1] * 64 <= max_len
+    original = table.clone()
+    g = torch.Generator(device="cuda").manual_seed(33)
+    spare = torch.randint(0, cache.shape[0], table.shape, device="cuda", generator=g, dtype=torch.int32)
+    filled = torch.where(original < 0, spare, original)
     sched = torch.empty(133, 2, dtype=torch.int32, device="cuda")
-    out = torch.empty(batch * next_n, 6000, device="cuda")
+    out = torch.empty(batch * next_n, max_len, device="cuda")
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
         mqa.get_paged_mqa_logits_metadata(ctx, 64, 132, out=sched)
-        mqa.fp8_paged_mqa_logits(q, cache, w, ctx, table, sched, 6000, clean_logits=True, out=out)
+        mqa.fp8_paged_mqa_logits(q, cache, w, ctx, table, sched, max_len, clean_logits=True, out=out)
     stream.synchronize()
+    compare(out, ref_paged(q, values, scales, w, ctx, table, max_len, True))
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=stream):
         mqa.get_paged_mqa_logits_metadata(ctx, 64, 132, out=sched)
-        mqa.fp8_paged_mqa_logits(q, cache, w, ctx, table, sched, 6000, clean_logits=True, out=out)
-    ctx.copy_(torch.tensor(_lens(batch, next_n, table.shape[1] * 64, 32), dtype=torch.int32, device="cuda"))
-    out.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    compare(out, ref_paged(q, values, scales, w, ctx, table, 6000, True))
+        mqa.fp8_paged_mqa_logits(q, cache, w, ctx, table, sched, max_len, clean_logits=True, out=out)
+    new_lens = torch.tensor(_lens(batch, next_n, table.shape[1] * 64, 32), dtype=torch.int32, device="cuda")
+    assert bool((new_lens > ctx).any()), "some sequence grows past its first blocks"
+    for tab in (filled, original):
+        table.copy_(tab)
+        ctx.copy_(new_lens)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        compare(out, ref_paged(q, values, scales, w, ctx, table, max_len, True))
