@@ -81,6 +81,33 @@ def test_paged_2d_lens_bf16(heads, dim, next_n):
     compare(out, ref_paged(q, values, scales, w, ctx2, table, max(lens), True), tol=1e-2)
 
 
+@pytest.mark.parametrize("dim,next_n", [(128, 3), (128, 4), (64, 4), (32, 3)])
+def test_paged_two_passes_match_one_pass_on_two_warpgroups(dim, next_n):
+    """64 heads x next_n 3/4 in two passes on three warpgroups (the default) against the whole tile on two (the
+    earlier kernel, still a valid config): -inf at the same places, the finite logits within FP32 rounding (the quad
+    reductions add in another order), both against float64."""
+    import dgx.mqa as mqa
+    from dgx.kernels.mqa_logits import MqaLogitsConfig, paged_config
+
+    batch = 37
+    lens = _lens(batch, next_n, 4000, dim + next_n)
+    q, cache, w, ctx, table, values, scales = make_paged(batch, next_n, lens, 64, dim, seed=dim * next_n)
+    sched = mqa.get_paged_mqa_logits_metadata(ctx, 64, 132)
+    max_len = max(lens) + 64
+    new = paged_config(64, dim, next_n, False)
+    assert new.pass_queries == 2 and new.math_wgs == 3
+    old = MqaLogitsConfig(64, dim, next_n, 16, True, math_wgs=2, stream_kv=True)
+    outs = []
+    for config in (new, old):
+        out = _poisoned((batch * next_n, max_len))
+        mqa.fp8_paged_mqa_logits(q, cache, w, ctx, table, sched, max_len, clean_logits=True, out=out, config=config)
+        outs.append(out)
+    ref = ref_paged(q, values, scales, w, ctx, table, max_len, True)
+    compare(outs[0], ref)
+    compare(outs[1], ref)
+    compare(outs[0], outs[1].double(), tol=1e-5)
+
+
 def _varlen_case(num_seqs: int, max_tokens: int, low: int, high: int, heads: int, seed: int):
     rng = random.Random(seed)
     tokens = [rng.randint(1, max_tokens) for _ in range(num_seqs)]
