@@ -346,8 +346,8 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedu
         logits_dtype: torch.float32 (default) or torch.bfloat16.
         indices: None, or int32 [B] with next_n = 1: one query row per token, token t of sequence indices[t] (a
             sequence's tokens consecutive, their block-table rows alike: the kernel reads the first one's), each
-            with its own context length (keys j < context_lens[t]). A sequence's tokens share their KV reads, 4 of
-            them at a time.
+            with its own context length (keys j < context_lens[t]). A sequence's tokens share their KV reads, 8 of
+            them at a time at 16 and 32 heads, 4 at 64.
         config: an MqaLogitsConfig to use instead of the default (tuning and tests): the same tile, or with
             indices any group size (block_q).
 

@@ -15,6 +15,7 @@ HEADS = (16, 32, 64)  # 16: DeepSeek-V4's indexer (beyond DeepGEMM's sm_90 kerne
 HEAD_DIMS = (32, 64, 128)
 PAGED_BLOCK_KV = 64  # tokens per block of the paged cache (the kernel's KV block)
 NEXT_NS = (1, 2, 3, 4)  # query tokens per sequence of the paged kernel (DeepGEMM's sm_90 kernel: 1 and 2)
+MAX_VARLEN_BLOCK_Q = 8  # tokens of one sequence a group of the paged kernel with indices takes at most
 WARMUP_NEXT_NS = (1, 2)  # what warmup_configs builds (extended_paged_configs lists the rest)
 SCHEDULE_THREADS = 1024
 CLEAN_THREADS = 256
@@ -112,8 +113,10 @@ class MqaLogitsConfig:
         n = self.block_q * self.heads
         if self.block_q < 1 or n > 256 or n % 16:
             problems.append(f"block_q x heads must be a multiple of 16 up to 256 (wgmma N); got {n}")
-        if self.paged and self.block_q not in NEXT_NS:
+        if self.paged and not self.varlen and self.block_q not in NEXT_NS:
             problems.append(f"a paged kernel's block_q is next_n, one of {NEXT_NS}")
+        if self.varlen and not 1 <= self.block_q <= MAX_VARLEN_BLOCK_Q:
+            problems.append(f"a varlen group takes 1..{MAX_VARLEN_BLOCK_Q} tokens")
         if self.varlen and not self.paged:
             problems.append("varlen (indices) is for the paged kernel")
         if self.paged and self.compressed:
@@ -309,9 +312,10 @@ def paged_config(heads: int, head_dim: int, next_n: int, bf16: bool, varlen: boo
 
 
 def varlen_block_q(heads: int) -> int:
-    """Tokens of one sequence a varlen group takes (a run of more is split): 4, which every group reads its KV blocks
-    for once (64 heads: N 256 in two passes; 32: N 128; 16: N 64)."""
-    return 4
+    """Tokens of one sequence a varlen group takes (a run of more is split; each group reads the run's KV blocks):
+    as many as two passes of at most 128 columns hold with the weights of every token in registers: 8 at 16 and
+    32 heads (N 128; N 256 in two passes), 4 at 64 heads (N 256 in two passes)."""
+    return 8 if heads <= 32 else 4
 
 
 def varlen_config(heads: int, head_dim: int, bf16: bool) -> MqaLogitsConfig:

@@ -11,7 +11,8 @@ alternating rounds, in one process on one card.
   M <= 137). ``--sweep`` also times every candidate config of the new kernel per case (one round), to refit the
   heuristic's constants (dgx/kernels/hc_prenorm.py).
 - mqa: the paged kernel at 64 heads, next_n 3 and 4 (two passes on three warpgroups against the whole tile on two)
-  and with indices= (groups of four tokens against two at 64 heads), beside the 64-head next_n 1 anchor of the same
+  and with indices= (groups of four tokens against two at 64 heads, of eight against four at 16), beside the 64-head
+  next_n 1 anchor of the same
   batch: GB/s and the share relative to the anchor (goal: the anchor's share). Every kernel's rows checked against
   float64 first.
 
@@ -72,7 +73,7 @@ PAGED_CASES = [
     (64, 1, 256, 8192, None, None),
     (64, 4, 256, 8192, None, old_paged(64, 4)),
     (64, 1, 256, 8192, 6, M.MqaLogitsConfig(64, 128, 2, 15, True, stream_kv=True, varlen=True)),
-    (16, 1, 256, 8192, 6, None),
+    (16, 1, 256, 8192, 6, M.MqaLogitsConfig(16, 128, 4, 15, True, stream_kv=True, varlen=True)),
 ]
 
 
