@@ -30,6 +30,14 @@ DGX_DEVICE void store_logit(void* base, int64_t index, float v) {
 
 DGX_DEVICE int clamp_int(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
+// The L2 policy for loads another group reads again soon (indices=: a run's groups over one chunk of blocks): normal
+// eviction priority, where the decode cache otherwise streams as evict-first. PTX ISA, "createpolicy".
+DGX_DEVICE uint64_t l2_evict_normal_policy() {
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(policy));
+    return policy;
+}
+
 // a[i] for a run-time i, by selects: indexing a register array at run time would move it to local memory.
 template <int kN>
 DGX_DEVICE int select_int(const int (&a)[kN], int i) {
@@ -230,9 +238,13 @@ DGX_DEVICE void for_each_paged_group(const Params& p, F&& f) {
 // schedule[blockIdx.x] to schedule[blockIdx.x + 1], each (first token of a run, block) as
 // dgx.get_paged_mqa_logits_metadata(..., indices=) makes them; a run is taken in groups of up to kBlockQ tokens, each
 // token with its own context length (keys j < context_lens[t]) and each group over the blocks of its longest one.
+// A run of more than one group walks its blocks in chunks of kVarlenChunk, every group's piece of a chunk after the
+// other's, so the later pieces read the chunk from L2: f's third argument `keep` (true but for the last group's
+// piece) asks for its loads to stay in L2 (evict-normal instead of evict-first).
 // Bounded like for_each_paged_group: the token count, the table's width, the run itself.
 template <typename T, typename Params, typename F>
 DGX_DEVICE void for_each_varlen_group(const Params& p, F&& f) {
+    constexpr int kVarlenChunk = 16;  // blocks (135 KB at D 128): 132 CTAs' chunks, 18 MB, fit L2 between two reads
     const int* row = p.schedule + 2 * blockIdx.x;
     const int t0 = ld_global_nc_s32(row), k0 = ld_global_nc_s32(row + 1);
     const int t1 = ld_global_nc_s32(row + 2), k1 = ld_global_nc_s32(row + 3);
@@ -252,11 +264,8 @@ DGX_DEVICE void for_each_varlen_group(const Params& p, F&& f) {
             end += 32;
         }
         const int begin = t == t0 ? (k0 > 0 ? k0 : 0) : 0;
-        int ids = 0;
-        if (begin + lane < p.table_width)
-            ids = ld_global_nc_s32(p.block_table + static_cast<int64_t>(t) * p.table_stride + begin + lane);
-        for (int first = t; first < end; first += T::kBlockQ) {
-            MqaGroup<T> g;
+        // Group `first` of the run: its record over blocks [from, min(to, its stop)); returns that stop.
+        auto make_group = [&](int first, int from, int to, MqaGroup<T>& g) {
             g.q_token = first;
             g.seq = t;  // the run's block-table row
             int ctx = 0;
@@ -271,9 +280,35 @@ DGX_DEVICE void for_each_varlen_group(const Params& p, F&& f) {
             int blocks = ceil_div(ctx, 64);
             blocks = blocks < p.table_width ? blocks : p.table_width;
             const int stop = t == t1 ? (k1 < blocks ? k1 : blocks) : blocks;
-            g.kv_begin = begin;
-            g.num_blocks = stop - begin;
-            if (begin < stop) f(g, ids);
+            g.kv_begin = from;
+            g.num_blocks = (stop < to ? stop : to) - from;
+            return stop;
+        };
+        auto first_ids = [&](int from) {
+            int ids = 0;
+            if (from + lane < p.table_width)
+                ids = ld_global_nc_s32(p.block_table + static_cast<int64_t>(t) * p.table_stride + from + lane);
+            return ids;
+        };
+        if (end - t <= T::kBlockQ) {
+            MqaGroup<T> g;
+            const int ids = first_ids(begin);
+            make_group(t, begin, 1 << 30, g);
+            if (g.num_blocks > 0) f(g, ids, false);
+        } else {
+            // The chunks run to the furthest stop of the run's groups (a group past its own stops early).
+            int from = begin, run_stop = begin + 1;
+            while (from < run_stop) {
+                const int ids = first_ids(from);
+                run_stop = from;
+                for (int first = t; first < end; first += T::kBlockQ) {
+                    MqaGroup<T> g;
+                    const int stop = make_group(first, from, from + kVarlenChunk, g);
+                    run_stop = stop > run_stop ? stop : run_stop;
+                    if (g.num_blocks > 0) f(g, ids, first + T::kBlockQ < end);
+                }
+                from += kVarlenChunk;
+            }
         }
         t = end;
     }
@@ -324,7 +359,11 @@ DGX_DEVICE void mqa_produce(const Params& p, const MqaSmem<T>& sm) {
     const uint64_t kv_policy = T::kStreamKv ? l2_evict_first_policy() : 0;
     uint32_t group_index = 0;
     uint32_t handed[T::kMathWarpgroups] = {};  // blocks handed to each math warpgroup so far
-    for_each_group<T>(p, [&](const MqaGroup<T>& g, int first_ids) {
+    for_each_group<T>(p, [&](const MqaGroup<T>& g, int first_ids, bool keep = false) {
+        uint64_t policy = kv_policy;
+        if constexpr (T::kVarlen) {
+            if (keep) policy = l2_evict_normal_policy();  // another group of the run reads these blocks next
+        }
         const int qs = group_index % T::kNumQStages;
         mbarrier_wait(&sm.q_empty[qs], ((group_index / T::kNumQStages) & 1) ^ 1);
         if (leader) {
@@ -360,9 +399,9 @@ DGX_DEVICE void mqa_produce(const Params& p, const MqaSmem<T>& sm) {
                     if constexpr (T::kPaged) {
                         // Ids outside [0, num_blocks) fall outside both maps: TMA fills zeros, nothing is read.
                         tma_load_3d<T::kStreamKv>(&p.tmap_kv, &sm.kv_full[s], sm.kv + s * T::kSmemKv, 0, 0, id,
-                                                  kv_policy);
+                                                  policy);
                         tma_load_2d<T::kStreamKv>(&p.tmap_scales, &sm.kv_full[s], sm.scales + s * T::kBlockKv, 0, id,
-                                                  kv_policy);
+                                                  policy);
                     } else {
                         const int row = g.kv_begin + (t0 + i) * T::kBlockKv;
                         tma_load_2d<T::kStreamKv>(&p.tmap_kv, &sm.kv_full[s], sm.kv + s * T::kSmemKv, 0, row,

@@ -135,6 +135,23 @@ def test_paged_indices(case, clean):
     compare(out, ref_paged(q, values, scales, w, ctx, table, max_len, clean))
 
 
+@pytest.mark.parametrize("heads", [16, 64])
+@pytest.mark.parametrize("ctas", [3, 7])
+def test_paged_indices_long_runs_in_chunks(heads, ctas):
+    """Runs of several groups (19 and 9 tokens: groups of 8 or 4) over long contexts (chunks of 16 blocks, each
+    group's piece after the other's), split over a few CTAs so that CTAs start and stop inside a run's blocks."""
+    import dgx.mqa as mqa
+
+    q, cache, w, ctx, table, indices, values, scales = make_varlen([19, 1, 9], [5000, 70, 3333], heads, 128, seed=ctas)
+    sched = mqa.get_paged_mqa_logits_metadata(ctx, 64, ctas, indices=indices)
+    max_len = int(ctx.max()) + 65
+    for clean in (False, True):
+        out = _poisoned((q.shape[0], max_len))
+        mqa.fp8_fp4_paged_mqa_logits((q, None), cache, w, ctx, table, sched, max_len, clean_logits=clean,
+                                     indices=indices, out=out)
+        compare(out, ref_paged(q, values, scales, w, ctx, table, max_len, clean))
+
+
 def test_paged_indices_schedule_starts_at_runs():
     import dgx.mqa as mqa
 

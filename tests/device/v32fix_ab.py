@@ -11,9 +11,10 @@ alternating rounds, in one process on one card.
   M <= 137). ``--sweep`` also times every candidate config of the new kernel per case (one round), to refit the
   heuristic's constants (dgx/kernels/hc_prenorm.py).
 - mqa: the paged kernel at 64 heads, next_n 3 and 4 (two passes on three warpgroups against the whole tile on two)
-  and with indices= (groups of four tokens against two at 64 heads, of eight against four at 16), beside the 64-head
-  next_n 1 anchor of the same batch: GB/s and the share relative to the anchor (goal: the anchor's share). Every
-  kernel's rows checked against float64 first.
+  and with indices= (groups of four tokens against two at 64 heads, of eight against four at 16: both with this
+  tree's header, whose runs of several groups share each chunk of blocks through L2; the first run's shares were
+  0.54 and 0.65), beside the 64-head next_n 1 anchor of the same batch: GB/s and the share relative to the anchor
+  (goal: the anchor's share). Every kernel's rows checked against float64 first.
 
 Writes $OUT/v32fix.json (or --json PATH) and prints one line per measurement.
 
