@@ -14,7 +14,8 @@ from . import runtime
 from .checks import expect_dtype, expect_ndim, expect_shape, views_on_one_device
 from .device import get_num_sms
 from .intmath import round_up
-from .kernels.hc_prenorm import INTERFACE, MAX_N, MAX_SPLITS, HcPrenormConfig, choose_config, launcher, tensor_maps
+from .kernels.hc_prenorm import (INTERFACE, MAX_N, MAX_SPLITS, PORTABLE_CLUSTER, HcPrenormConfig, choose_config,
+                                 cluster_fits, launcher, tensor_maps)
 from .streams import resolve_stream
 from .tensors import TensorView
 
@@ -59,15 +60,17 @@ def tf32_hc_prenorm_gemm(a, b, d, s, num_splits: int | None = None, *, stream=No
 
     Args:
         a: bfloat16 [M, K], contiguous rows, 16-byte aligned rows (a row stride that is a multiple of 8).
-        b: float32 [N, K] with 1 <= N <= 64, contiguous 16-byte aligned rows. Its values enter the tensor cores as
-            TF32 (the hardware reads the top 19 bits, as cuBLAS's TF32 GEMMs do); a's BF16 values are exact in TF32.
+        b: float32 [N, K] with 1 <= N <= 64, contiguous 16-byte aligned rows. Its values enter the tensor cores
+            rounded to TF32 (to nearest even, as torch's TF32 matmul through cuBLAS takes them); a's BF16 values are
+            exact in TF32.
         d: float32 [M, N], or [num_splits, M, N] with num_splits: written (split i holds the sum over the i-th
             range of K). Its last dimension contiguous.
         s: float32 [M], or [num_splits, M]: sum_k a[m, k]^2 in FP32 (partial per split). Last dimension contiguous.
         num_splits: None, or the number of K ranges (1..1024; ranges past K's 64-wide blocks hold zeros).
         stream: the stream to launch on (default: torch's current stream).
         config: an HcPrenormConfig to use instead of the heuristic's (tuning and tests); its n, k and splits must
-            be this call's.
+            be this call's. The heuristic may take a cluster of 16 CTAs at small M; on a device whose GPCs cannot
+            hold one it takes its best portable config instead.
 
     Raises TypeError/ValueError naming the argument before anything is launched. M = 0 is a no-op.
     """
@@ -101,7 +104,12 @@ def tf32_hc_prenorm_gemm(a, b, d, s, num_splits: int | None = None, *, stream=No
         return
     device = av.device
     if config is None:
-        config = choose_config(m, n, k, splits, get_num_sms(device))
+        num_sms = get_num_sms(device)
+        config = choose_config(m, n, k, splits, num_sms)
+        if config.cluster > PORTABLE_CLUSTER and not cluster_fits(config, device):
+            config = choose_config(m, n, k, splits, num_sms, PORTABLE_CLUSTER)
+    elif not cluster_fits(config, device):
+        raise ValueError(f"config {config}: no cluster of {config.cluster} CTAs fits on device {device}")
     if config.grid(m) > _INT32_LIMIT:
         raise ValueError(f"a, num_splits: {config.grid(m)} CTAs for M={m} and {splits} splits exceed the grid's limit")
     row_stride = d_strides[-2] if m > 1 else n

@@ -346,8 +346,10 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedu
         logits_dtype: torch.float32 (default) or torch.bfloat16.
         indices: None, or int32 [B] with next_n = 1: one query row per token, token t of sequence indices[t] (a
             sequence's tokens consecutive, their block-table rows alike: the kernel reads the first one's), each
-            with its own context length (keys j < context_lens[t]). A sequence's tokens share their KV reads, up to
-            128 / H of them (4 at most) at a time.
+            with its own context length (keys j < context_lens[t]). A sequence's tokens share their KV reads, 8 of
+            them at a time at 16 and 32 heads, 4 at 64.
+        config: an MqaLogitsConfig to use instead of the default (tuning and tests): the same tile, or with
+            indices any group size (block_q).
 
     Returns logits [B * next_n, max_context_len].
     """
@@ -394,7 +396,7 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedu
         raise ValueError(f"q, kv_cache, block_table: sizes must stay below 2**31 (B={batch}, blocks={num_blocks})")
     bf16 = dtype == "bfloat16"
     default = varlen_config(heads, dim, bf16) if iv is not None else paged_config(heads, dim, next_n, bf16)
-    config = _config_for(config, default)
+    config = _config_for(config, default, ("block_q",) if iv is not None else ())  # indices: block_q is a group size
     device = qv.device
     rows = batch * next_n
     out, ov = _output(out, (rows, max_context_len), dtype, device)

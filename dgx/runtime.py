@@ -349,6 +349,18 @@ def max_active_clusters(kernel: LoadedKernel, shape: LaunchShape) -> int:
     return int(check(drv.cuOccupancyMaxActiveClusters(kernel.function, launcher._config), "cuOccupancyMaxActiveClusters"))
 
 
+def allow_non_portable_clusters(kernel: LoadedKernel) -> None:
+    """Lets `kernel` launch with clusters of more than 8 CTAs (up to 16 on Hopper: a GPC's SMs, where it has that
+    many free); whether one fits is :func:`max_active_clusters`' answer."""
+    drv = _driver()
+    check(
+        drv.cuFuncSetAttribute(
+            kernel.function, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1
+        ),
+        "cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED)",
+    )
+
+
 #: Launch configs a Launcher keeps, one per stream it has launched on; past this many, it starts over.
 MAX_STREAM_CONFIGS = 64
 

@@ -1,12 +1,15 @@
 // The HyperConnection pre-norm GEMM: for BF16 a [M, K] and FP32 b [N, K] (N small),
-//   d[m, n] = sum_k a[m, k] * b[n, k]   on TF32 tensor cores, FP32 out;
-//   s[m]    = sum_k a[m, k]^2           in FP32 on the CUDA cores.
-// Memory-bound: a is read once, so the kernel is a TMA stream of a's rows with the math riding on it.
+//   d[m, n] = sum_k a[m, k] * tf32(b[n, k])   on TF32 tensor cores, FP32 out;
+//   s[m]    = sum_k a[m, k]^2                  in FP32 on the CUDA cores.
+// tf32() rounds to nearest even, as cuBLAS's TF32 GEMM reads an FP32 operand (a wgmma reading FP32 from shared
+// memory would drop the low 13 bits instead: a bias of ~4e-4 against torch's product); a's BF16 values are TF32
+// values already. Memory-bound: a is read once, so the kernel is a TMA stream of a's rows with the math riding on it.
 //
 // One CTA: kBlockM rows (one or two math warpgroups of 64) and one range of K, handed by a producer warp through a
-// ring of stages (a's [kBlockM x 64] BF16 tile, b's [N x 64] FP32 tile as two 128-byte swizzled halves). A math
-// thread loads its wgmma A fragment from the BF16 tile, widens it to FP32 (exact: BF16 is a TF32 value), adds the
-// squares of its elements, and issues m64nNk8 TF32 wgmmas with the fragment in registers and b from shared memory.
+// ring of stages (a's [kBlockM x 64] BF16 tile, b's [N x 64] FP32 tile as two 128-byte swizzled halves). A rounding
+// warp rounds each stage's b tile in place once it lands. A math thread loads its wgmma A fragment from the BF16
+// tile, widens it to FP32 (exact), adds the squares of its elements, and issues m64nNk8 TF32 wgmmas with the
+// fragment in registers and b from shared memory, one stage's MMAs in flight while it loads the next.
 // The K ranges: the caller's kSplits splits, each over the kCluster CTAs of a cluster, whose partial tiles are summed
 // through distributed shared memory in rank order. Every sum has a fixed order: the result is bitwise the same on
 // every run.
@@ -32,6 +35,30 @@ DGX_DEVICE uint32_t ld_shared_u16(uint32_t addr) {
     return v;
 }
 
+// An FP32 value rounded to TF32, to nearest even (sm_90: one F2FP): the FP32 layout with the low 13 bits zero, which
+// is what a TF32 wgmma reads.
+DGX_DEVICE uint32_t tf32_rn(uint32_t bits) {
+    uint32_t out;
+    asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(out) : "f"(__uint_as_float(bits)));
+    return out;
+}
+
+struct U32x4 {
+    uint32_t x, y, z, w;
+};
+
+DGX_DEVICE U32x4 ld_shared_u32x4(uint32_t addr) {
+    U32x4 v;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr)
+                 : "memory");
+    return v;
+}
+
+DGX_DEVICE void st_shared_u32x4(uint32_t addr, const U32x4& v) {
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+}
+
 // One float from the shared memory of any CTA of the cluster (`addr` from map_shared_rank).
 DGX_DEVICE float ld_shared_cluster_f32(uint32_t addr) {
     float v;
@@ -51,7 +78,7 @@ struct HcPrenormTraits {
     static constexpr int kStages = kStages_;
     static constexpr int kMathWarpgroups = kBlockM / 64;
     static constexpr int kMathThreads = 128 * kMathWarpgroups;
-    static constexpr int kThreads = kMathThreads + 32;  // the producer is one warp
+    static constexpr int kThreads = kMathThreads + 64;  // the producer warp, then the rounding warp
     static constexpr int kKBlocks = (kK + kBlockK - 1) / kBlockK;
     static constexpr int kRanges = kSplits * kCluster;
     static constexpr int kSmemA = kBlockM * kBlockK * 2;
@@ -60,14 +87,18 @@ struct HcPrenormTraits {
     // A cluster's partial results: the tile [kBlockM, kNPad], then the rows' sums of squares.
     static constexpr int kPartialFloats = kBlockM * kNPad + kBlockM;
     static constexpr int kSmemPartial = kCluster > 1 ? (kPartialFloats * 4 + 1023) / 1024 * 1024 : 0;
-    static constexpr int kSmemBytes = kStages * kSmemStage + kSmemPartial + 2 * kStages * 8;
+    // Barriers per stage: full (TMA landed), ready (b rounded), empty (the math warpgroups' MMAs read it).
+    static constexpr int kSmemBytes = kStages * kSmemStage + kSmemPartial + 3 * kStages * 8;
     static constexpr int kAccum = kNPad / 2;         // accumulators per thread (m64nN: N / 2)
     static constexpr int kSteps = kBlockK / 8;       // k8 wgmmas per stage
+    static constexpr int kBVectorsPerLane = 2 * kSmemBHalf / 16 / 32;  // 16-byte pieces of b a rounding lane takes
 
     static_assert(kBlockM == 64 || kBlockM == 128, "one or two math warpgroups of 64 rows");
     static_assert(kN >= 1 && kNPad <= 64, "N up to 64 (N / 2 accumulators a thread)");
     static_assert(kSmemA % 1024 == 0 && kSmemBHalf % 1024 == 0, "swizzled tiles stay 1024-byte aligned");
-    static_assert(kCluster >= 1 && kCluster <= 8, "a portable cluster");
+    static_assert(kCluster == 1 || kCluster == 2 || kCluster == 4 || kCluster == 8 || kCluster == 16,
+                  "clusters of 1-8 CTAs, or 16 (non-portable: the launcher allows it)");
+    static_assert(2 * kSmemBHalf % (16 * 32) == 0, "the rounding warp's lanes take equal shares of b");
     static_assert(static_cast<long long>(kKBlocks) * kRanges < (1ll << 31), "range bounds fit an int");
     static_assert(kSmemBytes <= 232448, "Hopper gives a block at most 227 KB of shared memory");
 };
@@ -109,6 +140,35 @@ DGX_DEVICE void hc_produce(const Params& p, uint8_t* smem, uint64_t* full, uint6
     }
 }
 
+// The rounding warp: each stage's b tile, once it has landed, rounded in place to TF32 (nearest even), then handed to
+// the math warpgroups (ready). Its generic-proxy writes are fenced before the arrival, so the wgmmas (async proxy)
+// read the rounded values, and the producer's next TMA into the stage comes after them (the math warpgroups hand the
+// stage back only after their MMAs, which wait for ready).
+template <typename T>
+DGX_DEVICE void hc_round_b(uint8_t* smem, uint64_t* full, uint64_t* ready, const HcWork<T>& w) {
+    const uint32_t first = smem_addr(smem + T::kSmemA) + lane_id() * 16;
+    int s = 0;
+    uint32_t phase = 0;
+    for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
+        mbarrier_wait(&full[s], phase);
+        const uint32_t b = first + s * T::kSmemStage;
+        U32x4 v[T::kBVectorsPerLane];
+#pragma unroll
+        for (int i = 0; i < T::kBVectorsPerLane; ++i) v[i] = ld_shared_u32x4(b + i * 512);
+#pragma unroll
+        for (int i = 0; i < T::kBVectorsPerLane; ++i) {
+            v[i] = {tf32_rn(v[i].x), tf32_rn(v[i].y), tf32_rn(v[i].z), tf32_rn(v[i].w)};
+            st_shared_u32x4(b + i * 512, v[i]);
+        }
+        fence_proxy_async_shared();
+        mbarrier_arrive(&ready[s]);
+        if (++s == T::kStages) {
+            s = 0;
+            phase ^= 1;
+        }
+    }
+}
+
 // A math thread's part of the stage's a tile, as wgmma wants it: for step j (k = 8 j .. 8 j + 7), rows r and r + 8
 // at columns 8 j + c and 8 j + c + 4, widened to FP32 bit patterns (a BF16 value is the high half of its FP32);
 // their squares go into sq[0] (row r) and sq[1] (row r + 8) in a fixed order. `a_row` is the shared address of
@@ -135,9 +195,12 @@ DGX_DEVICE void load_fragment(uint32_t a_row, uint32_t swizzle, uint32_t (&frag)
 // A math warpgroup: its 64 rows over the CTA's k-blocks. Returns the accumulators (row r + 8 h, column
 // 8 i + 2 c + e in register 4 i + 2 h + e; PTX ISA, wgmma D fragment) and each row's sum of squares, reduced over
 // the quad of threads that share the row (every lane of the quad ends with the same bits).
+// Pipelined one stage deep: stage i's MMAs stay in flight while the thread loads stage i + 1's fragment; the wait
+// after stage i + 1's issue completes them, hands stage i back, and frees its fragment registers (set i % 2), which
+// stage i + 2 loads into. So the tensor cores always have the next stage queued.
 template <typename T>
-DGX_DEVICE void hc_math(uint8_t* smem, uint64_t* full, uint64_t* empty, const HcWork<T>& w, uint32_t wg,
-                        float (&acc)[T::kAccum], float (&sq)[2]) {
+DGX_DEVICE void hc_math(uint8_t* smem, uint64_t* full, uint64_t* ready, uint64_t* empty, const HcWork<T>& w,
+                        uint32_t wg, float (&acc)[T::kAccum], float (&sq)[2]) {
     const uint32_t lane = lane_id();
     const uint32_t row = wg * 64 + (warp_id() % 4) * 16 + lane / 4;  // the thread's first row in the tile
     const uint32_t a_row = smem_addr(smem) + row * 128 + (lane % 4) * 2;
@@ -146,18 +209,15 @@ DGX_DEVICE void hc_math(uint8_t* smem, uint64_t* full, uint64_t* empty, const Hc
 #pragma unroll
     for (int i = 0; i < T::kAccum; ++i) acc[i] = 0.0f;
     sq[0] = sq[1] = 0.0f;
+    uint32_t frag[2][T::kSteps][4];
     int s = 0, previous = 0;
     uint32_t phase = 0;
     const int count = w.kb_end - w.kb_begin;
-    for (int i = 0; i < count; ++i) {
-        mbarrier_wait(&full[s], phase);
-        uint32_t frag[T::kSteps][4];
-        load_fragment<T>(a_row + s * T::kSmemStage, swizzle, frag, sq);
-        if (i > 0) {
-            // The previous stage's wgmmas have read their b tile and fragment: hand the stage back.
-            wgmma_wait<0>();
-            mbarrier_arrive(&empty[previous]);
-        }
+    auto stage = [&](auto set, int i) {
+        constexpr int kSet = decltype(set)::value;
+        mbarrier_wait(&full[s], phase);   // a's tile (read by this thread's loads below)
+        mbarrier_wait(&ready[s], phase);  // b rounded
+        load_fragment<T>(a_row + s * T::kSmemStage, swizzle, frag[kSet], sq);
 #pragma unroll
         for (int r = 0; r < T::kAccum; ++r) fence_operand(acc[r]);
         wgmma_fence();
@@ -165,16 +225,24 @@ DGX_DEVICE void hc_math(uint8_t* smem, uint64_t* full, uint64_t* empty, const Hc
         for (int j = 0; j < T::kSteps; ++j) {
             // Step j reads b's k-rows 8 j .. 8 j + 7: half j / 4, 32 bytes per step inside its swizzled rows.
             const uint32_t offset = s * T::kSmemStage + (j / 4) * T::kSmemBHalf + (j % 4) * 32;
-            WgmmaTf32Rs<T::kNPad>::mma(frag[j], advance_desc(desc_b, offset), acc);
+            WgmmaTf32Rs<T::kNPad>::mma(frag[kSet][j], advance_desc(desc_b, offset), acc);
         }
         wgmma_commit();
 #pragma unroll
         for (int r = 0; r < T::kAccum; ++r) fence_operand(acc[r]);
+        if (i > 0) {
+            wgmma_wait<1>();  // the previous stage's MMAs are done: its b tile, a tile and fragment are free
+            mbarrier_arrive(&empty[previous]);
+        }
         previous = s;
         if (++s == T::kStages) {
             s = 0;
             phase ^= 1;
         }
+    };
+    for (int i = 0; i < count; i += 2) {
+        stage(IntConst<0>{}, i);
+        if (i + 1 < count) stage(IntConst<1>{}, i + 1);
     }
     wgmma_wait<0>();
 #pragma unroll
@@ -271,14 +339,17 @@ DGX_DEVICE void hc_prenorm_body(const Params& p) {
     extern __shared__ __align__(1024) uint8_t smem[];
     float* partial = reinterpret_cast<float*>(smem + T::kStages * T::kSmemStage);
     uint64_t* full = reinterpret_cast<uint64_t*>(smem + T::kStages * T::kSmemStage + T::kSmemPartial);
-    uint64_t* empty = full + T::kStages;
+    uint64_t* ready = full + T::kStages;
+    uint64_t* empty = ready + T::kStages;
     const uint32_t warp = warp_id();
     constexpr uint32_t kProducerWarp = T::kMathThreads / 32;
+    constexpr uint32_t kRoundingWarp = kProducerWarp + 1;
     if (warp == kProducerWarp && lane_id() == 0) {
         prefetch_tensor_map(&p.tmap_a);
         prefetch_tensor_map(&p.tmap_b);
         for (int s = 0; s < T::kStages; ++s) {
             mbarrier_init(&full[s], 1);
+            mbarrier_init(&ready[s], 32);  // every lane of the rounding warp publishes its own writes
             mbarrier_init(&empty[s], T::kMathThreads);
         }
         fence_barrier_init();
@@ -290,10 +361,12 @@ DGX_DEVICE void hc_prenorm_body(const Params& p) {
     const HcWork<T> w;
     if (warp == kProducerWarp) {
         if (lane_id() == 0) hc_produce<T>(p, smem, full, empty, w);
+    } else if (warp == kRoundingWarp) {
+        hc_round_b<T>(smem, full, ready, w);
     } else {
         float acc[T::kAccum];
         float sq[2];
-        hc_math<T>(smem, full, empty, w, warp / 4, acc, sq);
+        hc_math<T>(smem, full, ready, empty, w, warp / 4, acc, sq);
         if constexpr (T::kCluster == 1)
             hc_store<T>(p, w, warp / 4, acc, sq);
         else

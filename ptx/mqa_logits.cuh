@@ -30,6 +30,14 @@ DGX_DEVICE void store_logit(void* base, int64_t index, float v) {
 
 DGX_DEVICE int clamp_int(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
+// The L2 policy for loads another group reads again soon (indices=: a run's groups over one chunk of blocks): normal
+// eviction priority, where the decode cache otherwise streams as evict-first. PTX ISA, "createpolicy".
+DGX_DEVICE uint64_t l2_evict_normal_policy() {
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(policy));
+    return policy;
+}
+
 // a[i] for a run-time i, by selects: indexing a register array at run time would move it to local memory.
 template <int kN>
 DGX_DEVICE int select_int(const int (&a)[kN], int i) {
@@ -40,7 +48,7 @@ DGX_DEVICE int select_int(const int (&a)[kN], int i) {
 }
 
 template <int kH, int kD, int kQ, int kStages, bool kIsPaged, bool kIsCompressed, bool kIsBf16, int kMathWgs,
-          bool kIsStreamKv = false, bool kIsVarlen = false>
+          bool kIsStreamKv = false, bool kIsVarlen = false, int kPassQ_ = 0>
 struct MqaTraits {
     static constexpr int kHeads = kH;
     static constexpr int kHeadDim = kD;
@@ -101,6 +109,41 @@ struct MqaTraits {
     static constexpr int kProducerRegs = 40;
     static constexpr int kMathRegs = kMathWarpgroups == 2 ? 232 : 152;
     static_assert((kMathRegs * kMathWarpgroups + kProducerRegs) * 128 <= 65536, "register file");
+    // Passes (mqa_pass): a block's MMAs and ReLU-weight sums taken kPassQ queries at a time, so a tile wider than
+    // three warpgroups' registers hold (64 heads x next_n 3 or 4: N 192, 256) still runs on three (two ran the
+    // 256-wide tile at 0.69 of next_n 1's bandwidth share). 0: one pass over every query (the tile's own N).
+    static constexpr int kPassQ = kPassQ_ == 0 ? kBlockQ : kPassQ_;
+    static constexpr int kPasses = (kBlockQ + kPassQ - 1) / kPassQ;
+    static_assert(kPassQ >= 1 && kPassQ <= kBlockQ, "a pass takes 1 .. kBlockQ queries");
+    static constexpr int kFirstQ = 0;  // the group's first query a view of it starts at (MqaPass)
+};
+
+// One pass over queries [kFirst, kFirst + kQ) of a group of T: the view of T that the MMA issue, the logit slots,
+// the group's outputs and finish_block read. Its MMA spans kMmaQ >= kQ queries' rows of the Q tile (wgmma N =
+// kMmaQ x H): the columns of the queries past kQ are computed and never read (next_n 3's second pass runs as wide
+// as its first: with a narrower accumulator set ptxas spilled), and rows past the tile are other shared memory.
+template <typename T, int kFirst, int kQ, int kMmaQ = kQ>
+struct MqaPass {
+    static constexpr int kHeads = T::kHeads;
+    static constexpr int kHeadDim = T::kHeadDim;
+    static constexpr int kBlockKv = T::kBlockKv;
+    static constexpr bool kPaged = T::kPaged;
+    static constexpr bool kCompressed = T::kCompressed;
+    static constexpr bool kBf16 = T::kBf16;
+    static constexpr bool kVarlen = T::kVarlen;
+    static constexpr int kFirstQ = kFirst;
+    static constexpr int kBlockQ = kQ;
+    static constexpr int kN = kMmaQ * kHeads;
+    static constexpr int kAccum = kN / 2;
+    static constexpr int kColGroupsPerQuery = T::kColGroupsPerQuery;
+    static constexpr int kWeightsPerQuery = T::kWeightsPerQuery;
+    static constexpr int kValues = 2 * kQ;
+    // The quad reduction is the MMA's width's (a narrower pass's values padded with zeros, as next_n 3's).
+    static constexpr int kValuesPad = 2 * kMmaQ <= 2 ? 2 : (2 * kMmaQ <= 4 ? 4 : (2 * kMmaQ <= 8 ? 8 : 16));
+    static constexpr int kFinal = kValuesPad >= 4 ? kValuesPad / 4 : 1;
+    static_assert(kFirst + kQ <= T::kBlockQ && kQ <= kMmaQ && kN % 16 == 0 && kN <= 256,
+                  "a pass covers the group's queries, wgmma N a multiple of 16 up to 256");
+    static_assert((kFirst * kHeads * kHeadDim) % (8 * kHeadDim) == 0, "a pass's Q rows start on a swizzle period");
 };
 
 // One group of work: kBlockQ query tokens and a run of KV blocks. The producer walks the groups and hands each to
@@ -195,9 +238,13 @@ DGX_DEVICE void for_each_paged_group(const Params& p, F&& f) {
 // schedule[blockIdx.x] to schedule[blockIdx.x + 1], each (first token of a run, block) as
 // dgx.get_paged_mqa_logits_metadata(..., indices=) makes them; a run is taken in groups of up to kBlockQ tokens, each
 // token with its own context length (keys j < context_lens[t]) and each group over the blocks of its longest one.
+// A run of more than one group walks its blocks in chunks of kVarlenChunk, every group's piece of a chunk after the
+// other's, so the later pieces read the chunk from L2: f's third argument `keep` (true but for the last group's
+// piece) asks for its loads to stay in L2 (evict-normal instead of evict-first).
 // Bounded like for_each_paged_group: the token count, the table's width, the run itself.
 template <typename T, typename Params, typename F>
 DGX_DEVICE void for_each_varlen_group(const Params& p, F&& f) {
+    constexpr int kVarlenChunk = 16;  // blocks (135 KB at D 128): 132 CTAs' chunks, 18 MB, fit L2 between two reads
     const int* row = p.schedule + 2 * blockIdx.x;
     const int t0 = ld_global_nc_s32(row), k0 = ld_global_nc_s32(row + 1);
     const int t1 = ld_global_nc_s32(row + 2), k1 = ld_global_nc_s32(row + 3);
@@ -217,11 +264,8 @@ DGX_DEVICE void for_each_varlen_group(const Params& p, F&& f) {
             end += 32;
         }
         const int begin = t == t0 ? (k0 > 0 ? k0 : 0) : 0;
-        int ids = 0;
-        if (begin + lane < p.table_width)
-            ids = ld_global_nc_s32(p.block_table + static_cast<int64_t>(t) * p.table_stride + begin + lane);
-        for (int first = t; first < end; first += T::kBlockQ) {
-            MqaGroup<T> g;
+        // Group `first` of the run: its record over blocks [from, min(to, its stop)); returns that stop.
+        auto make_group = [&](int first, int from, int to, MqaGroup<T>& g) {
             g.q_token = first;
             g.seq = t;  // the run's block-table row
             int ctx = 0;
@@ -236,9 +280,35 @@ DGX_DEVICE void for_each_varlen_group(const Params& p, F&& f) {
             int blocks = ceil_div(ctx, 64);
             blocks = blocks < p.table_width ? blocks : p.table_width;
             const int stop = t == t1 ? (k1 < blocks ? k1 : blocks) : blocks;
-            g.kv_begin = begin;
-            g.num_blocks = stop - begin;
-            if (begin < stop) f(g, ids);
+            g.kv_begin = from;
+            g.num_blocks = (stop < to ? stop : to) - from;
+            return stop;
+        };
+        auto first_ids = [&](int from) {
+            int ids = 0;
+            if (from + lane < p.table_width)
+                ids = ld_global_nc_s32(p.block_table + static_cast<int64_t>(t) * p.table_stride + from + lane);
+            return ids;
+        };
+        if (end - t <= T::kBlockQ) {
+            MqaGroup<T> g;
+            const int ids = first_ids(begin);
+            make_group(t, begin, 1 << 30, g);
+            if (g.num_blocks > 0) f(g, ids, false);
+        } else {
+            // The chunks run to the furthest stop of the run's groups (a group past its own stops early).
+            int from = begin, run_stop = begin + 1;
+            while (from < run_stop) {
+                const int ids = first_ids(from);
+                run_stop = from;
+                for (int first = t; first < end; first += T::kBlockQ) {
+                    MqaGroup<T> g;
+                    const int stop = make_group(first, from, from + kVarlenChunk, g);
+                    run_stop = stop > run_stop ? stop : run_stop;
+                    if (g.num_blocks > 0) f(g, ids, first + T::kBlockQ < end);
+                }
+                from += kVarlenChunk;
+            }
         }
         t = end;
     }
@@ -289,7 +359,11 @@ DGX_DEVICE void mqa_produce(const Params& p, const MqaSmem<T>& sm) {
     const uint64_t kv_policy = T::kStreamKv ? l2_evict_first_policy() : 0;
     uint32_t group_index = 0;
     uint32_t handed[T::kMathWarpgroups] = {};  // blocks handed to each math warpgroup so far
-    for_each_group<T>(p, [&](const MqaGroup<T>& g, int first_ids) {
+    for_each_group<T>(p, [&](const MqaGroup<T>& g, int first_ids, bool keep = false) {
+        uint64_t policy = kv_policy;
+        if constexpr (T::kVarlen) {
+            if (keep) policy = l2_evict_normal_policy();  // another group of the run reads these blocks next
+        }
         const int qs = group_index % T::kNumQStages;
         mbarrier_wait(&sm.q_empty[qs], ((group_index / T::kNumQStages) & 1) ^ 1);
         if (leader) {
@@ -325,9 +399,9 @@ DGX_DEVICE void mqa_produce(const Params& p, const MqaSmem<T>& sm) {
                     if constexpr (T::kPaged) {
                         // Ids outside [0, num_blocks) fall outside both maps: TMA fills zeros, nothing is read.
                         tma_load_3d<T::kStreamKv>(&p.tmap_kv, &sm.kv_full[s], sm.kv + s * T::kSmemKv, 0, 0, id,
-                                                  kv_policy);
+                                                  policy);
                         tma_load_2d<T::kStreamKv>(&p.tmap_scales, &sm.kv_full[s], sm.scales + s * T::kBlockKv, 0, id,
-                                                  kv_policy);
+                                                  policy);
                     } else {
                         const int row = g.kv_begin + (t0 + i) * T::kBlockKv;
                         tma_load_2d<T::kStreamKv>(&p.tmap_kv, &sm.kv_full[s], sm.kv + s * T::kSmemKv, 0, row,
@@ -391,20 +465,27 @@ struct StageCursor {
     }
 };
 
+// The MMAs of one pass P (a view of the group's queries: MqaPass, or the traits themselves for one pass): the block's
+// KV rows (A) against P's queries' rows of the Q tile (B, descriptor `desc_q` at P's first row).
+template <typename P>
+DGX_DEVICE void issue_mma(uint64_t desc_kv, uint64_t desc_q, float (&acc)[P::kAccum]) {
+#pragma unroll
+    for (int i = 0; i < P::kAccum; ++i) fence_operand(acc[i]);
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < P::kHeadDim / 32; ++k)
+        WgmmaE4M3<P::kN>::mma(advance_desc(desc_kv, k * 32), advance_desc(desc_q, k * 32), acc, k > 0);
+    wgmma_commit();
+#pragma unroll
+    for (int i = 0; i < P::kAccum; ++i) fence_operand(acc[i]);
+}
+
 // Issues one KV block's MMAs into `acc` once its stage `s` (with descriptor `desc_kv`) has landed.
 template <typename T>
 DGX_DEVICE void issue_block(const MqaSmem<T>& sm, int s, uint32_t phase, uint64_t desc_kv, uint64_t desc_q,
                             float (&acc)[T::kAccum]) {
     mbarrier_wait(&sm.kv_full[s], phase);
-#pragma unroll
-    for (int i = 0; i < T::kAccum; ++i) fence_operand(acc[i]);
-    wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < T::kHeadDim / 32; ++k)
-        WgmmaE4M3<T::kN>::mma(advance_desc(desc_kv, k * 32), advance_desc(desc_q, k * 32), acc, k > 0);
-    wgmma_commit();
-#pragma unroll
-    for (int i = 0; i < T::kAccum; ++i) fence_operand(acc[i]);
+    issue_mma<T>(desc_kv, desc_q, acc);
 }
 
 // Which logits a math thread stores per KV block, fixed for the kernel. After quad_reduce, lane (b1 b0) holds
@@ -435,14 +516,14 @@ struct GroupOutput {
     void* row_base[T::kFinal];  // the query's row of logits (compressed: shifted so that token lands at token - lo)
     int lo[T::kFinal];
     int hi[T::kFinal];
-    template <typename Params>
-    DGX_DEVICE GroupOutput(const Params& p, const MqaGroup<T>& g, const LogitSlots<T>& slots) {
+    template <typename Params, typename Group>
+    DGX_DEVICE GroupOutput(const Params& p, const Group& g, const LogitSlots<T>& slots) {
         constexpr int kBytes = T::kBf16 ? 2 : 4;
 #pragma unroll
         for (int f = 0; f < T::kFinal; ++f) {
-            lo[f] = select_int(g.lo, slots.q[f]);
-            hi[f] = select_int(g.hi, slots.q[f]);
-            int64_t offset = static_cast<int64_t>(g.q_token + slots.q[f]) * p.logits_stride;
+            lo[f] = select_int(g.lo, T::kFirstQ + slots.q[f]);
+            hi[f] = select_int(g.hi, T::kFirstQ + slots.q[f]);
+            int64_t offset = static_cast<int64_t>(g.q_token + T::kFirstQ + slots.q[f]) * p.logits_stride;
             if constexpr (T::kCompressed) offset -= lo[f];
             row_base[f] = static_cast<uint8_t*>(p.logits) + offset * kBytes;
         }
@@ -453,14 +534,16 @@ struct GroupOutput {
 // reduction and the stores. Accumulator layout (wgmma m64nN, PTX ISA): register 4c + 2r + e of lane l holds row
 // l / 4 + 8 r, column 8 c + 2 (l % 4) + e; column q * H + h is query q's head h. `w` holds the thread's heads'
 // weights: w[q][2c + e] is query q's head 8c + 2 (l % 4) + e. `block_token0`: the block's first token.
-template <typename T, typename Params>
-DGX_DEVICE void finish_block(const Params& p, const MqaSmem<T>& sm, const GroupOutput<T>& out,
+// With passes (T an MqaPass), `release` is the last pass's: the stage is handed back once every pass's MMAs and
+// scale reads are done.
+template <typename T, bool kRelease = true, typename Smem, typename Params>
+DGX_DEVICE void finish_block(const Params& p, const Smem& sm, const GroupOutput<T>& out,
                              const LogitSlots<T>& slots, const float (&w)[T::kBlockQ][T::kWeightsPerQuery], int s,
                              int block_token0, const float (&acc)[T::kAccum]) {
     float scale[T::kFinal];
 #pragma unroll
     for (int f = 0; f < T::kFinal; ++f) scale[f] = sm.scales[s * T::kBlockKv + slots.row[f]];
-    mbarrier_arrive(&sm.kv_empty[s]);
+    if constexpr (kRelease) mbarrier_arrive(&sm.kv_empty[s]);
 
     float v[T::kValuesPad];
 #pragma unroll
@@ -550,6 +633,74 @@ DGX_DEVICE void mqa_math(const Params& p, const MqaSmem<T>& sm, uint32_t wg) {
     }
 }
 
+// A math warpgroup of a kernel with two passes (MqaTraits::kPasses): per block, the first kPassQ queries' MMAs and
+// ReLU-weight sums, then the rest's, into one accumulator set of the wider pass (the warpgroup holds the weights of
+// every query). The other warpgroups' MMAs fill the tensor cores while one runs a pass's sums.
+template <typename T, typename Params>
+DGX_DEVICE void mqa_math_passes(const Params& p, const MqaSmem<T>& sm, uint32_t wg) {
+    static_assert(T::kPasses == 2, "two passes");
+    using P0 = MqaPass<T, 0, T::kPassQ>;
+    using P1 = MqaPass<T, T::kPassQ, T::kBlockQ - T::kPassQ, T::kPassQ>;
+    const uint32_t lane = lane_id();
+    const LogitSlots<P0> slots0(warp_id() % 4, lane);
+    const LogitSlots<P1> slots1(warp_id() % 4, lane);
+    const int first_stage = static_cast<int>(wg) * T::kStagesPerWg;
+    const uint64_t desc_kv0 = make_smem_desc_kmajor<T::kHeadDim>(sm.kv + first_stage * T::kSmemKv);
+    float w[T::kBlockQ][T::kWeightsPerQuery];
+    const float(&w0)[P0::kBlockQ][T::kWeightsPerQuery] =
+        *reinterpret_cast<const float(*)[P0::kBlockQ][T::kWeightsPerQuery]>(&w[0][0]);
+    const float(&w1)[P1::kBlockQ][T::kWeightsPerQuery] =
+        *reinterpret_cast<const float(*)[P1::kBlockQ][T::kWeightsPerQuery]>(&w[T::kPassQ][0]);
+    StageCursor cursor;
+    for (uint32_t group_index = 0;; ++group_index) {
+        const int qs = group_index % T::kNumQStages;
+        mbarrier_wait(&sm.q_full[qs], (group_index / T::kNumQStages) & 1);
+        const MqaGroup<T> g = sm.groups[qs];
+        if (g.num_blocks < 0) break;
+        const float* weights = sm.weights + qs * (T::kWeightsBytes / 4);
+#pragma unroll
+        for (int q = 0; q < T::kBlockQ; ++q) {
+#pragma unroll
+            for (int c = 0; c < T::kColGroupsPerQuery; ++c) {
+                const F32x2 pair = ld_shared_f32x2(smem_addr(weights + q * T::kHeads + 8 * c + 2 * (lane % 4)));
+                w[q][2 * c] = pair.x;
+                w[q][2 * c + 1] = pair.y;
+            }
+        }
+        const GroupOutput<P0> out0(p, g, slots0);
+        const GroupOutput<P1> out1(p, g, slots1);
+        const uint64_t desc_q = make_smem_desc_kmajor<T::kHeadDim>(sm.q + qs * T::kSmemQ);
+        const uint64_t desc_q1 = advance_desc(desc_q, T::kPassQ * T::kHeads * T::kHeadDim);
+        constexpr int kStep = T::kMathWarpgroups;
+        const int mine = g.num_blocks > static_cast<int>(wg) ? (g.num_blocks - static_cast<int>(wg) + kStep - 1) / kStep : 0;
+        int block_token0 = (g.kv_begin + static_cast<int>(wg)) * T::kBlockKv;  // paged: whole pages
+        for (int k = 0; k < mine; ++k) {
+            const int s = first_stage + static_cast<int>(cursor.stage);
+            const uint64_t desc_kv = desc_kv0 + cursor.stage * (T::kSmemKv >> 4);
+            mbarrier_wait(&sm.kv_full[s], cursor.phase);
+            {
+                float acc[P0::kAccum];  // the two passes' accumulators are live one after the other
+                issue_mma<P0>(desc_kv, desc_q, acc);
+                wgmma_wait<0>();
+#pragma unroll
+                for (int i = 0; i < P0::kAccum; ++i) fence_operand(acc[i]);
+                finish_block<P0, false>(p, sm, out0, slots0, w0, s, block_token0, acc);
+            }
+            {
+                float acc[P1::kAccum];
+                issue_mma<P1>(desc_kv, desc_q1, acc);
+                wgmma_wait<0>();
+#pragma unroll
+                for (int i = 0; i < P1::kAccum; ++i) fence_operand(acc[i]);
+                finish_block<P1, true>(p, sm, out1, slots1, w1, s, block_token0, acc);
+            }
+            cursor.step<T::kStagesPerWg>();
+            block_token0 += kStep * T::kBlockKv;
+        }
+        mbarrier_arrive(&sm.q_empty[qs]);  // every Q read of this warpgroup has completed (waited above)
+    }
+}
+
 // -inf over row `row` of the logits outside [keep_lo, keep_hi), by threads tid, tid + count, ...
 template <bool kBf16>
 DGX_DEVICE void fill_outside(void* logits, int64_t stride, int row, int width, int keep_lo, int keep_hi, int tid,
@@ -626,7 +777,10 @@ DGX_DEVICE void mqa_logits_body(const Params& p) {
         }
     } else {
         setmaxnreg_inc<T::kMathRegs>();
-        mqa_math<T>(p, sm, warp / 4);
+        if constexpr (T::kPasses == 1)
+            mqa_math<T>(p, sm, warp / 4);
+        else
+            mqa_math_passes<T>(p, sm, warp / 4);
     }
 }
 

@@ -7,7 +7,8 @@
   (a deterministic 128-byte image whose first word is the global address, the rest the other arguments, so a
   test can read back what a map says), launches (with a copy of the kernel's parameter struct), stream-ordered
   allocations, stream-ordered copies and memsets, capture queries;
-- ``dgx.jit.get_kernel`` (no compile, no load), ``dgx.runtime.max_active_clusters``;
+- ``dgx.jit.get_kernel`` (no compile, no load), ``dgx.runtime.max_active_clusters``,
+  ``dgx.runtime.allow_non_portable_clusters`` (recorded);
 - ``torch._C._cuda_getCurrentRawStream`` (absent from CPU builds of torch) to return stream 0;
 - ``dgx.tensors._from_torch`` so that CPU torch tensors read as tensors on ``cuda:0`` (the per-call path then
   sees torch tensors exactly as it would on a GPU machine, attribute reads included).
@@ -145,6 +146,7 @@ class StandInFunction:
 class StandIn:
     driver: StandInDriver
     kernels: list[str] = field(default_factory=list)  # names of the kernels "loaded"
+    non_portable: list[str] = field(default_factory=list)  # kernels allowed clusters of more than 8 CTAs
 
 
 def _interface_of(name: str):
@@ -185,7 +187,7 @@ def _caches():
 
     names = {"launch": ("_plans", "_params"), "gemm": ("_entries", "_fast"), "grouped": ("_contiguous", "_masked"),
              "scales": ("_workspaces",), "kernels.scale_layout": ("_launchers",), "bf16": ("_plans", "_params"),
-             "mqa": ("_launchers",), "hc_prenorm": ("_params",), "kernels.hc_prenorm": ("_launchers",)}
+             "mqa": ("_launchers",), "hc_prenorm": ("_params",), "kernels.hc_prenorm": ("_launchers", "_fits")}
     out = []
     for module_name, attrs in names.items():
         try:
@@ -228,6 +230,7 @@ def stand_in(record: bool = True, map_address_word: int = 0, capturing: bool = F
         (runtime, "_driver"): runtime._driver,
         (jit, "get_kernel"): jit.get_kernel,
         (runtime, "max_active_clusters"): runtime.max_active_clusters,
+        (runtime, "allow_non_portable_clusters"): runtime.allow_non_portable_clusters,
         (tensors, "_from_torch"): tensors._from_torch,
         (device, "_num_sms"): device._num_sms,
         (device, "generation"): device.generation,
@@ -240,6 +243,7 @@ def stand_in(record: bool = True, map_address_word: int = 0, capturing: bool = F
     runtime._driver = lambda: drv
     jit.get_kernel = get_kernel
     runtime.max_active_clusters = lambda kernel, shape: 1 << 20
+    runtime.allow_non_portable_clusters = lambda kernel: state.non_portable.append(kernel.name)
     tensors._from_torch = from_torch
     device._num_sms = num_sms
     device.generation += 1  # no plan of an earlier run is reused

@@ -108,7 +108,8 @@ def make_paged(batch: int, next_n: int, context_lens: list[int], heads: int = 64
 
 def ref_paged(q, values, scales, weights, context_lens, table, max_context_len: int, clean: bool):
     """float64 logits [B * next_n, max_context_len]: inside visited blocks -inf past each query's causal limit;
-    past them -inf when `clean`, else NaN (= not compared)."""
+    past them -inf when `clean`, else NaN (= not compared). Block ids outside [0, blocks) read as zeros (logit 0),
+    as the kernel documents (not Python's negative indexing: a -1 left in a table is no block)."""
     batch, next_n = q.shape[0], q.shape[1]
     out = torch.full((batch * next_n, max_context_len), float("-inf") if clean else float("nan"),
                      dtype=torch.float64, device="cuda")
@@ -119,7 +120,10 @@ def ref_paged(q, values, scales, weights, context_lens, table, max_context_len: 
         if nb == 0:
             continue
         ids = table[b, :nb].long()
-        k = (values[ids].double() * scales[ids].double().unsqueeze(-1)).reshape(nb * 64, -1)
+        valid = ((ids >= 0) & (ids < values.shape[0])).double()
+        ids = ids.clamp(0, values.shape[0] - 1)
+        k = values[ids].double() * (scales[ids].double() * valid.unsqueeze(-1)).unsqueeze(-1)
+        k = k.reshape(nb * 64, -1)
         score = torch.einsum("thd,jd->thj", q[b].double(), k).relu()
         logits = torch.einsum("thj,th->tj", score, weights[b * next_n:(b + 1) * next_n].double())
         j = torch.arange(nb * 64, device="cuda")

@@ -81,6 +81,33 @@ def test_paged_2d_lens_bf16(heads, dim, next_n):
     compare(out, ref_paged(q, values, scales, w, ctx2, table, max(lens), True), tol=1e-2)
 
 
+@pytest.mark.parametrize("dim,next_n", [(128, 3), (128, 4), (64, 4), (32, 3)])
+def test_paged_two_passes_match_one_pass_on_two_warpgroups(dim, next_n):
+    """64 heads x next_n 3/4 in two passes on three warpgroups (the default) against the whole tile on two (the
+    earlier kernel, still a valid config): -inf at the same places, the finite logits within FP32 rounding (the quad
+    reductions add in another order), both against float64."""
+    import dgx.mqa as mqa
+    from dgx.kernels.mqa_logits import MqaLogitsConfig, paged_config
+
+    batch = 37
+    lens = _lens(batch, next_n, 4000, dim + next_n)
+    q, cache, w, ctx, table, values, scales = make_paged(batch, next_n, lens, 64, dim, seed=dim * next_n)
+    sched = mqa.get_paged_mqa_logits_metadata(ctx, 64, 132)
+    max_len = max(lens) + 64
+    new = paged_config(64, dim, next_n, False)
+    assert new.pass_queries == 2 and new.math_wgs == 3
+    old = MqaLogitsConfig(64, dim, next_n, 16, True, math_wgs=2, stream_kv=True)
+    outs = []
+    for config in (new, old):
+        out = _poisoned((batch * next_n, max_len))
+        mqa.fp8_paged_mqa_logits(q, cache, w, ctx, table, sched, max_len, clean_logits=True, out=out, config=config)
+        outs.append(out)
+    ref = ref_paged(q, values, scales, w, ctx, table, max_len, True)
+    compare(outs[0], ref)
+    compare(outs[1], ref)
+    compare(outs[0], outs[1].double(), tol=1e-5)
+
+
 def _varlen_case(num_seqs: int, max_tokens: int, low: int, high: int, heads: int, seed: int):
     rng = random.Random(seed)
     tokens = [rng.randint(1, max_tokens) for _ in range(num_seqs)]
@@ -106,6 +133,23 @@ def test_paged_indices(case, clean):
     mqa.fp8_fp4_paged_mqa_logits((q, None), cache, w, ctx, table, sched, max_len, clean_logits=clean,
                                  indices=indices, out=out)
     compare(out, ref_paged(q, values, scales, w, ctx, table, max_len, clean))
+
+
+@pytest.mark.parametrize("heads", [16, 64])
+@pytest.mark.parametrize("ctas", [3, 7])
+def test_paged_indices_long_runs_in_chunks(heads, ctas):
+    """Runs of several groups (19 and 9 tokens: groups of 8 or 4) over long contexts (chunks of 16 blocks, each
+    group's piece after the other's), split over a few CTAs so that CTAs start and stop inside a run's blocks."""
+    import dgx.mqa as mqa
+
+    q, cache, w, ctx, table, indices, values, scales = make_varlen([19, 1, 9], [5000, 70, 3333], heads, 128, seed=ctas)
+    sched = mqa.get_paged_mqa_logits_metadata(ctx, 64, ctas, indices=indices)
+    max_len = int(ctx.max()) + 65
+    for clean in (False, True):
+        out = _poisoned((q.shape[0], max_len))
+        mqa.fp8_fp4_paged_mqa_logits((q, None), cache, w, ctx, table, sched, max_len, clean_logits=clean,
+                                     indices=indices, out=out)
+        compare(out, ref_paged(q, values, scales, w, ctx, table, max_len, clean))
 
 
 def test_paged_indices_schedule_starts_at_runs():
@@ -172,24 +216,38 @@ def test_paged_indices_graph_replay_follows_new_lengths_and_indices():
 
 
 def test_paged_next_n_4_graph_replay():
+    """A captured schedule and logits call replayed with new context lengths up to the table's width (within
+    max_context_len, the documented precondition): first over a table whose every entry is a block of the cache,
+    then over the original table, whose entries past each sequence's first length are -1 (no block: those keys read
+    as zeros, logit 0, as documented)."""
     import dgx.mqa as mqa
 
-    batch, next_n = 40, 4
+    batch, next_n, max_len = 40, 4, 6000
     lens = _lens(batch, 100, 5000, 31)
     q, cache, w, ctx, table, values, scales = make_paged(batch, next_n, lens, 64, 128, seed=31, spare_blocks=100)
+    assert table.shape[1] * 64 <= max_len
+    original = table.clone()
+    g = torch.Generator(device="cuda").manual_seed(33)
+    spare = torch.randint(0, cache.shape[0], table.shape, device="cuda", generator=g, dtype=torch.int32)
+    filled = torch.where(original < 0, spare, original)
     sched = torch.empty(133, 2, dtype=torch.int32, device="cuda")
-    out = torch.empty(batch * next_n, 6000, device="cuda")
+    out = torch.empty(batch * next_n, max_len, device="cuda")
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
         mqa.get_paged_mqa_logits_metadata(ctx, 64, 132, out=sched)
-        mqa.fp8_paged_mqa_logits(q, cache, w, ctx, table, sched, 6000, clean_logits=True, out=out)
+        mqa.fp8_paged_mqa_logits(q, cache, w, ctx, table, sched, max_len, clean_logits=True, out=out)
     stream.synchronize()
+    compare(out, ref_paged(q, values, scales, w, ctx, table, max_len, True))
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=stream):
         mqa.get_paged_mqa_logits_metadata(ctx, 64, 132, out=sched)
-        mqa.fp8_paged_mqa_logits(q, cache, w, ctx, table, sched, 6000, clean_logits=True, out=out)
-    ctx.copy_(torch.tensor(_lens(batch, next_n, table.shape[1] * 64, 32), dtype=torch.int32, device="cuda"))
-    out.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    compare(out, ref_paged(q, values, scales, w, ctx, table, 6000, True))
+        mqa.fp8_paged_mqa_logits(q, cache, w, ctx, table, sched, max_len, clean_logits=True, out=out)
+    new_lens = torch.tensor(_lens(batch, next_n, table.shape[1] * 64, 32), dtype=torch.int32, device="cuda")
+    assert bool((new_lens > ctx).any()), "some sequence grows past its first blocks"
+    for tab in (filled, original):
+        table.copy_(tab)
+        ctx.copy_(new_lens)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        compare(out, ref_paged(q, values, scales, w, ctx, table, max_len, True))

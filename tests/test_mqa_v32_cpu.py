@@ -25,19 +25,40 @@ FP8 = torch.float8_e4m3fn
 
 
 def test_paged_configs_for_every_next_n_and_16_heads():
+    """Three math warpgroups everywhere; tiles wider than 128 (64 heads x next_n 3, 4) in two passes of 2 queries."""
     for heads in M.HEADS:
         for next_n in M.NEXT_NS:
             c = M.paged_config(heads, 128, next_n, False)
-            held = c.n // 2 + c.n // 4
-            assert c.math_wgs == (3 if held <= 120 else 2) and c.kv_stages % c.math_wgs == 0
+            assert c.math_wgs == 3 and c.kv_stages % c.math_wgs == 0
+            assert c.pass_queries == (2 if c.n > 128 else 0) and c.pass_n <= 128
             assert c.smem_bytes <= M.SMEM_LIMIT
-    assert M.paged_config(64, 128, 4, False).math_wgs == 2
+    c4 = M.paged_config(64, 128, 4, False)
+    assert c4.kernel_name == "dgx_paged_mqa_logits_h64_d128_q4_s15_w3_skv_pq2" and c4.wgmma_ns == (128,)
     assert M.prefill_config(16, 128, False, False).block_q == 8
-    assert [M.varlen_block_q(h) for h in (16, 32, 64)] == [4, 4, 2]
+    assert [M.varlen_block_q(h) for h in (16, 32, 64)] == [8, 8, 4]
+    assert M.varlen_config(32, 128, False).pass_queries == 4 and M.varlen_config(16, 128, False).pass_queries == 0
+    with pytest.raises(ValueError, match="varlen group takes 1..8"):
+        M.MqaLogitsConfig(16, 128, 9, 15, True, stream_kv=True, varlen=True)
     vl = M.varlen_config(64, 128, True)
-    assert vl.varlen and vl.block_q == 2 and vl.kernel_name.endswith("_vl_bf16") and vl.interface is M.MQA_VARLEN_INTERFACE
+    assert vl.varlen and vl.block_q == 4 and vl.pass_queries == 2 and vl.kernel_name.endswith("_vl_pq2_bf16")
+    assert vl.interface is M.MQA_VARLEN_INTERFACE
     with pytest.raises(ValueError, match="varlen .indices. is for the paged kernel"):
         M.MqaLogitsConfig(64, 128, 2, 15, varlen=True)
+
+
+def test_pass_configs_are_checked():
+    """Two passes: paged, the first the larger; the old two-warpgroup tiles stay constructible (the A/B baseline)."""
+    for kwargs, match in [(dict(pass_queries=4), "pass_queries"), (dict(pass_queries=1), "pass_queries"),
+                          (dict(paged=False, pass_queries=2), "pass_queries")]:
+        with pytest.raises(ValueError, match=match):
+            M.MqaLogitsConfig(**{**dict(heads=64, head_dim=128, block_q=4, kv_stages=15, paged=True,
+                                        stream_kv=True), **kwargs})
+    with pytest.raises(ValueError, match="registers"):
+        M.MqaLogitsConfig(64, 128, 4, 15, True, stream_kv=True)  # N 256 in one pass on three warpgroups
+    old = M.MqaLogitsConfig(64, 128, 4, 16, True, math_wgs=2, stream_kv=True)
+    assert old.kernel_name == "dgx_paged_mqa_logits_h64_d128_q4_s16_w2_skv" and old.wgmma_ns == (256,)
+    assert "pass_queries" not in dict(old.describe()) and dict(M.paged_config(64, 128, 3, False).describe())[
+        "pass_queries"] == "2"
 
 
 def test_warmup_sets_are_unchanged_and_the_rest_is_listed():
@@ -54,8 +75,9 @@ NEW_KERNELS = [
     M.prefill_config(16, 32, True, True),
     M.paged_config(16, 32, 1, False),  # wgmma N 16, 32-byte swizzled Q stages of 512 bytes
     M.paged_config(32, 128, 3, True),  # three queries: the quad reduction pads to four
-    M.paged_config(64, 128, 4, False),  # N 256 on two math warpgroups
-    M.varlen_config(64, 128, False),
+    M.paged_config(64, 128, 4, False),  # N 256 in two passes of 128 on three math warpgroups
+    M.paged_config(64, 128, 3, True),  # N 192: passes of 2 queries and of 1 (its MMA as wide as the first's)
+    M.varlen_config(64, 128, False),  # four tokens a group, two passes
     M.varlen_config(16, 64, True),
 ]
 
@@ -69,7 +91,9 @@ def test_new_kernels_compile_with_qgmma_and_no_spills(config, tmp_cache):
     assert report.local_bytes == 0 and report.spill_instructions == 0
     assert report.qgmma >= config.head_dim // 32
     text = sass_tools.disassemble(cubin)
-    assert re.search(rf"\bQGMMA\.64x{config.n}x32\.F32\.E4M3\.E4M3\b", text), "the group's wgmma N"
+    assert re.search(rf"\bQGMMA\.64x{config.pass_n}x32\.F32\.E4M3\.E4M3\b", text), "the (pass's) wgmma N"
+    per_block = config.head_dim // 32 * (2 if config.pass_queries else 1)
+    assert report.qgmma == per_block, "one block's MMAs: every pass's k32 steps"
 
 
 def test_varlen_schedule_kernel_compiles(tmp_cache):

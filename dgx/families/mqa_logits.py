@@ -53,7 +53,8 @@ def _inspect(kind: str) -> Callable[[Mapping[str, Any], int, str], Inspected]:
         src = c.render()
         header = (
             f"{kind} H={heads} D={head_dim}" + (f" next_n={next_n}" if paged else "")
-            + f" ({arch}): {c.block_q} query tokens x {heads} heads per wgmma (N={c.n}), {c.math_wgs} math "
+            + f" ({arch}): {c.block_q} query tokens x {heads} heads per wgmma (N={c.n}"
+            + (f", in two passes of N={c.pass_n}" if c.pass_queries else "") + f"), {c.math_wgs} math "
             f"warpgroups, {c.kv_stages} KV stages, {src.dynamic_smem} bytes of dynamic shared memory; "
             f"key {jit.kernel_key(src, arch)[:16]}"
         )

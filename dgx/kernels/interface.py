@@ -136,14 +136,15 @@ class KernelInterface:
         )
         return f"struct {self.view_name} {{\n{members}}};\n"
 
-    def render_entry(self, kernel_name: str, threads: int, body: str) -> str:
+    def render_entry(self, kernel_name: str, threads: int, body: str, min_blocks: int = 1) -> str:
         """The structs and an ``extern "C"`` kernel `kernel_name` that hands the view of its parameters to
         `body` (a device function taking ``const View&``, e.g. a template instantiation).
 
         The kernel takes the members as separate parameters, in order: the same bytes at the same offsets as
         one struct parameter (:meth:`pack` fills them from one image), and the same PTX entry as a kernel
         written with separate parameters (one struct parameter changes the PTX's parameter loads, and with
-        them ptxas' schedule of some kernels)."""
+        them ptxas' schedule of some kernels). `min_blocks`: the CTAs an SM should hold at once (``__launch_bounds__``'
+        second argument: ptxas keeps the registers per thread within the register file's share)."""
         params = ",\n".join(
             f"    const __grid_constant__ {p.ctype} {p.name}" if p.ctype == TENSOR_MAP else f"    {p.ctype} {p.name}"
             for p in self.params
@@ -152,7 +153,7 @@ class KernelInterface:
         return (
             self.render_struct()
             + self.render_view()
-            + f'extern "C" __global__ void __launch_bounds__({threads}, 1) {kernel_name}(\n{params}) {{\n'
+            + f'extern "C" __global__ void __launch_bounds__({threads}, {min_blocks}) {kernel_name}(\n{params}) {{\n'
             f"  {body}({self.view_name}{{{names}}});\n"
             "}\n"
         )

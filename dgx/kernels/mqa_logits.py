@@ -15,6 +15,7 @@ HEADS = (16, 32, 64)  # 16: DeepSeek-V4's indexer (beyond DeepGEMM's sm_90 kerne
 HEAD_DIMS = (32, 64, 128)
 PAGED_BLOCK_KV = 64  # tokens per block of the paged cache (the kernel's KV block)
 NEXT_NS = (1, 2, 3, 4)  # query tokens per sequence of the paged kernel (DeepGEMM's sm_90 kernel: 1 and 2)
+MAX_VARLEN_BLOCK_Q = 8  # tokens of one sequence a group of the paged kernel with indices takes at most
 WARMUP_NEXT_NS = (1, 2)  # what warmup_configs builds (extended_paged_configs lists the rest)
 SCHEDULE_THREADS = 1024
 CLEAN_THREADS = 256
@@ -99,6 +100,9 @@ class MqaLogitsConfig:
     # Paged with `indices`: a group is up to block_q consecutive tokens of one sequence (a run of equal indices),
     # each with its own context length; a run longer than block_q is taken in several groups.
     varlen: bool = False
+    # Queries per pass (paged): a block's MMAs and ReLU-weight sums in two passes, the first over this many queries
+    # (wgmma N = pass_queries x heads), the second over the rest; 0: one pass over the whole tile.
+    pass_queries: int = 0
 
     def __post_init__(self) -> None:
         problems = []
@@ -109,22 +113,31 @@ class MqaLogitsConfig:
         n = self.block_q * self.heads
         if self.block_q < 1 or n > 256 or n % 16:
             problems.append(f"block_q x heads must be a multiple of 16 up to 256 (wgmma N); got {n}")
-        if self.paged and self.block_q not in NEXT_NS:
+        if self.paged and not self.varlen and self.block_q not in NEXT_NS:
             problems.append(f"a paged kernel's block_q is next_n, one of {NEXT_NS}")
+        if self.varlen and not 1 <= self.block_q <= MAX_VARLEN_BLOCK_Q:
+            problems.append(f"a varlen group takes 1..{MAX_VARLEN_BLOCK_Q} tokens")
         if self.varlen and not self.paged:
             problems.append("varlen (indices) is for the paged kernel")
         if self.paged and self.compressed:
             problems.append("the paged kernel has no compressed form")
+        if self.pass_queries:
+            rest = self.block_q - self.pass_queries
+            if not self.paged or not 1 <= self.pass_queries < self.block_q or rest > self.pass_queries:
+                problems.append("pass_queries: a paged tile in two passes, the first of 1 .. block_q - 1 queries "
+                                "and the larger")
+            elif (self.pass_queries * self.heads) % 16:
+                problems.append("pass_queries: a pass's wgmma N (queries x heads) must be a multiple of 16")
         if not 2 <= self.kv_stages <= 32:
             problems.append("kv_stages must be in 2..32")
         if self.math_wgs not in (2, 3):
             problems.append("math_wgs must be 2 or 3")
         elif self.kv_stages % self.math_wgs:
             problems.append("kv_stages must be a multiple of math_wgs (each math warpgroup has its own stages)")
-        # Registers a math thread holds across a block: the accumulators and its heads' weights; the rest of the
-        # budget (232 with two math warpgroups, 152 with three) goes to addresses and the sums.
-        held = n // 2 + n // 4
-        if held > (200 if self.math_wgs == 2 else 120):
+        # Registers a math thread holds across a block: the accumulators (of the widest pass) and its heads'
+        # weights; the rest of the budget (232 with two math warpgroups, 152 with three) goes to addresses and sums.
+        held = self.pass_n // 2 + n // 4
+        if held > (200 if self.math_wgs == 2 else (128 if self.pass_queries else 120)):
             problems.append(f"{held} registers of accumulators and weights per thread do not fit {self.math_wgs} math warpgroups")
         if problems:
             raise ValueError(f"invalid MQA-logits config {self}: {'; '.join(problems)}")
@@ -134,6 +147,17 @@ class MqaLogitsConfig:
     @property
     def n(self) -> int:
         return self.block_q * self.heads
+
+    @property
+    def pass_n(self) -> int:
+        """wgmma N of the widest pass (the tile's N with one pass)."""
+        return (self.pass_queries or self.block_q) * self.heads
+
+    @property
+    def wgmma_ns(self) -> tuple[int, ...]:
+        """The wgmma N the kernel issues: the tile's, or with two passes both passes' (the second as wide as the
+        first: ptx/mqa_logits.cuh, MqaPass)."""
+        return (self.pass_n,)
 
     @property
     def threads(self) -> int:
@@ -151,6 +175,7 @@ class MqaLogitsConfig:
         kind = "paged_mqa_logits" if self.paged else "mqa_logits"
         name = f"dgx_{kind}_h{self.heads}_d{self.head_dim}_q{self.block_q}_s{self.kv_stages}"
         name += f"_w{self.math_wgs}" + ("_skv" if self.stream_kv else "") + ("_vl" if self.varlen else "")
+        name += f"_pq{self.pass_queries}" if self.pass_queries else ""
         return name + ("_c" if self.compressed else "") + ("_bf16" if self.bf16 else "")
 
     @property
@@ -159,7 +184,8 @@ class MqaLogitsConfig:
 
     def describe(self) -> tuple[tuple[str, str], ...]:
         return (("family", self.kind),) + tuple((f.name, str(getattr(self, f.name))) for f in fields(self)
-                                                if f.name != "varlen" or self.varlen)
+                                                if (f.name != "varlen" or self.varlen)
+                                                and (f.name != "pass_queries" or self.pass_queries))
 
     @property
     def interface(self) -> KernelInterface:
@@ -185,11 +211,12 @@ def _render_logits(config: MqaLogitsConfig) -> jit.KernelSource:
     traits = (
         f"dgx::MqaTraits<{config.heads}, {config.head_dim}, {config.block_q}, {config.kv_stages}, {_flag(config.paged)}, "
         f"{_flag(config.compressed)}, {_flag(config.bf16)}, {config.math_wgs}, {_flag(config.stream_kv)}"
-        + (", true>" if config.varlen else ">")
+        + (f", {_flag(config.varlen)}, {config.pass_queries}>" if config.pass_queries
+           else (", true>" if config.varlen else ">"))
     )
     source = (
         '#include "mqa_logits.cuh"\n'
-        + render_wgmma_e4m3(config.n)
+        + "".join(render_wgmma_e4m3(n) for n in config.wgmma_ns)
         + config.interface.render_entry(config.kernel_name, config.threads, f"dgx::mqa_logits_body<{traits}>")
         + f"static_assert({traits}::kSmemBytes == {config.smem_bytes}, "
         '"dgx.kernels.mqa_logits smem_bytes disagrees with the kernel");\n'
@@ -274,19 +301,21 @@ def prefill_config(heads: int, head_dim: int, compressed: bool, bf16: bool) -> M
 def paged_config(heads: int, head_dim: int, next_n: int, bf16: bool, varlen: bool = False) -> MqaLogitsConfig:
     """The decode kernel: memory-bound, so a deep KV ring keeps enough bytes in flight per SM; three math
     warpgroups ran 1-6% faster than two; the cache, read once, streams through L2 as evict-first, which kept
-    3-13% of the time that evicting other kernels' lines cost (PERFLOG, MQA logits). Tiles whose accumulators and
-    weights do not fit three warpgroups' registers (N = next_n x H above 160) take two. `varlen`: the kernel of a
-    call with indices, whose groups are up to `next_n` tokens of one sequence (varlen_block_q)."""
+    3-13% of the time that evicting other kernels' lines cost (PERFLOG, MQA logits). Tiles wider than 128 (64 heads x
+    next_n 3 or 4) run in two passes of at most 128 columns on three warpgroups (on two, with the whole tile's
+    accumulators, they reached 0.69-0.73 of next_n 1's bandwidth share). `varlen`: the kernel of a call with
+    indices, whose groups are up to `next_n` tokens of one sequence (varlen_block_q)."""
     n = next_n * heads
-    math_wgs = 3 if n // 2 + n // 4 <= 120 else 2
-    return MqaLogitsConfig(heads, head_dim, next_n, _stages(n, head_dim, math_wgs), True, False, bf16,
-                           math_wgs=math_wgs, stream_kv=True, varlen=varlen)
+    pass_queries = 128 // heads if n > 128 else 0
+    return MqaLogitsConfig(heads, head_dim, next_n, _stages(n, head_dim, 3), True, False, bf16,
+                           stream_kv=True, varlen=varlen, pass_queries=pass_queries)
 
 
 def varlen_block_q(heads: int) -> int:
-    """Tokens of one sequence a varlen group takes (a run of more is split): wgmma N = 128 for 32 and 64 heads (the
-    three-warpgroup tile of today's decode kernels), 64 for 16 heads."""
-    return min(4, 128 // heads)
+    """Tokens of one sequence a varlen group takes (a run of more is split; each group reads the run's KV blocks):
+    as many as two passes of at most 128 columns hold with the weights of every token in registers: 8 at 16 and
+    32 heads (N 128; N 256 in two passes), 4 at 64 heads (N 256 in two passes)."""
+    return 8 if heads <= 32 else 4
 
 
 def varlen_config(heads: int, head_dim: int, bf16: bool) -> MqaLogitsConfig:

@@ -24,18 +24,19 @@ m, n, k, splits = 70, 20, 1000, 3  # rows past M, N padded to 24, a K tail (1000
 g = torch.Generator(device="cuda").manual_seed(1)
 a = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
 b = torch.randn(n, k, device="cuda", generator=g)
-for block_m in (64, 128):
-    for cluster in (1, 2, 4):
-        d = torch.full((splits, m, n), float("nan"), device="cuda")
-        s = torch.full((splits, m), float("nan"), device="cuda")
-        config = HcPrenormConfig(n, k, block_m, splits, cluster, stages_for(n, block_m, cluster))
-        tf32_hc_prenorm_gemm(a, b, d, s, num_splits=splits, config=config)
-        torch.cuda.synchronize()
-        ref = a.double() @ b.double().T
-        rel = float((d.sum(0).double() - ref).norm() / ref.norm())
-        rel_s = float((s.sum(0).double() - a.double().square().sum(-1)).norm() / a.double().square().sum(-1).norm())
-        assert rel < 2e-3 and rel_s < 1e-4, (config, rel, rel_s)
-        print("ok hc", config.kernel_name, flush=True)
+# Every tile and cluster with splits, one and two CTAs an SM (64-row tiles), and a cluster of 16 without splits.
+HC_VARIANTS = [(bm, c, splits, p) for bm in (64, 128) for c in (1, 2, 4) for p in (1, 2) if bm == 64 or p == 1]
+for block_m, cluster, sp, per_sm in HC_VARIANTS + [(64, 16, 1, 1)]:
+    d = torch.full((sp, m, n), float("nan"), device="cuda")
+    s = torch.full((sp, m), float("nan"), device="cuda")
+    config = HcPrenormConfig(n, k, block_m, sp, cluster, stages_for(n, block_m, cluster, per_sm))
+    tf32_hc_prenorm_gemm(a, b, d, s, num_splits=sp, config=config)
+    torch.cuda.synchronize()
+    ref = a.double() @ b.double().T
+    rel = float((d.sum(0).double() - ref).norm() / ref.norm())
+    rel_s = float((s.sum(0).double() - a.double().square().sum(-1)).norm() / a.double().square().sum(-1).norm())
+    assert rel < 2e-3 and rel_s < 1e-4, (config, rel, rel_s)
+    print("ok hc", config.kernel_name, flush=True)
 
 a_, b_, a_fp8, b_fp8, plain = make_dense(65, 1024, 384, seed=2)
 dgx.fp8_gemm_nt(a_fp8, b_fp8, plain)
