@@ -1,5 +1,5 @@
 """Device A/B of the follow-ups to issue 39's first device run: each changed kernel checked, then timed kernel-only
-(dgx bench's kernel timer after DESIGN.md's flush, medians of its calls) against the kernel it replaces in
+(dgx bench's kernel timer after docs/METHOD.md's flush, medians of its calls) against the kernel it replaces in
 alternating rounds, in one process on one card.
 
 - hc: tf32_hc_prenorm_gemm on DeepGEMM's 24 cases (M 13 .. 8192, N 24, K 7168 .. 28672, no splits or 16). New: this
