@@ -302,3 +302,18 @@ def test_deepgemm_variables_are_checked_like_dgx_ones(tmp_cache, tmp_path, monke
     monkeypatch.chdir(tmp_path)
     refused(run(["cache", "list"], DG_JIT_CACHE_DIR="kernels"), "DG_JIT_CACHE_DIR='kernels'", "absolute path")
     refused(run(["warmup", "--shapes", shapes(tmp_path, TINY)], DGX_AS_DEEP_GEMM="sure"), "DGX_AS_DEEP_GEMM='sure'")
+
+
+def test_what_dgx_puts_under_a_cache_root_keeps_it_a_cache(tmp_cache, tmp_path):
+    """Every folder dgx itself writes under the cache root (plan records, DeepGEMM-style dumps) is one the store
+    accepts there: two warmups in a row (the second answered from the plan record) and a listing all work."""
+    from dgx import plan_record
+    from dgx.cache.store import ROOT_EXTRAS
+
+    assert {plan_record.PLANS_DIR, env.DEEPGEMM_DUMP_SUBDIR} <= ROOT_EXTRAS
+    path = shapes(tmp_path, TINY)
+    for _ in range(2):
+        result = run(["warmup", "--shapes", path, "-j", "1"])
+        assert result["code"] == 0 and "0 failed" in result["output"], result["output"]
+    assert (tmp_cache / plan_record.PLANS_DIR).is_dir()
+    assert run(["cache", "list"])["code"] == 0
