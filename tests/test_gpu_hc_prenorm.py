@@ -116,12 +116,14 @@ def test_matches_float64(m, n, k, splits):
 def test_every_kernel_variant(block_m, cluster, per_sm):
     """Every tile, cluster (16: non-portable) and ring size (one or two CTAs an SM; 128-row tiles take one)."""
     from dgx.hc_prenorm import tf32_hc_prenorm_gemm
-    from dgx.kernels.hc_prenorm import HcPrenormConfig, stages_for
+    from dgx.kernels.hc_prenorm import HcPrenormConfig, cluster_fits, stages_for
 
     if block_m == 128 and per_sm == 2:
         pytest.skip("128-row CTAs take one SM each")
     m, n, k, splits = 333, 24, 7168, 2
     config = HcPrenormConfig(n, k, block_m, splits, cluster, stages_for(n, block_m, cluster, per_sm))
+    if not cluster_fits(config, torch.cuda.current_device()):
+        pytest.skip(f"no cluster of {cluster} fits on this GPU's GPCs")
     a, b = _inputs(m, n, k, seed=block_m + cluster)
     d, s = _outputs(m, n, splits)
     tf32_hc_prenorm_gemm(a, b, d, s, num_splits=splits, config=config)

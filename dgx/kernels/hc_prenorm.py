@@ -205,8 +205,8 @@ STAGE_OVERHEAD_S = 0.03e-6  # barrier waits and fragment loads not hidden behind
 CLUSTER_RANK_S = 0.15e-6  # per extra rank: the partial tile through distributed shared memory
 MIN_K_BLOCKS_PER_CTA = 2  # a clustered CTA runs at least this many k-blocks
 # Clusters of each size that are resident at once with one CTA per SM, per 132 SMs (H100, cuOccupancyMaxActiveClusters;
-# docs/PERFLOG.md, split-K): GPCs of 16 or 18 SMs hold 4 clusters of 4, 2 of 8, 1 of 16. With two CTAs per SM a
-# cluster of C takes the slots of one of C / 2 at one per SM.
+# docs/PERFLOG.md, split-K: 66 of 2, 30 of 4, 15 of 8, as the GPCs' SM counts are not all multiples of 4 or 8; 16:
+# assumed one per GPC that has 16 SMs). With two CTAs per SM a cluster of C takes the slots of one of C / 2.
 RESIDENT_CLUSTERS_132 = {1: 132, 2: 66, 4: 30, 8: 15, 16: 7}
 
 

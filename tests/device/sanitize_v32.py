@@ -59,9 +59,10 @@ for heads, next_n, lens in ((16, 1, [1, 64, 65, 300]), (32, 3, [3, 200, 77]), (6
     compare(out.masked_fill(ref.isnan(), float("nan")), ref)
     print("ok paged", heads, next_n, flush=True)
 
-q, cache, w, ctx, table, indices, values, scales = make_varlen([1, 40, 3, 2], [5, 70, 200, 1], 64, 64, seed=3)
+# A run of 40 tokens over 24 blocks: groups of 4 in two chunks of blocks (the later groups read them from L2).
+q, cache, w, ctx, table, indices, values, scales = make_varlen([1, 40, 3, 2], [5, 1500, 200, 1], 64, 64, seed=3)
 sched = mqa.get_paged_mqa_logits_metadata(ctx, 64, 5, indices=indices)
-out = mqa.fp8_fp4_paged_mqa_logits((q, None), cache, w, ctx, table, sched, 320, True, indices=indices)
+out = mqa.fp8_fp4_paged_mqa_logits((q, None), cache, w, ctx, table, sched, 1600, True, indices=indices)
 torch.cuda.synchronize()
-compare(out, ref_paged(q, values, scales, w, ctx, table, 320, True))
+compare(out, ref_paged(q, values, scales, w, ctx, table, 1600, True))
 print("ok paged indices", flush=True)
