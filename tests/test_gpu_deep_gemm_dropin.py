@@ -57,7 +57,7 @@ def test_cublaslt_fp8_unscaled():
         assert _calc_diff(d, ref) < 1e-5
     odd = torch.full((3, 384), float("nan"), device="cuda")  # M = 3: _scaled_mm refuses, the fallback runs
     dg.cublaslt_gemm_nt(a[:3], b, odd)
-    assert _calc_diff(odd, ref[:3]) < 1e-9
+    assert _calc_diff(odd, ref[:3]) < 1e-5  # as above: Hopper's FP8 MMAs accumulate with fewer bits than FP32
 
 
 def test_fp4_and_k_grouped_helpers_match_the_cpu():

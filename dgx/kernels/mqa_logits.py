@@ -313,9 +313,10 @@ def paged_config(heads: int, head_dim: int, next_n: int, bf16: bool, varlen: boo
 
 def varlen_block_q(heads: int) -> int:
     """Tokens of one sequence a varlen group takes (a run of more is split; each group reads the run's KV blocks):
-    as many as two passes of at most 128 columns hold with the weights of every token in registers: 8 at 16 and
-    32 heads (N 128; N 256 in two passes), 4 at 64 heads (N 256 in two passes)."""
-    return 8 if heads <= 32 else 4
+    4 at 16 and 32 heads, 2 at 64 (N 64 to 128, one pass). Groups twice as large (two passes) ran slower on the
+    H200: 256 sequences of 6 tokens at 8K context, 64 heads 224 us against 156, 16 heads 147 against 119
+    (docs/PERFLOG.md, 2026-11-27)."""
+    return 4 if heads <= 32 else 2
 
 
 def varlen_config(heads: int, head_dim: int, bf16: bool) -> MqaLogitsConfig:
