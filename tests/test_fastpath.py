@@ -55,7 +55,8 @@ def params(launch) -> dict:
         if p.ctype == "dgx::TensorMap":
             out[p.name] = decode_map(launch.params[off:off + 128])
         else:
-            fmt = "Q" if p.ctype.endswith("*") else {"int": "i", "long long": "q"}[p.ctype]
+            fmt = "Q" if p.ctype.endswith("*") else {"int": "i", "unsigned": "I", "float": "f", "long long": "q",
+                                                     "unsigned long long": "Q"}[p.ctype]
             out[p.name] = struct.unpack_from("<" + fmt, launch.params, off)[0]
     return out
 
