@@ -1,7 +1,7 @@
 """How long NVRTC takes on a kernel, predicted from its config: the order warmup compiles in, and its ETA.
 
 The figures are CPU seconds of NVRTC 13.5 for sm_90a on the deepseek-v3 preset's 331 kernels (2-core build
-machine; docs/notes/warmup.md), fitted to the few config traits that make a kernel's code long:
+machine; docs/PERFORMANCE.md, "Warm-up"), fitted to the few config traits that make a kernel's code long:
 
 * a deferred tile at most 32 columns wide with at most 56 k-blocks per tile runs its whole k-loop as one
   straight-line chunk (ptx/fp8_gemm_traits.cuh kDeferChunk): NVVM and ptxas work through every k-block of it,

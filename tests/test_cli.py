@@ -363,7 +363,7 @@ def test_readme_documents_env_and_commands():
     readme = (ROOT / "README.md").read_text()
     reference = (ROOT / "docs" / "CLI.md").read_text()  # the README links it for the commands and variables
     assert "(docs/CLI.md)" in readme
-    # a branch's notes (docs/notes/*.md) document its variables until they are folded into docs/CLI.md
+    # a change's notes (notes/*.md in the docs folder) document its variables until docs/CLI.md takes them
     notes = "".join(p.read_text() for p in sorted((ROOT / "docs" / "notes").glob("*.md")))
     for var in env.VARIABLES:
         assert f"`{var.name}`" in reference + notes, f"{var.name} is not documented in docs/CLI.md"

@@ -15,7 +15,7 @@ from dgx.jit import KernelSource
 
 
 def test_the_long_compiles_are_predicted_long():
-    """The traits that made the preset's slow kernels slow (measured, docs/notes/warmup.md) rank them first."""
+    """The traits that made the preset's slow kernels slow (measured, docs/PERFORMANCE.md, "Warm-up") rank them first."""
     predict = lambda c: compile_cost.predicted_seconds(c.render())  # noqa: E731
     straight = predict(GemmConfig(2112, 7168, 128, 32, 10, defer=True))  # 56 k-blocks in one chunk: ~6 s
     straight_wgrad = predict(GemmConfig(2112, 4096, 128, 32, 10, wgrad=True, defer=True))  # 32 k-blocks: ~2 s

@@ -11,7 +11,7 @@ written, C read) and the L2-to-SM traffic of all tiles (a shared operand at 3/4 
 estimate wins; near-ties (1%) go to more SMs busy per wave, then larger tiles, then no cluster, then fewer K atoms.
 
 Calibration: the floors' rates, the per-SM stream rate and the 64-byte-swizzle penalty are fitted to the dense
-suite timed on an H200 (tests/device/bf16_bench.py, every form, M 64 / 128 / 4096; docs/notes/bf16perf.md): the
+suite timed on an H200 (tests/device/bf16_bench.py, every form, M 64 / 128 / 4096; docs/PERFORMANCE.md): the
 decode shapes' times follow a fixed cost plus the larger of the HBM floor (~3.6 TB/s) and the L2-to-SM floor
 (~9.3 TB/s), so narrow 64-row tiles at M = 128, which read every B tile twice and A once per tile, lose to wide
 tiles whose K is split over a cluster; the split-K reduction's cost is the FP8 family's measurement.
