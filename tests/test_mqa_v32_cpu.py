@@ -36,11 +36,11 @@ def test_paged_configs_for_every_next_n_and_16_heads():
     assert c4.kernel_name == "dgx_paged_mqa_logits_h64_d128_q4_s15_w3_skv_pq2" and c4.wgmma_ns == (128,)
     assert M.prefill_config(16, 128, False, False).block_q == 8
     assert [M.varlen_block_q(h) for h in (16, 32, 64)] == [4, 4, 2]  # measured: larger groups ran slower
-    assert M.varlen_config(32, 128, False).pass_queries == 4 and M.varlen_config(16, 128, False).pass_queries == 0
+    assert M.varlen_config(32, 128, False).pass_queries == 0 and M.varlen_config(16, 128, False).pass_queries == 0  # one pass (N <= 128)
     with pytest.raises(ValueError, match="varlen group takes 1..8"):
         M.MqaLogitsConfig(16, 128, 9, 15, True, stream_kv=True, varlen=True)
     vl = M.varlen_config(64, 128, True)
-    assert vl.varlen and vl.block_q == 4 and vl.pass_queries == 2 and vl.kernel_name.endswith("_vl_pq2_bf16")
+    assert vl.varlen and vl.block_q == 2 and vl.pass_queries == 0 and vl.kernel_name.endswith("_vl_bf16")
     assert vl.interface is M.MQA_VARLEN_INTERFACE
     with pytest.raises(ValueError, match="varlen .indices. is for the paged kernel"):
         M.MqaLogitsConfig(64, 128, 2, 15, varlen=True)
