@@ -1,5 +1,5 @@
 """tests/device/soak.py without a GPU: its mix covers every kind of kernel dgx has, its arguments are checked, and
-its report says "ok" only for a clean run. (The run itself needs a GPU: the lead's device runs it.)"""
+its report says "ok" only for a clean run. (The run itself needs a GPU.)"""
 
 from __future__ import annotations
 
