@@ -122,3 +122,23 @@ def test_a_failing_test_is_reported_and_the_next_runs(shim, tmp_path, capsys):
 def test_an_import_error_is_a_failure(shim, tmp_path):
     (tmp_path / "test_bad.py").write_text("import deep_gemm\nfrom deep_gemm import no_such_name\n")
     assert [(n, s) for n, s, _ in shim.run_file(str(tmp_path / "test_bad.py"))] == [("<import>", "FAIL")]
+
+
+def test_tests_inside_an_if_of_the_main_block_count_one_by_one(shim, tmp_path):
+    """DeepGEMM's test files call their sm_90 tests inside `if get_arch_major() >= 9:`; each is run and reported on its
+    own, the branch the condition takes only."""
+    path = tmp_path / "test_branches.py"
+    path.write_text(
+        "def arch(): return 9\n"
+        "def test_a(): pass\n"
+        "def test_b(): raise AssertionError('b')\n"
+        "def test_c(): pass\n"
+        "if __name__ == '__main__':\n"
+        "    if arch() >= 9:\n"
+        "        test_a()\n"
+        "        test_b()\n"
+        "    else:\n"
+        "        test_c()\n"
+        "    test_c()\n")
+    assert [(name, status) for name, status, _ in shim.run_file(str(path))] == [
+        ("test_a", "PASS"), ("test_b", "FAIL"), ("test_c", "PASS")]

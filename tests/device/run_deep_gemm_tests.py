@@ -75,6 +75,17 @@ def _test_call(stmt: ast.stmt) -> str | None:
     return None
 
 
+def _flatten(stmts: list[ast.stmt], namespace: dict, path: str):
+    """The statements in order, an ``if`` that holds test calls (``if get_arch_major() >= 9:``) replaced by the
+    branch its condition takes, evaluated in the module's namespace when reached, so those tests count one by one."""
+    for stmt in stmts:
+        if isinstance(stmt, ast.If) and any(_test_call(s) for s in ast.walk(stmt) if isinstance(s, ast.stmt)):
+            condition = eval(compile(ast.Expression(stmt.test), path, "eval"), namespace)  # noqa: S307 - the test file's own
+            yield from _flatten(stmt.body if condition else stmt.orelse, namespace, path)
+        else:
+            yield stmt
+
+
 def run_file(path: str, only: set[str] | None = None) -> list[tuple[str, str, float]]:
     """Imports the test file at `path` with deep_gemm installed and runs it as described in the module; returns
     (test, "PASS" or "FAIL", seconds) per test run."""
@@ -101,7 +112,7 @@ def run_file(path: str, only: set[str] | None = None) -> list[tuple[str, str, fl
     if body is None:
         body = [ast.parse(f"{name}()").body[0] for name in vars(module) if name.startswith("test_")
                 and callable(getattr(module, name))]
-    for stmt in body:
+    for stmt in _flatten(body, vars(module), path):
         name = _test_call(stmt)
         if name is None:
             code = compile(ast.Module(body=[stmt], type_ignores=[]), path, "exec")
