@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from dgx.examples.moe_expert_parallel import ExpertParallelMoE, MoeShape, compaction, scatter_rows, weighted_sum
+from dgx.examples.moe_expert_parallel import ExpertParallelMoE, MoeShape, compaction, gather_rows, weighted_sum
 
 HIDDEN, FFN = 16, 8
 
@@ -75,29 +75,36 @@ def test_two_ranks_equal_the_one_device_block_bitwise(tmp_path):
         got = torch.load(tmp_path / f"{rank}.pt")
         assert torch.equal(got["out"], got["local"]), f"rank {rank}: the distributed layer differs from one device"
         assert not torch.isnan(got["out"]).any()
-        assert torch.allclose(got["out"].double(), got["direct"], rtol=1e-4, atol=1e-4)
+        # the ranks' partial sums cross as BF16: within BF16 rounding of a float64 reference
+        err = (got["out"].double() - got["direct"]).abs().max()
+        assert err <= 2e-2 * got["direct"].abs().max(), float(err)
 
 
 def test_compaction_keeps_row_order_and_counts():
     valid = torch.tensor([[True, False, True, True], [False, False, False, False], [False, True, False, True]])
-    slot, masked_m = compaction(valid)
+    source, slot, masked_m = compaction(valid)
     assert masked_m.tolist() == [3, 0, 2]
-    bin_row = 3 * 4
-    assert slot.tolist() == [[0, bin_row, 1, 2], [bin_row] * 4, [bin_row, 8, bin_row, 9]]
+    end = 3 * 4
+    assert slot.tolist() == [[0, end, 1, 2], [end] * 4, [end, 8, end, 9]]
+    assert source[0, :3].tolist() == [0, 2, 3] and source[2, :2].tolist() == [1, 3]
     rows = torch.arange(4, dtype=torch.float32).unsqueeze(1) * torch.ones(1, 2)
-    buf = torch.full((3 * 4 + 1, 2), -1.0)
-    scatter_rows(rows, slot, buf)
-    assert buf[:3, 0].tolist() == [0.0, 2.0, 3.0] and buf[8:10, 0].tolist() == [1.0, 3.0]
+    got = gather_rows(rows, source)
+    assert got.shape == (3, 4, 2)
+    assert got[0, :3, 0].tolist() == [0.0, 2.0, 3.0] and got[2, :2, 0].tolist() == [1.0, 3.0]
+    fp8 = gather_rows(rows.to(torch.float8_e4m3fn), source)  # moved as bytes
+    assert fp8.dtype == torch.float8_e4m3fn and fp8[0, :3, 1].float().tolist() == [0.0, 2.0, 3.0]
 
 
 def test_weighted_sum_ignores_rows_past_the_counts():
     valid = torch.tensor([[True, True], [False, True]])
-    slot, _ = compaction(valid)
+    _, slot, _ = compaction(valid)
     y = torch.full((2, 2, 3), float("nan"))
     y[0, 0], y[0, 1], y[1, 0] = 1.0, 2.0, 4.0
     weights = torch.tensor([[0.5, 0.25], [0.0, 1.0]])
-    out = weighted_sum(y, slot, weights)
-    assert out.tolist() == [[0.5] * 3, [0.5 + 4.0] * 3]
+    for fan_out in (1, 2, 8):
+        out = weighted_sum(y, slot, weights, fan_out)
+        second = [0.5] * 3 if fan_out == 1 else [0.5 + 4.0] * 3  # fan_out 1 keeps each row's first expert only
+        assert out.tolist() == [[0.5] * 3, second]
 
 
 @pytest.mark.parametrize("kwargs, needle", [

@@ -78,40 +78,46 @@ def dense_routing(topk_idx: torch.Tensor, topk_weights: torch.Tensor, experts: i
     return mask, weights
 
 
-def compaction(valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """valid [E_l, R] bool -> (slot [E_l, R] int64, masked_m [E_l] int32).
+def compaction(valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """valid [E_l, R] bool -> (source [E_l, R] int64, slot [E_l, R] int64, masked_m [E_l] int32).
 
-    Row r of expert e goes to flat row ``slot[e, r]`` of an ``[E_l * R + 1]``-row buffer: e * R + (its rank among
-    e's valid rows), or the last row (a bin nobody reads) when invalid. Rows keep their order, so the one-GPU block and
-    the distributed one give each expert its rows in the same order."""
+    Expert e's compacted row i is row ``source[e, i]`` (its valid rows first, in order; the rest repeat some row and
+    lie past masked_m[e], where no kernel reads). Row r's place in the flat ``[E_l * R]`` compacted buffer is
+    ``slot[e, r]`` = e * R + its rank among e's valid rows, or ``E_l * R`` (past the end) when it did not go to e.
+    Rows keep their order, so the one-GPU block and the distributed one give each expert its rows alike."""
     e_l, r = valid.shape
+    source = torch.argsort((~valid).to(torch.int8), dim=1, stable=True)
     pos = torch.cumsum(valid.to(torch.int64), dim=1) - 1
     base = torch.arange(e_l, device=valid.device, dtype=torch.int64).unsqueeze(1) * r
     slot = torch.where(valid, base + pos, torch.full_like(pos, e_l * r))
-    return slot, valid.sum(dim=1).to(torch.int32)
+    return source, slot, valid.sum(dim=1).to(torch.int32)
 
 
-def scatter_rows(rows: torch.Tensor, slot: torch.Tensor, out: torch.Tensor) -> None:
-    """out[slot[e, r]] = rows[r] for every expert e and row r (out has E_l * R + 1 rows; the last is the bin)."""
+def gather_rows(rows: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+    """rows [R, ...], source [E_l, R] -> [E_l, R, ...]: each expert's rows in compacted order (one gather)."""
+    flat = rows.reshape(rows.shape[0], -1)
+    if flat.dtype.itemsize == 1 and flat.dtype != torch.uint8:  # no FP8 gather kernels: move bytes
+        return flat.view(torch.uint8).index_select(0, source.reshape(-1)).view(rows.dtype).view(
+            *source.shape, *rows.shape[1:])
+    return flat.index_select(0, source.reshape(-1)).view(*source.shape, *rows.shape[1:])
+
+
+def weighted_sum(y: torch.Tensor, slot: torch.Tensor, weights: torch.Tensor, fan_out: int) -> torch.Tensor:
+    """y [E_l, R, H] (compacted expert outputs), slot [E_l, R] (from :func:`compaction`), weights [E_l, R], fan_out
+    (the most local experts one row can go to) -> [R, H] float32: each row's weighted sum over its experts, added in
+    expert order. Rows an expert did not get add nothing (its buffer past masked_m may hold anything, NaN included)."""
     e_l, r = slot.shape
-    src = rows.reshape(1, r, -1).expand(e_l, r, rows[0].numel()).reshape(e_l * r, -1)
-    dst = out.view(out.shape[0], -1)
-    if src.dtype.itemsize == 1 and src.dtype != torch.uint8:  # index_copy_ has no FP8 kernels: move bytes
-        src, dst = src.view(torch.uint8), dst.view(torch.uint8)
-    dst.index_copy_(0, slot.reshape(-1), src)
-
-
-def weighted_sum(y: torch.Tensor, slot: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """y [E_l, R, H] (compacted expert outputs), slot [E_l, R] (from :func:`compaction`), weights [E_l, R] -> [R, H]
-    float32: each row's weighted sum over the experts it went to, added in expert order. Rows an expert did not get
-    add nothing (its buffer past masked_m is never read: it may hold anything, NaN included)."""
-    e_l, r = slot.shape
-    flat = y.reshape(e_l * r, -1)
-    out = torch.zeros((r, y.shape[-1]), dtype=torch.float32, device=y.device)
-    for e in range(e_l):
-        got = slot[e] < e_l * r
-        rows = flat.index_select(0, torch.where(got, slot[e], 0)).float()
-        out += torch.where(got.unsqueeze(1), rows * weights[e].unsqueeze(1), 0.0)
+    width = min(fan_out, e_l)
+    got = slot.transpose(0, 1) < e_l * r  # [R, E_l]
+    experts = torch.argsort((~got).to(torch.int8), dim=1, stable=True)[:, :width]  # a row's experts, in order
+    where = slot.transpose(0, 1).gather(1, experts)  # [R, width]
+    valid = where < e_l * r
+    w = weights.transpose(0, 1).gather(1, experts)
+    rows = y.reshape(e_l * r, -1).index_select(0, torch.where(valid, where, 0).reshape(-1)).view(r, width, -1)
+    terms = torch.where(valid.unsqueeze(2), rows.float() * w.unsqueeze(2), 0.0)
+    out = terms[:, 0].clone()
+    for j in range(1, width):
+        out += terms[:, j]
     return out
 
 
@@ -132,17 +138,13 @@ class ExpertParallelMoE:
         self.shape, self.rank, self.experts_fn, self.group = shape, rank, experts_fn, group
 
     def _experts_of(self, rank: int, parts: Sequence[torch.Tensor], route: torch.Tensor) -> torch.Tensor:
-        """parts [R, ...] and route [R, E_l, 2] (mask, weight) of rank's experts -> [R, H] float32 partial sums."""
+        """parts [R, ...] and route [R, E_l, 2] (mask, weight) of rank's experts -> [R, H] BF16 partial sums."""
         s = self.shape
         valid = route[..., 0].transpose(0, 1) > 0  # [E_l, R]
-        slot, masked_m = compaction(valid)
-        compacted = []
-        for p in parts:
-            buf = torch.empty((s.local_experts * s.rows + 1, *p.shape[1:]), dtype=p.dtype, device=p.device)
-            scatter_rows(p, slot, buf)
-            compacted.append(buf[:-1].view(s.local_experts, s.rows, *p.shape[1:]))
-        y = self.experts_fn(compacted, masked_m, rank * s.local_experts)
-        return weighted_sum(y, slot, route[..., 1].transpose(0, 1))
+        source, slot, masked_m = compaction(valid)
+        y = self.experts_fn([gather_rows(p, source) for p in parts], masked_m, rank * s.local_experts)
+        # BF16 partial sums cross the network (as engines combine); the one-GPU path rounds alike
+        return weighted_sum(y, slot, route[..., 1].transpose(0, 1), s.topk).to(torch.bfloat16)
 
     def _routes(self, topk_idx: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
         """-> [W, T, E_l, 2]: for each rank, each token's (mask, weight) for that rank's experts."""
@@ -355,7 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # the two all-to-alls alone, on the same buffers
     routes = layer._routes(idx, wts)
     send = [q.unsqueeze(0).expand(world, *q.shape).contiguous() for q in parts]
-    partial = torch.zeros((world, shape.tokens, shape.hidden), dtype=torch.float32, device=device)
+    partial = torch.zeros((world, shape.tokens, shape.hidden), dtype=torch.bfloat16, device=device)
     comm = torch.cuda.CUDAGraph()
     with torch.cuda.stream(stream):
         for t in send:
@@ -388,8 +390,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(result, f, indent=1)
+    ok = bool(verdict.item())
+    del graph, comm  # graphs that captured NCCL calls must go before the communicator, or teardown can hang
+    torch.cuda.synchronize()
+    dist.barrier()
     dist.destroy_process_group()
-    return 0 if verdict.item() else 1
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
