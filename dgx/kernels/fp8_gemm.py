@@ -385,8 +385,9 @@ def validate_blocks(block_m: int, block_n: int, pair: int = SHARE_NONE, defer: b
     if block_m == 64:
         limit = 192 if defer and wgrad else 208
     elif block_m == 128:
-        # (BF16 128x168..192 without deferred promotion: 192 such registers; 128x192 sharing B compiles without spills,
-        # 168 registers, as DeepGEMM 2.6.1's contiguous tile. The heuristic does not offer them yet: heuristics.py.)
+        # (BF16 128x168..192 without deferred promotion: 192 such registers; 128x192 sharing B, DeepGEMM 2.6.1's
+        # contiguous tile, compiles without spills, but the contiguous one unshared spills 24 bytes. The heuristic
+        # does not offer them yet: heuristics.py MAX_BLOCK_N_128.)
         limit = (168 if wgrad else 192) if defer else (160 if wgrad else 192)
     else:
         limit = 192
