@@ -12,7 +12,8 @@
 //   padding (-1) or a bad index - are skipped: no loads, no math, no stores. Pairs along M share B only
 //   when both blocks belong to one group; a pair with one skipped block still runs it (see next_tile).
 // - masked (MoE decode): `groups` slices of m_max rows each; group g's first masked_m[g] rows (clamped to
-//   [0, m_max]) are valid. Only blocks holding valid rows are visited.
+//   [0, m_max]) are valid. Only blocks holding valid rows are visited (and, in pairs along M, the block after a
+//   group's odd last one).
 // - K-grouped (MoE weight gradient): every group is a full M x N output (D[g] stacked along rows) over
 //   its own range of K: group g's K is ks[g] (a multiple of 128), the groups' ranges follow one another
 //   in A and B. Groups with no K are skipped.
@@ -50,8 +51,8 @@ template <int kLayout_, int kBlockM, int kBlockN, int kNumNBlocks, int kNumKBloc
 struct TileScheduler {
     static constexpr int kLayout = kLayout_;  // GemmLayout
     static_assert(kGroupN >= 1, "a raster band holds at least one unit");
-    static_assert(kLayout == kLayoutDense || kLayout == kLayoutContiguous || kPair == kPairNone,
-                  "multicast pairs are for the dense and contiguous layouts only");
+    static_assert(kLayout == kLayoutDense || kLayout == kLayoutContiguous || kLayout == kLayoutMasked ||
+                  kPair == kPairNone, "multicast pairs are for the dense, contiguous and masked layouts only");
     static_assert(kSplit == 1 || (kPair == kPairNone && kLayout != kLayoutKGrouped),
                   "split-K clusters run without multicast pairs, not on the K-grouped layout");
     // Split-K: the kSplit CTAs of a cluster take the same tiles, CTA `rank` the rank-th range of K.
@@ -104,7 +105,34 @@ struct TileScheduler {
     // The next tile of this CTA. With a pair, the tile may lie past the matrix (odd block counts): the
     // CTA still loads its half of the shared operand for its peer, and stores nothing.
     DGX_DEVICE bool next_tile(Tile& t) {
-        if constexpr (kLayout == kLayoutMasked) {
+        if constexpr (kLayout == kLayoutMasked && kPair != kPairNone) {
+            // Pairs (issue 44): a unit is two tiles of one group, adjacent along N (sharing A; kNumNUnits counts
+            // pairs, and N has an even number of n-blocks) or along M (sharing B). An m-block past the group's
+            // rows (odd block count) still runs for its peer and stores nothing (d_row_end).
+            for (;;) {
+                if (group >= num_groups) return false;
+                const int m_blocks = ceil_div(group_rows, kBlockM);
+                const int units = (kPair == kPairM ? (m_blocks + 1) / 2 : m_blocks) * kNumNUnits;
+                if (next < units_before + units) break;
+                units_before += units;
+                group_rows = masked_rows(++group);
+            }
+            const int m_blocks = ceil_div(group_rows, kBlockM);
+            int mu, nu;
+            raster(next - units_before, kPair == kPairM ? (m_blocks + 1) / 2 : m_blocks, mu, nu);
+            next += stride;
+            const int m_block = kPair == kPairM ? mu * 2 + rank : mu;
+            t.n_block = kPair == kPairN ? nu * 2 + rank : nu;
+            t.a_row = t.d_row = group * m + m_block * kBlockM;
+            t.d_row_end = group * m + group_rows;
+            t.b_row = group * kN + t.n_block * kBlockN;
+            t.group = group;
+            t.sfa_row = m_block * kBlockM;
+            t.sfa_kb0 = group * kNumKBlocks;
+            t.kb0 = 0;
+            t.num_kb = kTileKBlocks;
+            return true;
+        } else if constexpr (kLayout == kLayoutMasked) {
             for (;;) {
                 if (group >= num_groups) return false;
                 const int units = ceil_div(group_rows, kBlockM) * kNumNUnits;

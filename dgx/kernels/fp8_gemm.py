@@ -90,8 +90,12 @@ class GemmConfig:
         problems = problems or validate_split(self.split_k, self.k, self.block_m, self.pair, self.layout)
         if self.layout not in LAYOUT_NAMES:
             problems = problems or f"layout must be one of {sorted(LAYOUT_NAMES)}; got {self.layout}"
-        elif self.layout not in (LAYOUT_DENSE, LAYOUT_CONTIGUOUS) and self.pair != SHARE_NONE:
-            problems = problems or "multicast pairs are for the dense and contiguous layouts only"
+        elif self.layout not in (LAYOUT_DENSE, LAYOUT_CONTIGUOUS, LAYOUT_MASKED) and self.pair != SHARE_NONE:
+            problems = problems or "multicast pairs are for the dense, contiguous and masked layouts only"
+        elif self.layout == LAYOUT_MASKED and self.pair == SHARE_A and ceil_div(self.n, self.block_n) % 2:
+            # (a pair's second tile past N would read the next group's B and its scales)
+            problems = problems or (f"masked pairs sharing A need an even number of n-blocks; N = {self.n} makes "
+                                    f"{ceil_div(self.n, self.block_n)} of {self.block_n}")
         elif self.wgrad and self.pair == SHARE_A:
             problems = problems or "the weight gradient shares only B (pair 2) through multicast"
         elif (self.layout == LAYOUT_K_GROUPED) != self.wgrad and self.layout != LAYOUT_DENSE:
@@ -381,7 +385,10 @@ def validate_blocks(block_m: int, block_n: int, pair: int = SHARE_NONE, defer: b
     if block_m == 64:
         limit = 192 if defer and wgrad else 208
     elif block_m == 128:
-        limit = (168 if wgrad else 192) if defer else 160
+        # (BF16 128x168..192 without deferred promotion: 192 such registers; 128x192 sharing B, DeepGEMM 2.6.1's
+        # contiguous tile, compiles without spills, but the contiguous one unshared spills 24 bytes. The heuristic
+        # does not offer them yet: heuristics.py MAX_BLOCK_N_128.)
+        limit = (168 if wgrad else 192) if defer else (160 if wgrad else 192)
     else:
         limit = 192
     if per_thread > limit:
