@@ -401,3 +401,21 @@ def choose_skip_head_mid(m: int, n: int, k: int, head_splits: tuple[int, int, in
     fitting = choose_dense_fitting(m, n, k, num_sms, lambda c: not validate_head_splits(head_splits, n, c.block_n),
                                    f"fp8_gemm_nt_skip_head_mid M={m} N={n} K={k} head_splits={head_splits}")
     return replace(fitting.config, head_splits=head_splits)
+
+
+@lru_cache(maxsize=4096)
+def choose_batched(m: int, n: int, k: int, groups: int, num_sms: int) -> Choice:
+    """The config of the batched layout (dgx.fp8_einsum's 'bhr,hdr->bhd': `groups` GEMMs of M x N x K, every row
+    valid): the dense model over all groups' tiles, single CTAs (each loads its tile of a group's 3-D view
+    itself), 64-, 128- or 256-row tiles as for a dense GEMM of M rows."""
+    _require_positive("choose_batched", m=m, n=n, k=k, groups=groups, num_sms=num_sms)
+
+    def options():
+        for bm, bn, pair in candidates(m, n):
+            if pair != SHARE_NONE:
+                continue
+            config = GemmConfig(n, k, bm, bn, pipeline_stages(bm, bn), layout=int(Layout.BATCHED))
+            units = config.units(m) * groups
+            yield with_deferred_promotion(config, units, num_sms), units
+
+    return _best(f"batched M={m} N={n} K={k} groups={groups}", options(), k, num_sms)

@@ -19,6 +19,7 @@ class Layout(IntEnum):
     MASKED = 2  # MoE groups along M, one [M_max] slice each with a run-time row count
     K_GROUPED = 3  # groups along K (weight gradients: one output per group)
     CONTIGUOUS_PSUM = 4  # as CONTIGUOUS, the groups' row ranges given by prefix sums (one int per group)
+    BATCHED = 5  # groups of M rows each, all valid, A and D strided 3-D views (dgx.fp8_einsum)
 
 
 class ShareDim(IntEnum):
@@ -75,6 +76,8 @@ class GemmKind(str, Enum):
         """The kind a kernel of `layout` (and weight gradient or not) computes."""
         if layout == Layout.CONTIGUOUS_PSUM:
             layout = Layout.CONTIGUOUS  # the same GEMM; only how the groups' rows are given differs
+        if layout == Layout.BATCHED:
+            layout = Layout.MASKED  # the same batched GEMM with every group's rows valid (dgx.fp8_einsum's kernel)
         for kind, kind_layout in _LAYOUTS.items():
             if kind_layout == layout and kind.wgrad == bool(wgrad):
                 return kind
@@ -115,6 +118,11 @@ LAYOUT_VARIANTS: dict[str, tuple[GemmKind, Layout]] = {
 }
 #: Their names, in order (shapes files of ``dgx warmup``, ``dgx inspect --kind``; not ``dgx bench``).
 VARIANT_KIND_NAMES: tuple[str, ...] = tuple(LAYOUT_VARIANTS)
+
+
+#: The shapes-file kind of dgx.fp8_einsum's 'bhr,hdr->bhd' (dgx/fp8_einsum.py): the FP8 GEMM kernel on the batched
+#: layout, a kind of its own (family ``fp8_einsum``), not a :class:`GemmKind` nor a layout variant of one.
+FP8_EINSUM_BHR_HDR_BHD = "fp8_einsum_bhr_hdr_bhd"
 
 
 def base_kind(name: str) -> str:

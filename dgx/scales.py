@@ -93,10 +93,12 @@ def layout_of(view: TensorView) -> tuple[int, int, int, tuple[int, int, int]]:
     return 1, rows, cols, (0, view.strides[0], view.strides[1])
 
 
-def convert(view: TensorView, stream: int, slot: str, name: str) -> tuple[TensorView, Conversion]:
+def convert(view: TensorView, stream: int, slot: str, name: str, warn: bool = True) -> tuple[TensorView, Conversion]:
     """`view` (float32 scales [M, KB] or [G, M, KB], any non-negative strides) copied into the TMA-aligned
-    M-major layout by the scale-layout kernel on `stream`: the copy's view, and the conversion made."""
-    _warn_once(name)
+    M-major layout by the scale-layout kernel on `stream`: the copy's view, and the conversion made. `warn`: the
+    once-per-process hint to convert ahead (not for an entry point whose documented layout is converted)."""
+    if warn:
+        _warn_once(name)
     groups, rows, cols, strides = layout_of(view)
     ld = round_up(rows, 4)
     nbytes = 4 * groups * cols * ld

@@ -30,7 +30,7 @@ namespace dgx {
 // aligned; masked: the groups' k-blocks one after another), loaded in boxes of BLOCK_M x 1; `tmap_sfb`
 // the weight gradient's B scales likewise (N-major), or for BF16 one-slice tiles the B scales `sfb` as one
 // row of floats from the 16-byte boundary at or below `sfb`, in 16-byte aligned boxes of 4 x 1. `m` is the
-// number of rows (masked, K-grouped: per group), `grouped_layout` m_indices, masked_m or the K-grouped
+// number of rows (masked, K-grouped, batched: per group), `grouped_layout` m_indices, masked_m or the K-grouped
 // groups' K, `d_ptr`/`ld_d` D for the stores done from the registers (partial masked blocks), `accumulate`
 // whether the weight gradient adds to D (which holds C) instead of overwriting it, `group_maps` (K-grouped)
 // the groups' maps of A and B, two per group, in global memory. `sfa`, `sfa_rows` and `sfa_stride` are what
@@ -47,6 +47,8 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const Params& params) {
         TileScheduler<kLayout, kBlockM, kBlockN, T::kNumNBlocks, T::kNumKBlocks, kGroupN, kPair, kN, kSplit>;
     static_assert(kLayout != kLayoutKGrouped || kWgrad, "the K-grouped layout is a weight gradient");
     static_assert(!T::kHeadSplits || kLayout == kLayoutDense, "head splits are for the dense layout");
+    static_assert(kLayout != kLayoutBatched || (kPair == kPairNone && !kWgrad && !T::kHeadSplits),
+                  "the batched layout's 3-D maps of A and D are loaded and stored whole by each CTA, in BF16");
 
     extern __shared__ __align__(1024) uint8_t smem[];
     uint8_t* smem_d = smem;

@@ -139,7 +139,8 @@ DGX_DEVICE void store_span(const TensorMap& tmap_d, const uint8_t* smem_d, const
 //   read the previous tile (`tiles`: the tiles staged before), and `bars[0]` told; the producer thread issues its
 //   TMA reduce-adds or stores (fp8_gemm_producer.cuh TileStores).
 // - BF16: stored with one TMA store per swizzle span, asynchronously (the next tile's MMAs start meanwhile), at
-//   D's column T::d_col of the span (skip-head-mid outputs). Masked partial blocks: store_rows.
+//   D's column T::d_col of the span (skip-head-mid outputs); batched, into the tile's group of the 3-D map.
+//   Masked partial blocks: store_rows.
 template <typename T, typename Scheduler>
 DGX_DEVICE void store_tile(const Tile& tile, int n_start, const float (&result)[T::kMmaPerWG][T::kAccum],
                            const MathThread& t, uint8_t* smem_d, const TensorMap& tmap_d, void* d_ptr, int64_t ld_d,
@@ -167,9 +168,14 @@ DGX_DEVICE void store_tile(const Tile& tile, int n_start, const float (&result)[
             constexpr int kSpanCols = T::kDSpan / 2;
 #pragma unroll
             for (int span = 0; span < T::kBlockN / kSpanCols; ++span) {
-                if (n_start + span * kSpanCols < T::kN)
-                    tma_store_2d(&tmap_d, region + span * T::kWGRows * T::kDSpan, T::d_col(n_start + span * kSpanCols),
-                                 wg_row);
+                if (n_start + span * kSpanCols < T::kN) {
+                    if constexpr (Scheduler::kLayout == kLayoutBatched)  // D [rows, groups, N]
+                        tma_store_3d(&tmap_d, region + span * T::kWGRows * T::kDSpan, n_start + span * kSpanCols,
+                                     tile.group, wg_row);
+                    else
+                        tma_store_2d(&tmap_d, region + span * T::kWGRows * T::kDSpan,
+                                     T::d_col(n_start + span * kSpanCols), wg_row);
+                }
             }
             tma_store_commit();
         }

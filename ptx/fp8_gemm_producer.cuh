@@ -202,8 +202,11 @@ DGX_DEVICE void fp8_gemm_producer(const Fp8GemmSmem& smem, const Params& params,
                 // Out-of-bounds parts of a box are zero-filled and still counted in the bytes.
                 mbarrier_arrive_expect_tx(&smem.full[s], T::kStageBytes);
                 const int k0 = (k_first + kb) * T::kBlockK;
-                load_operand<T>(scheduler, map_a, &smem.full[s], smem.a + s * T::kSmemA, k0, tile.a_row,
-                                T::kHalfRowsA, T::kPair == kPairN, tile.share);
+                if constexpr (Scheduler::kLayout == kLayoutBatched)  // A [rows, groups, K] (no pairs)
+                    tma_load_3d(map_a, &smem.full[s], smem.a + s * T::kSmemA, k0, tile.group, tile.a_row);
+                else
+                    load_operand<T>(scheduler, map_a, &smem.full[s], smem.a + s * T::kSmemA, k0, tile.a_row,
+                                    T::kHalfRowsA, T::kPair == kPairN, tile.share);
                 load_operand<T, T::kWholeB, T::kStreamB>(scheduler, map_b, &smem.full[s], smem.b + s * T::kSmemB, k0,
                                                          tile.b_row, T::kHalfRowsB, T::kPair == kPairM, tile.share,
                                                          b_policy);

@@ -22,6 +22,9 @@
 //   alignment of the groups must be a multiple of kBlockM. Values are clamped to [the group's start, M]: a
 //   group whose end does not pass its start is empty. Rows in the gaps between groups are not inputs; the
 //   last block of a group may store into the gap after it (as the m_indices layout stores padding rows).
+// - batched (dgx.fp8_einsum): `groups` problems of M rows each, all valid, A and D seen as 3-D [rows, groups, K]
+//   / [rows, groups, N] by their tensor maps (tiles address a group's rows with the group as a coordinate, so a
+//   batch needs no copy and a tile past M is clipped by TMA); B as for the M-grouped layouts.
 #pragma once
 #include "common.cuh"
 
@@ -29,13 +32,13 @@ namespace dgx {
 
 enum PairDim : int { kPairNone = 0, kPairN = 1, kPairM = 2 };
 enum GemmLayout : int { kLayoutDense = 0, kLayoutContiguous = 1, kLayoutMasked = 2, kLayoutKGrouped = 3,
-                        kLayoutContiguousPsum = 4 };
+                        kLayoutContiguousPsum = 4, kLayoutBatched = 5 };
 
 // One tile, as the producer and the math warpgroups both need it.
 struct Tile {
-    int a_row;      // first row of the tile in the 2-D view of A
+    int a_row;      // first row of the tile in the 2-D view of A (batched: in its group)
     int b_row;      // first row of the tile in the 2-D view of B (groups stacked along N)
-    int d_row;      // first row of the tile in the 2-D view of D
+    int d_row;      // first row of the tile in the 2-D view of D (batched: in its group)
     int d_row_end;  // rows of D at or past this one are not stored (end of M, or of the group's rows)
     int n_block;
     int group;
@@ -55,6 +58,8 @@ struct TileScheduler {
                   kPair == kPairNone, "multicast pairs are for the dense, contiguous and masked layouts only");
     static_assert(kSplit == 1 || (kPair == kPairNone && kLayout != kLayoutKGrouped),
                   "split-K clusters run without multicast pairs, not on the K-grouped layout");
+    static_assert(kLayout != kLayoutBatched || kSplit == 1,
+                  "split-K reduces into D through plain [rows, N] addresses, which a batched D is not");
     // Split-K: the kSplit CTAs of a cluster take the same tiles, CTA `rank` the rank-th range of K.
     static constexpr int kCluster = kPair == kPairNone ? kSplit : 2;
     static constexpr int kTileKBlocks = kNumKBlocks / kSplit;
@@ -152,6 +157,24 @@ struct TileScheduler {
             t.sfa_kb0 = group * kNumKBlocks;
             t.kb0 = kSplit > 1 ? rank * kTileKBlocks : 0;
             t.num_kb = kTileKBlocks;
+            return true;
+        } else if constexpr (kLayout == kLayoutBatched) {
+            // Every group has all m rows: unit u is group u / per_group's tile u % per_group.
+            const int per_group = ceil_div(m, kBlockM) * kNumNUnits;
+            if (next >= per_group * num_groups) return false;
+            const int g = next / per_group;
+            int mu, nu;
+            raster(next - g * per_group, ceil_div(m, kBlockM), mu, nu);
+            next += stride;
+            t.a_row = t.d_row = t.sfa_row = mu * kBlockM;
+            t.d_row_end = m;
+            t.n_block = nu;
+            t.b_row = g * kN + nu * kBlockN;
+            t.group = g;
+            t.sfa_kb0 = g * kNumKBlocks;
+            t.kb0 = 0;
+            t.num_kb = kNumKBlocks;
+            t.share = true;
             return true;
         } else if constexpr (kLayout == kLayoutContiguousPsum) {
             // Walk the groups from the one the previous tile was in: `next` only grows.

@@ -10,6 +10,7 @@ import pytest
 from dgx import warmup
 from dgx.bench import suites
 from dgx.kernels.fp8_gemm import (
+    LAYOUT_BATCHED,
     LAYOUT_CONTIGUOUS,
     LAYOUT_CONTIGUOUS_PSUM,
     LAYOUT_DENSE,
@@ -49,7 +50,9 @@ def test_parse_refuses_other_names():
 
 def test_layouts_and_the_kernel_side():
     assert [int(v) for v in Layout] == [LAYOUT_DENSE, LAYOUT_CONTIGUOUS, LAYOUT_MASKED, LAYOUT_K_GROUPED,
-                                        LAYOUT_CONTIGUOUS_PSUM] == [0, 1, 2, 3, 4]
+                                        LAYOUT_CONTIGUOUS_PSUM, LAYOUT_BATCHED] == [0, 1, 2, 3, 4, 5]
+    # The batched layout (dgx.fp8_einsum) computes masked groups with every row valid
+    assert GemmKind.of(Layout.BATCHED, False) is GemmKind.M_GROUPED_MASKED
     # The prefix-sum layout computes the contiguous kind (DeepGEMM's use_psum_layout=True)
     assert GemmKind.of(Layout.CONTIGUOUS_PSUM, False) is GemmKind.M_GROUPED_CONTIGUOUS
     expect = {

@@ -42,12 +42,14 @@ EXPECTED.update({
 EXPECTED.update({
     "tf32_hc_prenorm_gemm": "(Tensor a, Tensor b, Tensor(a!) d, Tensor(b!) s, int? num_splits=None) -> ()",
     "fp8_gemm_nt_skip_head_mid": f"({GEMM_HEAD}, int[] head_splits) -> ()",
+    "fp8_einsum": "(str expr, Tensor x, Tensor sfx, Tensor y, Tensor sfy, Tensor(a!) z) -> ()",
 })
-WRITTEN = {"tf32_hc_prenorm_gemm": ["d", "s"]}  # what each in-place operator writes, where not only d
+# what each in-place operator writes, where not only d
+WRITTEN = {"tf32_hc_prenorm_gemm": ["d", "s"], "fp8_einsum": ["z"]}
 GEMMS = [name for name in EXPECTED if "gemm" in name]
 # _all_ops's; tests/test_bf16_torch_ops.py traces BF16's; the GPU tests run the other families' operators
 TRACED = [name for name in EXPECTED if "bf16" not in name and name not in ("tf32_hc_prenorm_gemm",
-                                                                            "fp8_gemm_nt_skip_head_mid")]
+                                                                            "fp8_gemm_nt_skip_head_mid", "fp8_einsum")]
 
 
 def _op(name):
@@ -75,7 +77,8 @@ def test_every_public_op_is_an_operator_with_its_schema():
 
 def test_every_kernel_entry_point_of_dgx_has_a_torch_ops_function():
     helpers = {"get_mk_alignment_for_contiguous_layout", "get_tma_aligned_size", "get_mn_major_tma_aligned_tensor",
-               "transform_sf_into_required_layout", "set_num_sms", "get_num_sms", "jit_stats", "reset_jit_stats", "set_pdl", "get_pdl"}
+               "transform_sf_into_required_layout", "set_num_sms", "get_num_sms", "jit_stats", "reset_jit_stats", "set_pdl", "get_pdl",
+               "sfx_for_kernel"}
     entry_points = {n for n in dgx.__all__ if n not in helpers and callable(getattr(dgx, n))
                     and not isinstance(getattr(dgx, n), type)}
     assert entry_points == set(EXPECTED) | set(T.LEGACY)
@@ -100,7 +103,7 @@ def test_only_d_is_marked_written(name):
     schema = _op(name)._schema
     written = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
     assert written == WRITTEN.get(name, ["d"] if name in GEMMS else [])
-    assert schema.is_mutable == (name in GEMMS)
+    assert schema.is_mutable == (name in GEMMS or name in WRITTEN)
 
 
 def test_wrappers_refuse_what_is_not_a_pair():

@@ -13,8 +13,10 @@ from .interface import TENSOR_MAP, KernelInterface, Param
 from .wgmma_render import render_wgmma_bf16
 
 SHARE_NONE, SHARE_A, SHARE_B = int(ShareDim.NONE), int(ShareDim.A), int(ShareDim.B)
-LAYOUT_DENSE, LAYOUT_CONTIGUOUS, LAYOUT_MASKED, LAYOUT_K_GROUPED, LAYOUT_CONTIGUOUS_PSUM = (int(v) for v in Layout)
-LAYOUT_NAMES = {int(v): v.name.lower() for v in Layout}
+# (The batched layout is the FP8 GEMM kernel's alone: dgx.fp8_einsum.)
+LAYOUT_DENSE, LAYOUT_CONTIGUOUS, LAYOUT_MASKED, LAYOUT_K_GROUPED, LAYOUT_CONTIGUOUS_PSUM = (
+    int(v) for v in Layout if v != Layout.BATCHED)
+LAYOUT_NAMES = {int(v): v.name.lower() for v in Layout if v != Layout.BATCHED}
 
 #: Operand major-ness: "k" (K contiguous: A [M, K], B [N, K] row-major) or "mn" (M / N contiguous).
 MAJORS = ("k", "mn")

@@ -8,7 +8,7 @@ from math import gcd
 
 from .. import jit
 from ..intmath import ceil_div, round_up
-from ..kinds import M_GROUPED_CONTIGUOUS_PSUM, GemmKind, Layout, ShareDim
+from ..kinds import FP8_EINSUM_BHR_HDR_BHD, M_GROUPED_CONTIGUOUS_PSUM, GemmKind, Layout, ShareDim
 from .interface import TENSOR_MAP, KernelInterface, Param
 from .wgmma_render import render_wgmma_e4m3
 
@@ -16,7 +16,8 @@ from .wgmma_render import render_wgmma_e4m3
 SHARE_NONE, SHARE_A, SHARE_B = int(ShareDim.NONE), int(ShareDim.A), int(ShareDim.B)
 PAIR_NONE, PAIR_N, PAIR_M = SHARE_NONE, SHARE_A, SHARE_B  # earlier names: pairs along N share A, along M share B
 # How the scheduler walks the tiles (GemmConfig.layout; ptx/scheduler.cuh GemmLayout).
-LAYOUT_DENSE, LAYOUT_CONTIGUOUS, LAYOUT_MASKED, LAYOUT_K_GROUPED, LAYOUT_CONTIGUOUS_PSUM = (int(v) for v in Layout)
+(LAYOUT_DENSE, LAYOUT_CONTIGUOUS, LAYOUT_MASKED, LAYOUT_K_GROUPED, LAYOUT_CONTIGUOUS_PSUM,
+ LAYOUT_BATCHED) = (int(v) for v in Layout)
 LAYOUT_NAMES = {int(v): v.name.lower() for v in Layout}
 
 # The kernel's one parameter: a struct of these members, in this order (ptx/fp8_gemm.cuh fp8_gemm_nt_body
@@ -100,6 +101,8 @@ class GemmConfig:
             problems = problems or "the weight gradient shares only B (pair 2) through multicast"
         elif (self.layout == LAYOUT_K_GROUPED) != self.wgrad and self.layout != LAYOUT_DENSE:
             problems = problems or "the K-grouped layout is a weight gradient, the M-grouped ones are not"
+        if self.layout == LAYOUT_BATCHED and (self.wgrad or self.split_k != 1):
+            problems = problems or "the batched layout (dgx.fp8_einsum) is a BF16 GEMM without split-K"
         if self.head_splits is not None:
             problems = problems or validate_head_splits(self.head_splits, self.n, self.block_n, self.layout,
                                                         self.wgrad, self.split_k)
@@ -214,6 +217,8 @@ class GemmConfig:
         ``m_grouped_contiguous_psum``)."""
         if self.layout == Layout.CONTIGUOUS_PSUM:
             return M_GROUPED_CONTIGUOUS_PSUM
+        if self.layout == Layout.BATCHED:
+            return FP8_EINSUM_BHR_HDR_BHD
         return self.kind.value
 
     def describe(self) -> tuple[tuple[str, str], ...]:
@@ -248,8 +253,14 @@ class GemmConfig:
             source=source,
             dynamic_smem=self.smem_bytes,
             summary=self.describe(),
-            warmup_hint=f"--shapes FILE with {{\"kind\": \"{self.warmup_kind}\", \"n\": {self.n}, \"k\": {self.k}}}",
+            warmup_hint=self._warmup_hint(),
         )
+
+
+    def _warmup_hint(self) -> str:
+        if self.layout == Layout.BATCHED:  # the einsum's kind names its dimensions
+            return f"--shapes FILE with {{\"kind\": \"{self.warmup_kind}\", \"d\": {self.n}, \"r\": {self.k}, \"h\": H}}"
+        return f"--shapes FILE with {{\"kind\": \"{self.warmup_kind}\", \"n\": {self.n}, \"k\": {self.k}}}"
 
 
 def d_span_bytes(block_n: int, elem_bytes: int = 2) -> int:

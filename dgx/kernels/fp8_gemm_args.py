@@ -8,7 +8,7 @@ from collections import namedtuple
 from .. import runtime
 from ..intmath import ceil_div, round_up
 from ..runtime import Swizzle
-from .fp8_gemm import INTERFACE, GemmConfig
+from .fp8_gemm import INTERFACE, LAYOUT_BATCHED, GemmConfig
 
 
 # What a call gives for the tensor maps (and the members derived from them): addresses, extents (leading dimensions
@@ -18,7 +18,10 @@ _MAP_INPUTS = ("a", "a_rows", "lda",  # A [rows, K]
                "d", "d_rows", "ldd",  # D [rows, N]
                "sfa_layout")  # SFA: `sfa_layout.kb` rows of `sfa_layout.m` floats (M-major)
 _MAP_DEFAULTS = {"sfb_layout": None,  # weight gradient: the per-row B scales (N-major), like SFA
-                 "k": 0}  # K extent of the A and B maps when it is not the config's
+                 "k": 0,  # K extent of the A and B maps when it is not the config's
+                 # batched layout: A [rows, groups, K] and D [rows, groups, N], `num_groups` groups this many
+                 # elements apart (rows lda / ldd apart)
+                 "a_group_stride": 0, "d_group_stride": 0}
 # Members pack_operands computes from the map inputs; every other member of INTERFACE is passed through as given.
 _DERIVED = frozenset(("tmap_a", "tmap_b", "tmap_d", "tmap_sfa", "tmap_sfb", "sfa_rows", "sfa_stride", "d_ptr", "ld_d"))
 _PASSED = tuple(p for p in INTERFACE.params if p.name not in _DERIVED)
@@ -35,7 +38,13 @@ Operands = namedtuple("Operands", _REQUIRED + list(_OPTIONAL), defaults=list(_OP
 def pack_operands(config: GemmConfig, ops: Operands) -> runtime.ParamPack:
     """The kernel's parameters for `ops`: tensor maps encoded, every member packed by name."""
     n, k = config.n, ops.k or config.k
-    tmap_a = runtime.encode_tensor_map_2d("uint8", ops.a, k, ops.a_rows, ops.lda, 128, config.box_rows_a, Swizzle.B128)
+    batched = config.layout == LAYOUT_BATCHED
+    if batched:  # dims innermost first: K, group, row (a box is one group's rows, as the 2-D box's)
+        tmap_a = runtime.encode_tensor_map("uint8", ops.a, (k, ops.num_groups, ops.a_rows),
+                                           (ops.a_group_stride, ops.lda), (128, 1, config.box_rows_a), Swizzle.B128)
+    else:
+        tmap_a = runtime.encode_tensor_map_2d("uint8", ops.a, k, ops.a_rows, ops.lda, 128, config.box_rows_a,
+                                              Swizzle.B128)
     tmap_b = runtime.encode_tensor_map_2d("uint8", ops.b, k, ops.b_rows, ops.ldb, 128, config.box_rows_b, Swizzle.B128)
     span = config.d_span
     d_swizzle = Swizzle(span if span > 16 else 0)
@@ -47,8 +56,12 @@ def pack_operands(config: GemmConfig, ops: Operands) -> runtime.ParamPack:
         tmap_sfb = runtime.encode_tensor_map_2d("float32", ops.sfb, sfb.m, sfb.kb, sfb.row_stride, config.block_n, 1)
         tmap_d = runtime.encode_tensor_map_2d("float32", ops.d, n, ops.d_rows, ops.ldd * 4, span // 4, wg_rows, d_swizzle)
     else:
-        tmap_d = runtime.encode_tensor_map_2d("bfloat16", ops.d, config.d_cols, ops.d_rows, ops.ldd * 2, span // 2,
-                                              wg_rows, d_swizzle)
+        if batched:
+            tmap_d = runtime.encode_tensor_map("bfloat16", ops.d, (n, ops.num_groups, ops.d_rows),
+                                               (ops.d_group_stride * 2, ops.ldd * 2), (span // 2, 1, wg_rows), d_swizzle)
+        else:
+            tmap_d = runtime.encode_tensor_map_2d("bfloat16", ops.d, config.d_cols, ops.d_rows, ops.ldd * 2,
+                                                  span // 2, wg_rows, d_swizzle)
         if config.b_scales_in_stage:
             tmap_sfb = _sfb_row_map(ops, n, k)
         else:

@@ -4,7 +4,7 @@ run of tests/device/run_deep_gemm_tests.py spends its time testing instead of co
     DGX_CACHE_DIR=DIR python tests/device/deep_gemm_test_kernels.py [--num-sms 132] [-j N] [--list] [--gpu-tests]
 
 The shapes are those of DeepGEMM's tests/test_core.py at 3fc6728 and the sm_90 cases of tests/test_fp8_fp4.py
-(its generators.py) at 54e2261, with every M (contiguous: every M_sum) their random group sizes can produce; each
+(its generators.py) and the FP8 einsum of tests/test_einsum.py at 54e2261, with every M (contiguous: every M_sum) their random group sizes can produce; each
 distinct config the heuristics pick is compiled into the kernel cache, plus the prefix-sum twins of the contiguous
 ones and the UE8M0 unpack kernel; with --gpu-tests also the kernels of tests/test_gpu_deep_gemm.py. Ship the cache
 to the GPU machine with ``dgx cache export`` / ``dgx cache import`` (or point DGX_CACHE_DIR at a copy). The configs
@@ -100,6 +100,12 @@ def configs(num_sms: int) -> list:
                                      (8, 7168, 2048, 4096), (16, 4096, 7168, 2048), (16, 7168, 2048, 2048)):
         k_grouped(groups, m, n, int(expected_k * 0.7), _align(int(expected_k * 1.3) + 1, 128),
                   "test_fp8_fp4 k_grouped")
+
+    # test_einsum.py at 54e2261, its sm_90 FP8 case (test_fp8_bhr_hdr_bhd: h 8, d 1024, r 4096)
+    from dgx.heuristics import choose_batched
+
+    for b in (4, 32, 128, 4096, 8192):
+        add(choose_batched(b, 1024, 4096, 8, num_sms).config, "test_einsum fp8_bhr_hdr_bhd")
     return list(out.items())
 
 

@@ -1,9 +1,9 @@
 """Soak test: a random mix of every kernel family and shape kind dgx has, for a set time, from several threads.
 
 What a serving process does for hours, compressed: calls of every kind of kernel dgx has (FP8 dense, M-grouped
-contiguous with m_indices and with prefix sums, masked, the dense and K-grouped weight gradients, skip-head-mid; the
-BF16 GEMMs in their forms and grouped layouts; the HyperConnection pre-norm GEMM; MQA-logits prefill and paged
-decode), eagerly on fresh tensors, eagerly on tensors reused from call to call, and as CUDA-graph replays (whose
+contiguous with m_indices and with prefix sums, masked, the dense and K-grouped weight gradients, skip-head-mid,
+the FP8 einsum; the BF16 GEMMs in their forms and grouped layouts; the HyperConnection pre-norm GEMM; MQA-logits
+prefill and paged decode), eagerly on fresh tensors, eagerly on tensors reused from call to call, and as CUDA-graph replays (whose
 counts, windows and context lengths change between replays), from --threads threads with a stream each; now and
 then a bad input, which must raise one of dgx's typed errors (TypeError, ValueError, dgx.DgxError) before anything
 launches. A share of the calls (--check-rate) is spot-checked against a float64 reference, their outputs poisoned
@@ -711,6 +711,55 @@ def skip_head_mid(n: int, k: int, head_splits: tuple[int, int, int], ms: Sequenc
     return Maker("dense_skip_head_mid", f"N {n} K {k} heads {heads} x {head_splits}", tuple(ms), build, bad)
 
 
+def fp8_einsum(h: int, d: int, r: int, bs: Sequence[int]) -> Maker:
+    """dgx.fp8_einsum('bhr,hdr->bhd'): x [b, h, r] per-token scaled (scales K-major, converted per call), y [h, d, r]
+    per block, z [b, h, d]; y kept as a weight."""
+
+    def build(rng, b, weights):
+        from dgx.deep_gemm.utils.math import per_block_cast_to_fp8, per_token_cast_to_fp8
+        from dgx.fp8_einsum import fp8_einsum as einsum
+
+        torch = _torch()
+        ys = weights.get("y")
+        if ys is None:
+            y = torch.randn((h, d, r), device="cuda", dtype=torch.bfloat16, generator=_gen(rng))
+            yq = torch.empty_like(y, dtype=torch.float8_e4m3fn)
+            sfy = torch.empty((h, -(-d // 128), -(-r // 128)), device="cuda")
+            for i in range(h):
+                yq[i], sfy[i] = per_block_cast_to_fp8(y[i], use_ue8m0=False)
+            ys = weights.setdefault("y", (yq, sfy))
+        x = torch.randn((b, h, r), device="cuda", dtype=torch.bfloat16, generator=_gen(rng))
+        xq, sfx = per_token_cast_to_fp8(x.view(-1, r), use_ue8m0=rng.random() < 0.5)
+        xs = (xq.view(b, h, r), sfx.view(b, h, -(-r // 128)))
+        z = _nan(b, h, d)
+
+        def prep(rng):
+            z.fill_(float("nan"))
+
+        def check():
+            from dgx.torch_utils import dequantize
+
+            worst = 0.0
+            for i in range(h):
+                ref = (dequantize(xs[0][:, i], xs[1][:, i], 1).double()
+                       @ dequantize(ys[0][i], ys[1][i], 128).double().T)
+                worst = max(worst, _check_bf16(z[:, i], ref, f"head {i}"))
+            return worst
+
+        return Call(lambda: einsum("bhr,hdr->bhd", xs, ys, z), check, prep)
+
+    def bad():
+        from dgx.fp8_einsum import fp8_einsum as einsum
+
+        torch = _torch()
+        x = (torch.zeros((4, h, r), device="cuda", dtype=torch.float8_e4m3fn),
+             torch.ones((4, h, -(-r // 128)), device="cuda"))
+        y = (torch.zeros((h, d, r), device="cuda", dtype=torch.float8_e4m3fn), torch.ones((h, 1, 1), device="cuda"))
+        einsum("bhr,hdr->bhd", x, y, _nan(4, h, d))  # sfy of the wrong shape
+
+    return Maker("fp8_einsum_bhr_hdr_bhd", f"h {h} d {d} r {r}", tuple(bs), build, bad)
+
+
 # The mix: every family, each shape kind a Maker (variants: what the kernel choice depends on, all warmed).
 MAKERS: list[Maker] = [
     dense(2112, 7168, (1, 13, 64, 128, 384, 1024, 4096)),
@@ -739,6 +788,8 @@ MAKERS: list[Maker] = [
     hc_prenorm(24, 7168, None, (13, 137, 4096)),
     hc_prenorm(24, 7680, 16, (13, 2000)),
     skip_head_mid(8192, 512, (128, 64, 128), (1, 128, 4096)),
+    fp8_einsum(8, 1024, 4096, (4, 128, 4097)),
+    fp8_einsum(128, 128, 512, (17, 4096)),
 ]
 
 
