@@ -701,7 +701,7 @@ def warmup(preset, shapes_file, max_m, num_sms, arch, jobs, as_json) -> None:
 @main.command()
 @click.option("--suite", type=click.Choice(BENCH_SUITES), default="all", show_default=True)
 @click.option("--shapes", "shapes_file", type=click.Path(dir_okay=False), help="A shapes file (warmup format, plus m).")
-@click.option("--peers/--no-peers", default=True, show_default=True, help="Also time the peers (cuBLASLt, Triton, BF16; torch for the MQA suites).")
+@click.option("--peers/--no-peers", default=True, show_default=True, help="Also time the peers (DeepGEMM where a real one imports, cuBLASLt, Triton, BF16; torch for the MQA suites).")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True, help="Rerun everything N times.")
 @click.option(
     "--timer",

@@ -4,9 +4,10 @@ K-grouped (MoE: one output per expert, each over its own tokens along K), on the
 from __future__ import annotations
 
 import sys
+from threading import get_ident
 from typing import Sequence
 
-from . import launch, runtime
+from . import fastpath, k_grouped_maps, launch, runtime
 from .checks import (
     ceil_div,
     expect_dtype,
@@ -23,12 +24,18 @@ from .kernels.fp8_gemm import GemmConfig
 from .kinds import GemmKind
 from .launch import Operands, scales_for_tma
 from .layout import k_grouped_scales_view
-from .runtime import Swizzle
 from .streams import resolve_stream
 from .tensors import TensorView, as_view, require_cuda
 
 _ks_tensors: dict[tuple, object] = {}
 _KS_CACHE_LIMIT = 64
+
+# Per-call fast path of the K-grouped GEMM for torch tensors (dgx.fastpath): hint key (the groups' sizes, d's shape,
+# whether ks_tensor is given, thread) -> (the entry an earlier call made, its A and B addresses, its launch stream,
+# the ks tensor dgx made for it). An entry serves calls with its own A and B addresses on its own stream only: the
+# groups' maps it launches with (dgx.k_grouped_maps) hold those addresses and were copied on that stream. The other
+# addresses (scales, d, ks_tensor) are relocated as in the other entry points.
+_k_entries: dict[tuple, tuple] = {}
 
 
 def _expect_fp32_out(v: TensorView, name: str, shape: tuple[int, ...]) -> None:
@@ -133,7 +140,24 @@ def k_grouped_fp8_gemm_nt_contiguous(a, b, d, ks: Sequence[int], ks_tensor=None,
             left as it is).
         ks_tensor: the same values as int32 [G] on the GPU (the kernel reads them); made from `ks` (and
             kept for reuse) when not given.
+
+    The groups' tensor maps are encoded and copied to the device once per A and B address, M, N, ks and launch
+    stream (dgx.k_grouped_maps), and a call with torch tensors whose structure, A and B addresses and stream an
+    earlier call had (dgx.fastpath) skips the checks and the packing.
     """
+    fast = config is None and type(a) is tuple and type(b) is tuple and type(ks) in (list, tuple)
+    if fast:
+        try:
+            A, SFA = a
+            B, SFB = b
+            tensors = (A, SFA, B, SFB, d) if ks_tensor is None else (A, SFA, B, SFB, d, ks_tensor)
+            key = (tuple(ks), d.shape, ks_tensor is None, get_ident())
+        except (TypeError, ValueError, AttributeError):  # not pairs of tensors: the full path says so
+            fast = False
+        else:
+            hit = _k_entries.get(key)
+            if hit is not None and _run_k_entry(hit, tensors, stream):
+                return
     A, SFA = unpack_pair(a, "a")
     B, SFB = unpack_pair(b, "b")
     av, sfav, bv, sfbv, dv = views_on_one_device(((A, "A"), (SFA, "SFA"), (B, "B"), (SFB, "SFB"), (d, "d")))
@@ -199,28 +223,51 @@ def k_grouped_fp8_gemm_nt_contiguous(a, b, d, ks: Sequence[int], ks_tensor=None,
         launch.release(conv_a)
         raise
     try:
-        _k_grouped_launch(av, bv, dv, ks, ks_view, sfav, sfa_layout, sfbv, sfb_layout, m, n, k_total, groups, device,
-                          config, stream, s1 or s2)
+        made = _k_grouped_launch(av, bv, dv, ks, ks_view, sfav, sfa_layout, sfbv, sfb_layout, m, n, k_total, groups,
+                                 device, config, stream, s1 or s2)
     finally:
         launch.release(conv_a, conv_b)  # converted scales in capture-owned memory: freed after the kernel
+    if made is not None and fast and fastpath.torch_tensors(*tensors):
+        plan, pack, launch_stream = made
+        conversions = [(index, conv) for index, conv in ((1, conv_a), (3, conv_b)) if conv is not None]
+        _register_k_entry(key, tensors, plan, pack, conversions, launch_stream,
+                          None if ks_tensor is not None else _ks_tensors.get((device, ks)))
+
+
+def _run_k_entry(hit: tuple, tensors: tuple, stream) -> bool:
+    """Launches a K-grouped entry for `tensors` if it can serve them (same A and B addresses, same stream, the
+    entry's check passes); False, having launched nothing, otherwise."""
+    entry, a_ptr, b_ptr, entry_stream, _ = hit
+    ptrs = tuple(t.data_ptr() for t in tensors)
+    if ptrs[0] != a_ptr or ptrs[2] != b_ptr or not entry.check(*tensors):
+        return False
+    s = entry.current_stream(entry.device) if stream is None else resolve_stream(stream, entry.device)
+    return s == entry_stream and entry.run(ptrs, s)
+
+
+def _register_k_entry(key: tuple, tensors: tuple, plan, pack, conversions, launch_stream: int, keep) -> None:
+    made: dict[tuple, fastpath.Entry] = {}
+    fastpath.register(made, key, tensors, plan, pack, conversions)
+    entry = made.get(key)
+    if entry is None:
+        _k_entries.pop(key, None)
+        return
+    if len(_k_entries) >= fastpath.CACHE_LIMIT:
+        _k_entries.clear()
+    _k_entries[key] = (entry, tensors[0].data_ptr(), tensors[2].data_ptr(), launch_stream, keep)
 
 
 def _k_grouped_launch(av, bv, dv, ks, ks_view, sfav, sfa_layout, sfbv, sfb_layout, m, n, k_total, groups, device,
-                      config, stream, launch_stream) -> None:
+                      config, stream, launch_stream):
+    """Launches the K-grouped kernel; returns (plan, pack, launch stream) where the launch may be repeated by the
+    per-call fast path (its groups' maps are kept: dgx.k_grouped_maps), else None."""
     typical_k = max(128, k_total // max(1, sum(1 for kg in ks if kg)))
     plan = launch.plan(GemmKind.K_GROUPED, m, n, typical_k, device, config, groups=groups)
     launch_stream = launch_stream or resolve_stream(stream, device)
     # One map of A_g and one of B_g per group (their row strides differ), in device memory for the kernel.
     cfg = plan.config
-    maps, offset = [], 0
-    for kg in ks:
-        if kg:
-            maps.append(runtime.encode_tensor_map_2d("uint8", av.ptr + m * offset, kg, m, kg, 128, cfg.box_rows_a, Swizzle.B128))
-            maps.append(runtime.encode_tensor_map_2d("uint8", bv.ptr + n * offset, kg, n, kg, 128, cfg.box_rows_b, Swizzle.B128))
-        else:
-            maps += [None, None]  # an empty group is never visited
-        offset += kg
-    group_maps = runtime.DeviceTensorMaps(maps, launch_stream)
+    group_maps, kept = k_grouped_maps.group_maps(av.ptr, bv.ptr, m, n, ks, cfg.box_rows_a, cfg.box_rows_b, device,
+                                                 launch_stream)
     # The kernel reads the groups' maps, not tmap_a / tmap_b; those still need valid maps: the first group's.
     first = next(kg for kg in ks if kg)
     ops = Operands(a=av.ptr, a_rows=m, lda=first, b=bv.ptr, b_rows=n, ldb=first, d=dv.ptr, d_rows=groups * m,
@@ -228,9 +275,12 @@ def _k_grouped_launch(av, bv, dv, ks, ks_view, sfav, sfa_layout, sfbv, sfb_layou
                    grouped_layout=ks_view.ptr, num_groups=groups, sfb_layout=sfb_layout, k=first,
                    group_maps=group_maps.address, accumulate=True)
     try:
-        plan.launcher.launch(launch_stream, launch.pack(plan.config, ops))
+        pack = launch.pack(plan.config, ops)
+        plan.launcher.launch(launch_stream, pack)
     finally:
-        group_maps.release()  # stream-ordered: after the kernel
+        if not kept:
+            group_maps.release()  # stream-ordered: after the kernel
+    return (plan, pack, launch_stream) if kept else None
 
 
 def k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(lhs, rhs, out, batch_sizes) -> None:

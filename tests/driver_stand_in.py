@@ -187,7 +187,8 @@ def _caches():
 
     names = {"launch": ("_plans", "_params"), "gemm": ("_entries", "_fast"), "grouped": ("_contiguous", "_masked"),
              "scales": ("_workspaces",), "kernels.scale_layout": ("_launchers",), "bf16": ("_plans", "_params"),
-             "mqa": ("_launchers",), "hc_prenorm": ("_params",), "fp8_einsum": ("_plans", "_fast"), "kernels.hc_prenorm": ("_launchers", "_fits")}
+             "mqa": ("_launchers",), "wgrad": ("_k_entries",), "k_grouped_maps": ("_maps",), "hc_prenorm": ("_params",),
+             "fp8_einsum": ("_plans", "_fast"), "kernels.hc_prenorm": ("_launchers", "_fits")}
     out = []
     for module_name, attrs in names.items():
         try:

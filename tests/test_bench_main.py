@@ -103,7 +103,7 @@ def test_main_writes_reports_and_exit_codes(monkeypatch, tmp_path):
     md = (tmp_path / "r.md").read_text()
     for title in ("## Weight gradient (", "## K-grouped weight gradient"):
         table = md.split(title, 1)[1].split("\n## ", 1)[0]
-        assert "| DeepGEMM TF (H100) | vs DeepGEMM |" in table and "| **geomean** |" in table
+        assert "| DeepGEMM TF (H100, other run) | vs DeepGEMM (other run) |" in table and "| **geomean** |" in table
     summary = json.loads((tmp_path / "r.json").read_text())["summary"]
     ratios = {s["suite"]: s["geomean_vs_deepgemm_anchor"] for s in summary["suites"]}
     assert ratios["wgrad"] is not None and ratios["k_grouped"] is not None

@@ -112,7 +112,7 @@ def test_run_suite_times_cases_and_ceilings_with_the_timer(monkeypatch):
     monkeypatch.setattr(runner, "gpu_problem", lambda: None)
     monkeypatch.setattr(runner, "environment", lambda: {"device": "NVIDIA H100 80GB HBM3"})
     monkeypatch.setattr(timing, "L2Flusher", lambda: "flush")
-    monkeypatch.setattr(peers, "make_impls", lambda with_peers: [Impl()])
+    monkeypatch.setattr(peers, "make_impls", lambda with_peers, deep_gemm=None: [Impl()])
     monkeypatch.setattr(runner, "probe_timer", lambda ctx: seen.setdefault("probed", ctx.timer))
     monkeypatch.setattr(runner, "measure_ceilings", ceilings)
     monkeypatch.setattr(runner, "build_case", lambda shape, seed: types.SimpleNamespace(free=lambda: None))
@@ -186,7 +186,7 @@ def test_unknown_device_shows_only_the_share_of_the_copy_bandwidth(tmp_path):
     assert "of HBM peak" not in text and "HBM peak, datasheet" not in text
     assert "No HBM peak is known for NVIDIA B200" in text
     md = render_markdown(res)
-    assert "| of ceiling | DeepGEMM TF (H100) |" in md
+    assert "| of ceiling | DeepGEMM TF (H100, other run) |" in md
     path = tmp_path / "r.json"
     write_json(res, str(path))
     assert json.loads(path.read_text())["summary"]["hbm_peak"] == {"device": "NVIDIA B200", "gbps": None}
@@ -227,5 +227,5 @@ def test_kernel_timer_compares_with_deepgemms_kernel_only_anchors():
         assert s.suite(suite).cases[0].anchor is None and s.suite(suite).geomean_vs_anchor is None
     assert anchor_for(B)["us"] == 55.5 and anchor_for(A)["tflops"] == 1410.0  # events: the tables as they were
     text = render_table(_results(timer="kernel"))
-    assert "DeepGEMM TF (H100, kernel-only)" in text
+    assert "DeepGEMM TF (H100, kernel-only, other run)" in text
     assert "its kernel-only times, on the clock of this run" in render_markdown(_results(timer="kernel"))

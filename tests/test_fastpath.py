@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import dgx  # noqa: E402
-from dgx import device, fastpath, gemm, grouped, scales  # noqa: E402
+from dgx import device, fastpath, gemm, grouped, k_grouped_maps, scales, wgrad  # noqa: E402
 from dgx.bench.host_patterns import all_patterns  # noqa: E402
 from dgx.errors import LayoutConversionWarning  # noqa: E402
 from dgx.kernels import scale_layout  # noqa: E402
@@ -65,7 +65,7 @@ def gemm_launches(s):
     return [x for x in s.driver.launches if x.kernel.startswith("dgx_fp8_gemm")]
 
 
-_ENTRY_CACHES = ((gemm, "_entries"), (grouped, "_contiguous"), (grouped, "_masked"))
+_ENTRY_CACHES = ((gemm, "_entries"), (grouped, "_contiguous"), (grouped, "_masked"), (wgrad, "_k_entries"))
 
 
 def full_path_launches(s, fn):
@@ -101,7 +101,7 @@ def test_fast_parameters_equal_the_full_paths_for_every_host_pattern(si):
     """Every pattern of the host benchmark, 40 calls each (fresh outputs, slices at moving offsets, changing M,
     converted scales): the fast path's launches, byte for byte, are what the full path launches for the same
     arguments, and steady state encodes no tensor map."""
-    for pattern in all_patterns(dgx, "cpu", kinds=("dense", "contiguous", "masked", "wgrad")):
+    for pattern in all_patterns(dgx, "cpu", kinds=("dense", "contiguous", "masked", "wgrad", "k_grouped")):
         for i in range(40):
             args = pattern.args(i)
             before = len(si.driver.launches)

@@ -204,6 +204,36 @@ def test_k_grouped_graph_capture():
             assert _rel(d[g], ref) <= MAX_REL
 
 
+def test_k_grouped_repeated_calls_kept_maps_and_fast_path():
+    """The groups' maps kept per A/B address and stream (dgx.k_grouped_maps) and the fast path: fresh outputs,
+    new A and B buffers (fresh data at fresh or reused addresses), another stream, each call checked against
+    its own float64 reference, with d poisoned before each call."""
+    import dgx
+
+    m, n, ks = 256, 384, [512, 0, 256, 384]
+    ks_tensor = torch.tensor(ks, dtype=torch.int32, device="cuda")
+    side = torch.cuda.Stream()
+    for step in range(6):
+        a, b, refs = _k_grouped_inputs(m, n, ks, seed=40 + step)  # later steps: freed addresses reused, new data
+        for stream in (None, side, None):
+            c = torch.randn(len(ks), m, n, device="cuda")
+            d = c.clone()
+            if stream is None:
+                dgx.k_grouped_fp8_gemm_nt_contiguous(a, b, d, ks, ks_tensor if step % 2 else None)
+            else:
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    dgx.k_grouped_fp8_gemm_nt_contiguous(a, b, d, ks, ks_tensor)
+                torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.synchronize()
+            for g, (kg, ref) in enumerate(zip(ks, refs)):
+                if kg == 0:
+                    assert torch.equal(d[g], c[g]), (step, g)
+                else:
+                    assert _rel(d[g], ref + c[g].double()) <= MAX_REL, (step, g, stream)
+        del a, b
+
+
 def test_wgrad_input_checks():
     import dgx
 

@@ -12,7 +12,7 @@ from typing import Callable
 
 from .fmt import STATUS_SHORT, micros, num, percent, spread_percent, times
 from .mqa_suites import HBM_PEAK_GBPS, MQA, MQA_GOAL_TFLOPS, PAGED_GOAL_SHARE, PAGED_MQA
-from .results import DGX, IMPL_SHORT, OK, CaseSummary, ImplSummary, SuiteSummary, peer_names
+from .results import DEEPGEMM, DGX, IMPL_SHORT, OK, CaseSummary, ImplSummary, SuiteSummary, peer_names
 
 MQA_SUITE_TITLES = {
     MQA: "MQA logits, prefill (fp8_mqa_logits, H=64, D=128, causal windows, FP32 logits, clean_logits=True)",
@@ -39,6 +39,15 @@ def _peer_cells(case: CaseSummary, name: str, suite: str) -> list[str]:
     return [micros(s.us), f"{value} ({times(sp)})" if sp is not None else value]
 
 
+def _vs_deepgemm(case: CaseSummary) -> str:
+    s = case.impls.get(DEEPGEMM)
+    if s is None:
+        return ""
+    if s.status != OK:
+        return STATUS_SHORT.get(s.status, s.status)
+    return times(case.vs_deepgemm)
+
+
 def mqa_suite_rows(suite: SuiteSummary, repeats: int) -> tuple[list[str], list[list[str]], list[str]]:
     """Header, rows and the geomean row of an MQA suite's table."""
     name = suite.suite
@@ -51,6 +60,9 @@ def mqa_suite_rows(suite: SuiteSummary, repeats: int) -> tuple[list[str], list[l
     header += [unit, "of HBM peak" if paged else f"of goal ({MQA_GOAL_TFLOPS:.0f} TF)"]
     if paged:
         header.append("vs balanced")
+    dg = any(DEEPGEMM in c.impls for c in suite.cases)
+    if dg:
+        header.append("vs DeepGEMM")
     for p in peers:
         short = IMPL_SHORT.get(p, p)
         header += [f"{short} µs", f"{short} {'GB/s' if paged else 'TF'} (dgx ×)"]
@@ -64,6 +76,8 @@ def mqa_suite_rows(suite: SuiteSummary, repeats: int) -> tuple[list[str], list[l
         row += [num(_value(name, d)) if ok else "-", percent(d.fraction) if ok else "-"]
         if paged:
             row.append(times(c.balanced.get("ratio")) if c.balanced else "")
+        if dg:
+            row.append(_vs_deepgemm(c))
         for p in peers:
             row += _peer_cells(c, p, name)
         rows.append(row)
@@ -71,6 +85,8 @@ def mqa_suite_rows(suite: SuiteSummary, repeats: int) -> tuple[list[str], list[l
     gm = ["geomean", "", *([""] if repeats > 1 else []), num(gm_value), percent(suite.geomean_fraction)]
     if paged:
         gm.append("")
+    if dg:
+        gm.append(times(suite.geomean_vs_deepgemm))
     for p in peers:
         v = suite.geomean_gbps.get(p) if paged else suite.geomean_tflops.get(p)
         sp = suite.geomean_speedup.get(p)

@@ -11,6 +11,9 @@
 * ``bf16``       ``torch.matmul`` on the BF16 originals (BF16 out).
 * ``fp8_tensor`` per-tensor FP8 cuBLASLt (``torch._scaled_mm`` with scalar scales): the speed of a
                  less precise recipe.
+* ``deepgemm``   DeepGEMM itself (:mod:`dgx.bench.deepgemm`), on every suite, where a real DeepGEMM imports (never
+                 dgx's own ``deep_gemm`` alias): its own API on the same tensors, converted once outside the timed
+                 call where it takes another layout. A DeepGEMM call that raises or disagrees is *failed*.
 * ``torch``      the MQA suites' peer (:mod:`dgx.bench.mqa_torch`): BF16 matmuls per chunk in plain torch.
                  Checked like dgx on the MQA suites (the float64 reference of a subset of rows, ``-inf``
                  positions exact); timed over fewer calls where one call is slow, and not run on the largest
@@ -38,7 +41,20 @@ from .mqa_problems import MqaProblem
 from .mqa_suites import MQA, MQA_SUITES, PAGED_MQA
 from .prepared import Prepared, Unavailable
 from .problems import Part, Problem, calc_diff, dequant_block, dequant_token, matmul_fp32, per_row_cast, per_tensor_cast
-from .results import BF16, CUBLASLT, DGX, FAILED, FP8_TENSOR, NOT_RUN, OK, TORCH_MQA, TRITON, UNAVAILABLE, ImplResult
+from .results import (
+    BF16,
+    CUBLASLT,
+    DEEPGEMM,
+    DGX,
+    FAILED,
+    FP8_TENSOR,
+    NOT_RUN,
+    OK,
+    TORCH_MQA,
+    TRITON,
+    UNAVAILABLE,
+    ImplResult,
+)
 from .suites import GEMM_SUITES, SUITES
 from .timers import EVENTS, timer_function
 from .timing import ITERS, WARMUP, Timing
@@ -216,6 +232,10 @@ class Peer:
         """(warm-ups, timed calls, note) for a verified implementation; None: the context's defaults."""
         return None, None, ""
 
+    def kernel_note(self, kernels: list[str]) -> str:
+        """What the report says of the GPU activities the kernel timer summed for one call (none: events timer)."""
+        return f"kernel timer: {len(kernels)} GPU activities a call, summed" if len(kernels) > 1 else ""
+
     def measure(self, problem: Problem, ctx: Ctx) -> ImplResult:
         try:
             prep, diff, note = self.select(problem, ctx)
@@ -228,8 +248,7 @@ class Peer:
             t = ctx.time(prep.run, warmup, iters)
         except Exception as e:  # noqa: BLE001
             return ImplResult(self.name, FAILED, f"timing raised {type(e).__name__}: {_one_line(e)}", diff=diff)
-        if len(t.kernels) > 1:  # the kernel timer summed several GPU activities per call
-            how = "; ".join(x for x in (how, f"kernel timer: {len(t.kernels)} GPU activities a call, summed") if x)
+        how = "; ".join(x for x in (how, self.kernel_note(t.kernels)) if x)
         if how:
             note = f"{note}; {how}" if note else how
         return ImplResult(
@@ -257,6 +276,28 @@ class DgxImpl(Peer):
 
         prep, diff, note = ctx.first_passing(problem, [("dgx", lambda: prepare_dgx(problem))], errors_fail=True)
         return prep, diff, "" if note == "dgx" else note
+
+
+class DeepGemm(Peer):
+    """DeepGEMM itself, found by :func:`dgx.bench.deepgemm.find_deep_gemm` (never dgx's alias)."""
+
+    name = DEEPGEMM
+    suites = SUITES
+
+    def __init__(self, info):
+        self.info = info  # a found dgx.bench.deepgemm.DeepGemmInfo
+
+    def select(self, problem, ctx):
+        from .deepgemm import prepare_deepgemm
+
+        label = f"DeepGEMM {self.info.version or ''}".strip()
+        return ctx.first_passing(problem, [(label, lambda: prepare_deepgemm(self.info.module, problem))],
+                                 errors_fail=True)
+
+    def kernel_note(self, kernels):
+        if not kernels:
+            return ""
+        return f"kernel timer: {len(kernels)} GPU activities a call, summed ({', '.join(kernels)})"
 
 
 class CublasLt(Peer):
@@ -524,9 +565,24 @@ def _raise(e: Exception):
     raise e
 
 
-def make_impls(with_peers: bool) -> list[Peer]:
-    """dgx first, then the peers (in report order); each runs on the suites its ``runs_on`` accepts."""
+def make_impls(with_peers: bool, deep_gemm=None) -> list[Peer]:
+    """dgx first, then the peers (in report order); each runs on the suites its ``runs_on`` accepts. ``deep_gemm``:
+    a :class:`~dgx.bench.deepgemm.DeepGemmInfo`; DeepGEMM is a peer (right after dgx) where it found one."""
     impls: list[Peer] = [DgxImpl()]
     if with_peers:
+        if deep_gemm is not None and deep_gemm.found:
+            impls.append(DeepGemm(deep_gemm))
         impls += [CublasLt(), Triton(), Bf16(), Fp8PerTensor(), TorchMqa()]
     return impls
+
+
+def impl_order(impls: list[Peer], round_index: int) -> list[Peer]:
+    """The order the implementations run in on each case of round (repeat) ``round_index``: dgx and DeepGEMM swap
+    places from one round to the next (dgx first in even rounds, DeepGEMM in odd ones), so neither always runs on
+    the GPU state the other leaves; the other peers keep their places."""
+    order = list(impls)
+    names = [impl.name for impl in order]
+    if round_index % 2 and DGX in names and DEEPGEMM in names:
+        i, j = names.index(DGX), names.index(DEEPGEMM)
+        order[i], order[j] = order[j], order[i]
+    return order

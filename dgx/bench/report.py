@@ -16,6 +16,7 @@ from .fmt import STATUS_SHORT, micros, num, percent, spread_percent, times
 from .mqa_report import MQA_SUITE_TITLES, mqa_suite_lines, mqa_suite_rows, plot_metric
 from .mqa_suites import HBM_PEAK_GBPS, MQA_SUITES, PAGED_MQA, is_mqa
 from .results import (
+    DEEPGEMM,
     DGX,
     IMPL_LABELS,
     IMPL_SHORT,
@@ -65,6 +66,26 @@ def _has_anchor(suite: SuiteSummary) -> bool:
     return any(c.anchor for c in suite.cases)
 
 
+def has_deepgemm(suite: SuiteSummary) -> bool:
+    """Whether DeepGEMM ran (or was tried) in this run on the suite."""
+    return any(DEEPGEMM in c.impls for c in suite.cases)
+
+
+VS_DEEPGEMM = "vs DeepGEMM"
+"""The column of DeepGEMM's time over dgx's, both from this run."""
+ANCHOR_HEADERS = ("DeepGEMM TF (H100, other run)", "vs DeepGEMM (other run)")
+"""The columns of DeepGEMM's reference figures (docs/PEERS.md: another run, another card) and dgx's ratio to them."""
+
+
+def vs_deepgemm_cell(case: CaseSummary) -> str:
+    s = case.impls.get(DEEPGEMM)
+    if s is None:
+        return ""
+    if s.status != OK:
+        return STATUS_SHORT.get(s.status, s.status)
+    return _x(case.vs_deepgemm)
+
+
 def _suite_rows(
     suite: SuiteSummary, repeats: int, hbm: bool = False, timer: str = "events"
 ) -> tuple[list[str], list[list[str]], list[str]]:
@@ -83,8 +104,12 @@ def _suite_rows(
     floors = any(c.read_floor_us for c in suite.cases)
     if floors:
         header.append("of read floor")
+    dg = has_deepgemm(suite)
+    if dg:
+        header.append(VS_DEEPGEMM)
     if anchor:
-        header += ["DeepGEMM TF (H100, kernel-only)" if timer == "kernel" else "DeepGEMM TF (H100)", "vs DeepGEMM"]
+        tf, vs = ANCHOR_HEADERS
+        header += [tf.replace("H100", "H100, kernel-only") if timer == "kernel" else tf, vs]
     header += [f"{IMPL_SHORT.get(p, p)} TF (dgx ×)" for p in peers]
     rows = []
     for c in suite.cases:
@@ -103,6 +128,8 @@ def _suite_rows(
             row.append(_pct(d.hbm_share) if dgx_ok else "-")
         if floors:
             row.append(_pct(d.floor_share) if dgx_ok and d.floor_share is not None else "-")
+        if dg:
+            row.append(vs_deepgemm_cell(c))
         if anchor:
             row += [_f(c.anchor["tflops"]) if c.anchor else "-", _x(c.vs_anchor)]
         row += [_peer_cell(c, p) for p in peers]
@@ -112,6 +139,8 @@ def _suite_rows(
         gm.append("")
     if floors:
         gm.append("")
+    if dg:
+        gm.append(_x(suite.geomean_vs_deepgemm))
     if anchor:
         gm += ["", _x(suite.geomean_vs_anchor)]
     for p in peers:
@@ -137,7 +166,7 @@ def _spread_line(suite: SuiteSummary, repeats: int) -> str | None:
     else:
         bits.append(f"dgx geomean TFLOPS {fmt(suite.spread_tflops, '')}")
     if suite.spread_vs_anchor.median is not None:
-        bits.append(f"vs DeepGEMM {fmt(suite.spread_vs_anchor)}")
+        bits.append(f"vs DeepGEMM (other run) {fmt(suite.spread_vs_anchor)}")
     for p, sp in suite.spread_speedup.items():
         if sp.median is not None:
             bits.append(f"over {IMPL_SHORT.get(p, p)} {fmt(sp)}")
@@ -376,8 +405,9 @@ def render_markdown(results: BenchResults, summary: Summary | None = None) -> st
         f"Method: {s.timer} timer, {TIMER_METHOD.get(s.timer, s.timer)}; 1 GB zeroed before each call (cold L2), "
         f"{st.get('warmup', 5)} warm-ups, "
         f"{st.get('iters', 30)} timed calls, median; {s.repeats} repeat(s). Every implementation was checked "
-        f"(calc_diff < {st.get('diff_tolerance', 1e-3):g}) before it was timed. DeepGEMM figures are the H100 "
-        f"reference lines of docs/PEERS.md ({ANCHOR_DEVICE}), not measured in this run"
+        f"(calc_diff < {st.get('diff_tolerance', 1e-3):g}) before it was timed. 'vs DeepGEMM' is DeepGEMM's time "
+        f"over dgx's, both measured in this run (where a real DeepGEMM was importable); the '(other run)' DeepGEMM "
+        f"figures are the H100 reference lines of docs/PEERS.md ({ANCHOR_DEVICE}), not measured in this run"
         + (
             ": its kernel-only times, on the clock of this run (the dense decode shapes it has them for)."
             if s.timer == "kernel"
@@ -496,6 +526,7 @@ _COLORS = {
     "bf16": "#7f7f7f",
     "fp8_tensor": "#bcbd22",
     "torch": "#ff7f0e",
+    "deepgemm": "#9467bd",
 }
 
 
@@ -611,8 +642,10 @@ def write_plot(results: BenchResults, path: str, summary: Summary | None = None)
                 title += f" — dgx geomean {gm_mqa:.0f} {'GB/s' if paged else 'TFLOPS'}"
         elif gm:
             title += f" — dgx geomean {gm:.0f} TFLOPS"
-            if suite.geomean_vs_anchor:
-                title += f", {suite.geomean_vs_anchor:.2f}× DeepGEMM (H100 anchor)"
+            if suite.geomean_vs_deepgemm:
+                title += f", {suite.geomean_vs_deepgemm:.3f}× DeepGEMM (this run)"
+            elif suite.geomean_vs_anchor:
+                title += f", {suite.geomean_vs_anchor:.2f}× DeepGEMM (H100 anchor, other run)"
         ax.set_title(title, fontsize=10)
         ax.grid(axis="y", alpha=0.3)
         ax.set_xlim(-0.6, len(xs) - 0.4)
@@ -625,7 +658,7 @@ def write_plot(results: BenchResults, path: str, summary: Summary | None = None)
         handles.append(Line2D([], [], color="k", linewidth=1.6, label="roofline: FP8 ceiling / copy bandwidth"))
     if any_anchor:
         handles.append(Line2D([], [], color="#9467bd", marker="D", linestyle="none",
-                              label="DeepGEMM, H100 reference run (docs/PEERS.md)"))
+                              label="DeepGEMM, H100 reference run (docs/PEERS.md), not this run"))
     if any_missing:
         handles.append(Line2D([], [], color="k", marker="x", linestyle="none", label="× not run / failed"))
     env = results.env

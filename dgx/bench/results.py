@@ -30,8 +30,9 @@ TRITON = "triton"
 BF16 = "bf16"
 FP8_TENSOR = "fp8_tensor"
 TORCH_MQA = "torch"
+DEEPGEMM = "deepgemm"
 
-IMPLS = (DGX, CUBLASLT, TRITON, BF16, FP8_TENSOR, TORCH_MQA)
+IMPLS = (DGX, DEEPGEMM, CUBLASLT, TRITON, BF16, FP8_TENSOR, TORCH_MQA)
 
 IMPL_LABELS = {
     DGX: "dgx",
@@ -40,6 +41,7 @@ IMPL_LABELS = {
     BF16: "BF16 cuBLAS",
     FP8_TENSOR: "FP8 per-tensor cuBLASLt",
     TORCH_MQA: "torch reference (BF16 matmul per chunk)",
+    DEEPGEMM: "DeepGEMM (this run)",
 }
 IMPL_SHORT = {
     DGX: "dgx",
@@ -48,6 +50,7 @@ IMPL_SHORT = {
     BF16: "BF16",
     FP8_TENSOR: "FP8-tensor",
     TORCH_MQA: "torch",
+    DEEPGEMM: "DeepGEMM",
 }
 
 OK = "ok"
@@ -96,17 +99,20 @@ class CaseResult:
     shape: Shape | MqaShape
     impls: dict[str, ImplResult] = dataclasses.field(default_factory=dict)
     read_floor_us: float | None = None  # memory-bound GEMM cases: a read-only kernel over the case's bytes (read_floor)
+    order: list[str] = dataclasses.field(default_factory=list)  # the implementations in the order they ran
 
     def to_dict(self) -> dict[str, Any]:
         d = {"shape": self.shape.to_dict(), "impls": {k: v.to_dict() for k, v in self.impls.items()}}
         if self.read_floor_us is not None:
             d["read_floor_us"] = self.read_floor_us
+        if self.order:
+            d["order"] = list(self.order)
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "CaseResult":
         return cls(Shape.from_dict(d["shape"]), {k: ImplResult.from_dict(v) for k, v in d["impls"].items()},
-                   d.get("read_floor_us"))
+                   d.get("read_floor_us"), list(d.get("order", [])))
 
 
 @dataclasses.dataclass
@@ -282,6 +288,11 @@ class CaseSummary:
     balanced: dict[str, Any] | None = None  # ragged decode cases: the balanced case and dgx's time ratio to it
     read_floor_us: float | None = None  # median over repeats of CaseResult.read_floor_us
 
+    @property
+    def vs_deepgemm(self) -> float | None:
+        """DeepGEMM's time over dgx's, both measured in this run (None where either did not run)."""
+        return self.speedups.get(DEEPGEMM)
+
     def to_dict(self) -> dict[str, Any]:
         d = self._to_dict()
         if self.balanced is not None:
@@ -297,6 +308,7 @@ class CaseSummary:
             "roofline_tflops": self.roofline_tflops,
             "impls": {k: v.to_dict() for k, v in self.impls.items()},
             "speedup_over": dict(self.speedups),
+            "vs_deepgemm": self.vs_deepgemm,
             "anchor_deepgemm_h100": self.anchor,
             "vs_deepgemm_anchor": self.vs_anchor,
             "read_floor_us": self.read_floor_us,
@@ -334,6 +346,11 @@ class SuiteSummary:
     geomean_gbps: dict[str, float | None] = dataclasses.field(default_factory=dict)  # MQA suites: impl -> GB/s
     spread_gbps: Spread = dataclasses.field(default_factory=lambda: Spread(None, None, None))  # dgx, over repeats
 
+    @property
+    def geomean_vs_deepgemm(self) -> float | None:
+        """Geometric mean over the suite's cases of DeepGEMM's time over dgx's, both measured in this run."""
+        return self.geomean_speedup.get(DEEPGEMM)
+
     def to_dict(self) -> dict[str, Any]:
         d = self._to_dict()
         if self.suite in MQA_SUITES:
@@ -347,10 +364,12 @@ class SuiteSummary:
             "cases": [c.to_dict() for c in self.cases],
             "geomean_tflops": dict(self.geomean_tflops),
             "geomean_fraction_of_ceiling": self.geomean_fraction,
+            "geomean_vs_deepgemm": self.geomean_vs_deepgemm,
             "geomean_vs_deepgemm_anchor": self.geomean_vs_anchor,
             "geomean_speedup_over": dict(self.geomean_speedup),
             "spread_over_repeats": {
                 "speedup_over": {k: v.to_dict() for k, v in self.spread_speedup.items()},
+                "vs_deepgemm": self.spread_speedup.get(DEEPGEMM, Spread(None, None, None)).to_dict(),
                 "vs_deepgemm_anchor": self.spread_vs_anchor.to_dict(),
                 "dgx_geomean_tflops": self.spread_tflops.to_dict(),
             },

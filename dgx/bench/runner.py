@@ -345,6 +345,19 @@ def mqa_notes(suites: Iterable[str]) -> list[str]:
     return out + [MQA_CHECK_NOTE] if names else out
 
 
+def deep_gemm_note(info) -> str:
+    """The run's note on DeepGEMM: timed in this run (which version, how), or why not."""
+    if not info.found:
+        return (f"DeepGEMM was not timed in this run ({info.reason}). 'vs DeepGEMM (other run)' compares with DeepGEMM "
+                "figures of another run on another card (docs/PEERS.md), which is no same-run evidence.")
+    commit = f", commit {info.commit} ({info.commit_from})" if info.commit else ""
+    return (f"DeepGEMM {info.version}{commit} was timed in this run as a peer: its own API on the same input tensors "
+            "(converted once, outside the timed call, where it takes another layout), checked against the "
+            "reference before timing like every implementation; dgx and DeepGEMM swap which runs first on each "
+            "case from one repeat to the next. 'vs DeepGEMM' = DeepGEMM µs / dgx µs from this run; "
+            "'vs DeepGEMM (other run)' is a figure of another run on another card (docs/PEERS.md).")
+
+
 def build_case(shape, seed: int):
     """The inputs and reference of one case (GEMM or MQA)."""
     if is_mqa(shape):
@@ -394,11 +407,14 @@ def run_suite(
 
     import torch
 
-    from .peers import Ctx, make_impls
+    from .deepgemm import DeepGemmInfo, find_deep_gemm
+    from .peers import Ctx, impl_order, make_impls
     from .timing import L2Flusher
 
+    deep_gemm = find_deep_gemm() if peers else DeepGemmInfo(reason="peers off (--no-peers)")
+
     results = BenchResults(
-        env=environment(),
+        env={**environment(), **deep_gemm.env()},
         settings={
             "suite": suite,
             "shapes_file": shapes_file,
@@ -429,6 +445,7 @@ def run_suite(
     if gemm:
         results.notes.append("Grouped suites: looped peers make one launch per group on the valid rows (host-known counts).")
     results.notes += mqa_notes(shape.suite for shape in selected)
+    results.notes.append(deep_gemm_note(deep_gemm))
     say(
         f"dgx bench on {results.env.get('device')} (driver {results.env.get('driver')}, torch "
         f"{results.env.get('torch')}); {timer} timer"
@@ -436,7 +453,7 @@ def run_suite(
     flush = L2Flusher()
     ctx = Ctx(flush, warmup, iters, timer=timer)
     probe_timer(ctx)
-    impls = make_impls(peers)
+    impls = make_impls(peers, deep_gemm)
     floor_failed: list[str] = []
     for rep in range(repeat):
         say(f"repeat {rep + 1}/{repeat}: ceilings")
@@ -451,8 +468,9 @@ def run_suite(
             problem = build_case(shape, seed)
             case = CaseResult(shape)
             try:
-                for impl in impls:
+                for impl in impl_order(impls, rep):
                     if impl.runs_on(shape.suite):
+                        case.order.append(impl.name)
                         case.impls[impl.name] = impl.measure(problem, ctx)
                 if read_floor is not None and not floor_failed and shape.suite in GEMM_SUITES:
                     case.read_floor_us = _read_floor_us(read_floor, shape, rr.ceilings, floor_failed)
