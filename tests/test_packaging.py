@@ -87,3 +87,13 @@ def test_the_distribution_installs_dgx_alone(kind, tmp_path):
     seen = _probe(tmp_path / "site", outside)
     assert seen["fp8_gemm_nt"] and seen["main"] and seen["headers"] > 5, seen
     assert seen["leaked"] == dict.fromkeys(LEAVES, False), seen
+
+
+@pytest.mark.parametrize("name, target", [("cli.py", "../cli.py"), ("ptx", "../ptx"), ("cache", "../cache"),
+                                          ("sass_tools", "../sass_tools")])
+def test_the_source_tree_links_stay_links(name, target):
+    """dgx/cli.py, dgx/ptx, dgx/cache and dgx/sass_tools are links to the top-level ones (one copy of each file): an
+    editor that writes through a link's path replaces it with a copy, which then drifts from the real file."""
+    link = Path(__file__).resolve().parent.parent / "dgx" / name
+    assert link.is_symlink(), f"dgx/{name} should be a link to {target}, found a plain {'file' if link.is_file() else 'folder'}"
+    assert os.readlink(link) == target
