@@ -51,6 +51,11 @@ STREAM_BYTES_PER_CLK_PER_SM = 57  # what one SM's TMA ring takes in (~100 GB/s)
 # unshared, 76% shared). Dense GEMMs do not take it: their M=4096 choices (256-row tiles) gained nothing.
 CONTIGUOUS_SHARED_B_FACTOR = 0.95
 SHARED_B_MIN_WAVES = 4
+# Where the model picks 128x160 sharing B on the contiguous layout, 128x192 sharing B (DeepGEMM 2.6.1's contiguous
+# tile) ran 3.4-7.2% faster on all four contiguous anchors (H200, tests/device/moe_ab.py, issue 44): fewer L2 bytes
+# per FLOP on an L2-bound tile, which the cycle model does not see. Taken as measured, not modelled.
+CONTIGUOUS_WIDE_BLOCK_N = 192
+CONTIGUOUS_WIDE_GAIN = 1.05
 EPILOGUE_BYTES_PER_CLK = 64
 MAX_STAGES = 16
 # One-warpgroup (64-row) tiles keep at most this many bytes of stages (A, B, A scales) in flight: on the M=64
@@ -312,7 +317,17 @@ def choose_grouped(layout: int, m: int, n: int, k: int, groups: int, num_sms: in
             yield with_stage_rounds(with_deferred_promotion(config, units, num_sms)), units
 
     name = "contiguous" if layout == Layout.CONTIGUOUS else "masked"
-    return _best(f"grouped ({name}) M={m} N={n} K={k} groups={groups}", options(), k, num_sms)
+    best = _best(f"grouped ({name}) M={m} N={n} K={k} groups={groups}", options(), k, num_sms)
+    c = best.config
+    if c.layout == Layout.CONTIGUOUS and c.pair == SHARE_B and (c.block_m, c.block_n) == (128, 160):
+        if not validate_blocks(128, CONTIGUOUS_WIDE_BLOCK_N, SHARE_B):
+            wide = GemmConfig(n, k, 128, CONTIGUOUS_WIDE_BLOCK_N, pipeline_stages(128, CONTIGUOUS_WIDE_BLOCK_N),
+                              pair=SHARE_B, layout=layout)
+            units = wide.units(m)
+            wide = with_stage_rounds(with_deferred_promotion(wide, units, num_sms))
+            waves = ceil_div(units, num_sms // wide.cluster)
+            best = Choice(wide, units, waves, best.est_cycles / CONTIGUOUS_WIDE_GAIN)
+    return best
 
 
 @lru_cache(maxsize=4096)

@@ -145,10 +145,10 @@ def test_deferred_promotion_where_measured_to_pay():
 def test_contiguous_tiles_take_a_stage_count_that_divides_their_k_blocks():
     from dgx.heuristics import max_stages, with_stage_rounds
 
-    # The contiguous anchors: 128x160 sharing B, 4 stages (not the 5 that fit) for 56 and 16 k-blocks.
+    # The contiguous anchors: 128x192 sharing B (the measured swap for the model's 128x160), 4 stages.
     for groups, m, n, k in ((4, 8192, 4096, 7168), (4, 8192, 7168, 2048), (8, 4096, 4096, 7168), (8, 4096, 7168, 2048)):
         c = choose_grouped(LAYOUT_CONTIGUOUS, groups * m, n, k, groups, 132).config
-        assert (c.block_m, c.block_n, c.pair, c.stages) == (128, 160, SHARE_B, 4), c
+        assert (c.block_m, c.block_n, c.pair, c.stages) == (128, 192, SHARE_B, 4), c
         assert max_stages(128, 160) == 5
     base = GemmConfig(n=4096, k=7168, block_m=128, block_n=160, stages=5, pair=SHARE_B, layout=LAYOUT_CONTIGUOUS)
     assert with_stage_rounds(base).stages == 4
@@ -203,10 +203,11 @@ def test_choose_grouped_respects_alignment_and_layout():
             # Only large contiguous problems (many tiles per SM) share B along M, with 128-row tiles.
             shares = layout == LAYOUT_CONTIGUOUS and m >= 4096
             assert c.pair == (SHARE_B if shares else SHARE_NONE) and (not shares or c.block_m == 128), (layout, m, c)
-    # The contiguous anchors: 128x160 tiles sharing B (measured: 1-7% faster than unshared).
+    # The contiguous anchors: 128-row tiles sharing B (measured: 1-7% faster than unshared), 192 wide (3-7% faster
+    # than the 160 the model picks).
     for m, n, k in ((32768, 4096, 7168), (32768, 7168, 2048)):
         c = choose_grouped(LAYOUT_CONTIGUOUS, m, n, k, 4, 132).config
-        assert (c.block_m, c.block_n, c.pair) == (128, 160, SHARE_B)
+        assert (c.block_m, c.block_n, c.pair) == (128, 192, SHARE_B)
     # Masked decode with few rows per group takes 64-row blocks; many tiles fill the SMs with 128.
     assert choose_grouped(LAYOUT_MASKED, 16, 4096, 7168, 4, 132).config.block_m == 64
     with pytest.raises(ValueError, match="layout must be contiguous"):
@@ -275,3 +276,15 @@ def test_wide_128_row_tiles_valid_but_not_offered():
     assert validate_blocks(128, 256)  # 256 accumulator registers per thread
     assert validate_blocks(128, 192, wgrad=True)  # the weight gradient keeps its limit
     assert not any(bm == 128 and bn > 160 for bm, bn, _ in candidates(32768, 7168))
+
+
+def test_contiguous_takes_the_wide_shared_b_tile_only_where_the_model_picks_128x160_shared():
+    from dgx.heuristics import CONTIGUOUS_WIDE_BLOCK_N, MAX_BLOCK_N_128
+
+    assert CONTIGUOUS_WIDE_BLOCK_N > MAX_BLOCK_N_128  # the swap is the only way a 192-wide 128-row tile is chosen
+    # few waves: no shared B, so no swap
+    small = choose_grouped(LAYOUT_CONTIGUOUS, 1024, 4096, 7168, 2, 132).config
+    assert small.block_n != CONTIGUOUS_WIDE_BLOCK_N and small.pair != SHARE_B
+    # masked never swaps
+    for m in (64, 256, 1024):
+        assert choose_grouped(LAYOUT_MASKED, m, 7168, 2048, 4, 132).config.block_n != CONTIGUOUS_WIDE_BLOCK_N
