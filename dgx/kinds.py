@@ -19,6 +19,8 @@ class Layout(IntEnum):
     MASKED = 2  # MoE groups along M, one [M_max] slice each with a run-time row count
     K_GROUPED = 3  # groups along K (weight gradients: one output per group)
     CONTIGUOUS_PSUM = 4  # as CONTIGUOUS, the groups' row ranges given by prefix sums (one int per group)
+    BATCHED = 5  # einsum: one full output per group (head) over 3-D views of A, B and D (BF16 kernel only)
+    BATCH_SUM = 6  # einsum 'bmk,bnk->mn': the S batch summed, its (s, k) reduction cut into ranges (BF16 only)
 
 
 class ShareDim(IntEnum):

@@ -48,8 +48,10 @@ def test_parse_refuses_other_names():
 
 
 def test_layouts_and_the_kernel_side():
-    assert [int(v) for v in Layout] == [LAYOUT_DENSE, LAYOUT_CONTIGUOUS, LAYOUT_MASKED, LAYOUT_K_GROUPED,
-                                        LAYOUT_CONTIGUOUS_PSUM] == [0, 1, 2, 3, 4]
+    assert [int(v) for v in Layout][:5] == [LAYOUT_DENSE, LAYOUT_CONTIGUOUS, LAYOUT_MASKED, LAYOUT_K_GROUPED,
+                                            LAYOUT_CONTIGUOUS_PSUM] == [0, 1, 2, 3, 4]
+    # The einsum family's layouts run on the BF16 kernel only
+    assert [int(Layout.BATCHED), int(Layout.BATCH_SUM)] == [5, 6]
     # The prefix-sum layout computes the contiguous kind (DeepGEMM's use_psum_layout=True)
     assert GemmKind.of(Layout.CONTIGUOUS_PSUM, False) is GemmKind.M_GROUPED_CONTIGUOUS
     expect = {
