@@ -116,7 +116,6 @@ def _expect_config(config: Bf16GemmConfig, wanted: Bf16GemmConfig, expr: str) ->
 def _batched(expr: str, xv: TensorView, yv: TensorView, zv: TensorView, stream, config, run: bool) -> None:
     x = strided_3d(xv, "a")
     y = strided_3d(yv, "b")
-    z = strided_3d(zv, "d")
     batch, heads, k = xv.shape
     if yv.shape[0] != heads:
         raise ValueError(f"b: expected {heads} heads (dim 0) like a's dim 1; got shape {yv.shape}")
@@ -132,6 +131,7 @@ def _batched(expr: str, xv: TensorView, yv: TensorView, zv: TensorView, stream, 
         raise ValueError(f"d: expected shape {(batch, heads, n)}; got {tuple(zv.shape)}")
     if n % 8:
         raise ValueError(f"d: its last dimension N must be a multiple of 8 (16-byte rows for TMA); got N = {n}")
+    z = strided_3d(zv, "d")
     for value, name, what in ((batch, "a", "b"), (heads, "a", "h"), (k, "a", "K"), (n, "d", "N")):
         expect_extent(value, name, what)
     expect_no_overlap(zv, "d", [(xv, "a"), (yv, "b")])
