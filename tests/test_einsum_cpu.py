@@ -363,3 +363,17 @@ def test_reduction_kernels_compile_and_wait_for_the_gemm(config, tmp_path):
     assert re.search(r"\bLDG\.E\.128\.CONSTANT\b|\bLDG\.E\.128\b", text)
     assert re.search(r"\bSTG\.E\.128\b" if config.out_dtype == "float32" else r"\bSTG\.E\.64\b", text)
     assert runtime.waits_for_predecessor(cubin, config.kernel_name)  # PDL: griddepcontrol.wait present
+
+
+def test_dgx_inspect_reports_the_einsum_kernels_hgmma_and_no_spills(tmp_cache):
+    from click.testing import CliRunner
+
+    from dgx import cli
+
+    for args in (["--kind", "einsum_bhr_hdr_bhd", "--gemm", "4", "128", "512", "--groups", "128"],
+                 ["--kind", "einsum_bmk_bnk_mn", "--gemm", "256", "256", "256"]):
+        result = CliRunner().invoke(cli.main, ["inspect", *args])
+        assert result.exit_code == 0, result.output
+        assert re.search(r"HGMMA\s+[1-9]", result.output) and "0 bytes, 0 LDL/STL" in result.output
+    result = CliRunner().invoke(cli.main, ["inspect", "--kind", "einsum_bmk_bnk_mn", "--gemm", "256", "12", "256"])
+    assert result.exit_code == 1 and "--gemm N: expected a multiple of 8" in result.output
