@@ -152,6 +152,8 @@ def _batched(expr: str, xv: TensorView, yv: TensorView, zv: TensorView, stream, 
         if config is not None:
             _expect_config(config, chosen, expr)
             chosen = config
+        if len(_batched_plans) >= _PARAM_CACHE_LIMIT:  # (every b is its own plan: bound them)
+            _batched_plans.clear()
         plan = _batched_plans[key] = launch.launch_plan(chosen, chosen.units(batch) * heads, device, num_sms)
     # Maps, innermost first: x (K, b, h), y (K, N, h) K-major or (N, K, h) N-major, z (N, b, h). y's two inner
     # dimensions are its [d, r] either way; only which is K differs.
@@ -208,6 +210,8 @@ def _sum_plan(m: int, n: int, k: int, s: int, out_dtype: str, with_c: bool, devi
         reduce_kernel = jit.get_kernel(reduce_config.render(), device)
         reduce = runtime.Launcher(reduce_kernel, runtime.LaunchShape((reduce_config.grid(m, n, num_sms), 1, 1),
                                                                      (reduce_config.threads, 1, 1)))
+        if len(_sum_plans) >= _PARAM_CACHE_LIMIT:  # (every S is its own plan: bound them)
+            _sum_plans.clear()
         found = _sum_plans[key] = _SumPlan(chosen, gemm, reduce, ranges, reduce_config)
     return found
 
