@@ -445,6 +445,8 @@ def _print_report(r: dict) -> None:
     show("shared memory", f"{r.get('shared_bytes')} bytes static")
     show("local memory", f"{r.get('local_bytes')} bytes, {r.get('spill_instructions')} LDL/STL")
     show("QGMMA", r.get("qgmma"))
+    if r.get("hgmma"):  # BF16 kernels (BF16 GEMMs, einsums): their tensor-core instructions
+        show("HGMMA", r.get("hgmma"))
     runs = r.get("ffma_runs")
     if isinstance(runs, (list, tuple)):
         lengths = [x.get("length", x) if isinstance(x, dict) else x for x in runs]

@@ -19,7 +19,9 @@ class Layout(IntEnum):
     MASKED = 2  # MoE groups along M, one [M_max] slice each with a run-time row count
     K_GROUPED = 3  # groups along K (weight gradients: one output per group)
     CONTIGUOUS_PSUM = 4  # as CONTIGUOUS, the groups' row ranges given by prefix sums (one int per group)
-    BATCHED = 5  # groups of M rows each, all valid, A and D strided 3-D views (dgx.fp8_einsum)
+    BATCHED = 5  # one full output per group (head) over strided 3-D views: dgx.einsum's per-head forms (BF16
+    #              kernel) and dgx.fp8_einsum (FP8 kernel)
+    BATCH_SUM = 6  # einsum 'bmk,bnk->mn': the S batch summed, its (s, k) reduction cut into ranges (BF16 only)
 
 
 class ShareDim(IntEnum):

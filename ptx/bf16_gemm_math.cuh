@@ -69,7 +69,8 @@ DGX_DEVICE void bf16_gemm_math(const Params& params) {
     uint32_t tiles = 0;  // split-K: tiles reduced so far (the parities of the tile barriers)
     Tile tile;
     while (scheduler.next_tile(tile)) {
-        const int num_kb = T::kKGrouped ? tile.num_kb * (128 / T::kBlockK) : T::kTileKBlocks;
+        const int num_kb = T::kKGrouped ? tile.num_kb * (128 / T::kBlockK)
+                                        : (T::kBatchSum ? tile.num_kb : T::kTileKBlocks);
         uint32_t held = 0;  // the previous k-block's stage, handed back once its MMAs are done
 #pragma unroll 1
         for (int kb = 0; kb < num_kb; ++kb, ++it) {

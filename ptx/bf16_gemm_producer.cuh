@@ -38,12 +38,16 @@ DGX_DEVICE void bf16_gemm_producer(const Params& params) {
         Tile tile;
         while (scheduler.next_tile(tile)) {
             // Split-K: this CTA's range of the tile's K (the scheduler's kb0, num_kb in this kernel's k-blocks).
-            const int num_kb = T::kKGrouped ? tile.num_kb * (128 / T::kBlockK) : T::kTileKBlocks;
-            const int kb_first = T::kKGrouped ? tile.kb0 * (128 / T::kBlockK) : (T::kSplit > 1 ? tile.kb0 : 0);
+            const int num_kb = T::kKGrouped ? tile.num_kb * (128 / T::kBlockK)
+                                            : (T::kBatchSum ? tile.num_kb : T::kTileKBlocks);
+            const int kb_first = T::kKGrouped ? tile.kb0 * (128 / T::kBlockK)
+                                              : (T::kSplit > 1 || T::kBatchSum ? tile.kb0 : 0);
             // MN-major B of the M-grouped layouts: its 3-D map's group coordinate (the K-grouped B is one 2-D-like
             // [K, N] slab whose group lies in the K offset).
             const int b_group = T::kKGrouped ? 0 : tile.group;
-            const int b_row = T::TileB::kKMajor ? tile.b_row : tile.n_block * T::kBlockN;
+            const int a_group = T::kBatched ? tile.group : 0;
+            // (A batched B is read through its 3-D map: its row counts within the group, unlike the scheduler's b_row.)
+            const int b_row = T::TileB::kKMajor && !T::kBatched ? tile.b_row : tile.n_block * T::kBlockN;
 #pragma unroll 1
             for (int kb = 0; kb < num_kb; ++kb, ++it) {
                 const uint32_t s = it % T::kNumStages;
@@ -51,11 +55,19 @@ DGX_DEVICE void bf16_gemm_producer(const Params& params) {
                 mbarrier_wait(&smem.empty[s], phase ^ 1);
                 // Out-of-bounds parts of a box are zero-filled and still counted in the bytes.
                 mbarrier_arrive_expect_tx(&smem.full[s], T::kStageBytes);
-                const int k0 = (kb_first + kb) * T::kBlockK;
-                load_tile<typename T::TileA, false>(scheduler, &params.tmap_a, &smem.full[s], smem.a + s * T::kSmemA,
-                                                    k0, tile.a_row, 0, tile.share);
+                int k0 = (kb_first + kb) * T::kBlockK;
+                int ga = a_group, gb = b_group;
+                if constexpr (T::kBatchSum) {
+                    // The range's flattened k-block: batch s (both maps' outer coordinate), k-block within it.
+                    const int flat = kb_first + kb;
+                    const int batch = flat / T::kNumKBlocks;
+                    k0 = (flat - batch * T::kNumKBlocks) * T::kBlockK;
+                    ga = gb = batch;
+                }
+                load_tile<typename T::TileA, T::kA3D>(scheduler, &params.tmap_a, &smem.full[s],
+                                                      smem.a + s * T::kSmemA, k0, tile.a_row, ga, tile.share);
                 load_tile<typename T::TileB, T::kB3D>(scheduler, &params.tmap_b, &smem.full[s],
-                                                      smem.b + s * T::kSmemB, k0, b_row, b_group, tile.share);
+                                                      smem.b + s * T::kSmemB, k0, b_row, gb, tile.share);
             }
         }
     }

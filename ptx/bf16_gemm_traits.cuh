@@ -85,8 +85,9 @@ struct OperandTile {
     }
 
     // TMA loads of boxes part, part + parts, ... into `dst` for the k-block at K offset `k0` of the tile whose first
-    // row (M/N) is `row`. K-major maps are [rows, K] (2-D); MN-major maps [K, M] (2-D, A) or [groups, K, N] (3-D, B:
-    // `group` is its outer coordinate). kMulticast: to both CTAs of the cluster.
+    // row (M/N) is `row`. K-major maps are [rows, K] (2-D) or, k3D, [groups, rows, K] (the batched layouts); MN-major
+    // maps [K, M] (2-D, A) or [groups, K, N] (3-D, B). `group` is a 3-D map's outer coordinate. kMulticast: to both
+    // CTAs of the cluster.
     template <bool kMulticast, bool k3D>
     static DGX_DEVICE void load(const TensorMap* map, uint64_t* full, uint8_t* dst, int k0, int row, int group,
                                 int part, int parts) {
@@ -94,7 +95,10 @@ struct OperandTile {
             uint8_t* box = dst + i * kBoxBytes;
             if constexpr (kKMajor) {
                 const int k = k0 + (i / kHalves) * 64, r = row + (i % kHalves) * kBoxRows;
-                if constexpr (kMulticast)
+                if constexpr (k3D) {
+                    static_assert(!kMulticast, "3-D maps (the batched layouts' operands) are loaded without multicast");
+                    tma_load_3d(map, full, box, k, r, group);
+                } else if constexpr (kMulticast)
                     tma_load_2d_multicast(map, full, box, k, r, 0x3);
                 else
                     tma_load_2d(map, full, box, k, r);
@@ -135,6 +139,10 @@ struct Bf16GemmTraits {
     static constexpr int kNumKBlocks = (kK + kBlockK - 1) / kBlockK;
     static constexpr int kNumNBlocks = (kN + kBlockN - 1) / kBlockN;
     static constexpr bool kKGrouped = kLayout == kLayoutKGrouped;
+    // The einsum family's layouts (scheduler.cuh): per-group GEMMs over strided 3-D views, and the S-summed batch
+    // whose reduction runs over (s, k) in ranges given by the scheduler (tile.kb0, tile.num_kb).
+    static constexpr bool kBatched = kLayout == kLayoutBatched;
+    static constexpr bool kBatchSum = kLayout == kLayoutBatchSum;
     // Split-K (memory-bound decode shapes): the kSplit CTAs of a cluster run one tile each over its own
     // kTileKBlocks k-blocks and sum their FP32 partial tiles through distributed shared memory in rank order
     // (fp8_gemm_epilogue.cuh reduce_split_tile: deterministic, no workspace), so wide tiles still fill the SMs and
@@ -165,7 +173,10 @@ struct Bf16GemmTraits {
     using TileB = OperandTile<kMajorB, kBlockN, kPair == kPairM, kKAtoms>;
     // MN-major B of the M-grouped layouts is a 3-D map [groups, K, N]: a group's K tail reads zeros, not the next
     // group's rows. (K-major B stacks the groups along N: a tile's rows past N are computed and never stored.)
-    static constexpr bool kB3D = kMajorB == kMajorMN;
+    // The batched layouts read A (and a K-major B) through 3-D maps [groups, rows, K] too: a head's rows of a
+    // [b, h, r] tensor are strided, and the S batches of 'bmk,bnk->mn' are the outer coordinate.
+    static constexpr bool kA3D = kBatched || kBatchSum;
+    static constexpr bool kB3D = kMajorB == kMajorMN || kA3D;
 
     // ---- Output: BF16 or FP32 through a staged tile of swizzle spans (fp8_gemm_epilogue.cuh's layout).
     static constexpr int kOutBytes = kOutF32 ? 4 : 2;
@@ -176,7 +187,8 @@ struct Bf16GemmTraits {
     static constexpr int kSpanCols = kDSpan / kOutBytes;
     // The K-grouped D is a 3-D map [groups, M, N]: a group's last tile is clipped at its M rows (a 2-D view would
     // store the tile's rows past M over the next group's).
-    static constexpr bool kD3D = kKGrouped;
+    // So are the batched layouts' D ([b, h, d] seen as [h, b, d]) and the batch-sum's workspace [ranges, M, N].
+    static constexpr bool kD3D = kKGrouped || kBatched || kBatchSum;
 
     // ---- Shared memory: the staged output tile, then per stage A and B, then the full and empty barriers (and
     // split-K's two tile barriers). Split-K keeps its FP32 partial tile where the output tile would be, rows padded
@@ -218,6 +230,10 @@ struct Bf16GemmTraits {
     static_assert(kSplit == 1 || kLayout == kLayoutDense || kLayout == kLayoutMasked,
                   "split-K is for the dense and masked layouts");
     static_assert(kSplit == 1 || !kReduce || kOutF32, "split-K adds C only to an FP32 D (the sums are stored whole)");
+    static_assert(!kA3D || (kPair == kPairNone && kSplit == 1 && kMajorA == kMajorK && !kReduce),
+                  "the batched layouts: a K-major A through a 3-D map, no multicast, no split-K cluster, no C");
+    static_assert(!kBatchSum || (kMajorB == kMajorK && kOutF32),
+                  "the batch-sum layout reads B [S, N, K] K-major and stores FP32 partials");
 };
 
 // The kernel's shared memory, as bf16_gemm_smem carves it (layout: Bf16GemmTraits' kSmem* sizes).

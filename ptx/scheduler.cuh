@@ -22,9 +22,16 @@
 //   alignment of the groups must be a multiple of kBlockM. Values are clamped to [the group's start, M]: a
 //   group whose end does not pass its start is empty. Rows in the gaps between groups are not inputs; the
 //   last block of a group may store into the gap after it (as the m_indices layout stores padding rows).
-// - batched (dgx.fp8_einsum): `groups` problems of M rows each, all valid, A and D seen as 3-D [rows, groups, K]
-//   / [rows, groups, N] by their tensor maps (tiles address a group's rows with the group as a coordinate, so a
-//   batch needs no copy and a tile past M is clipped by TMA); B as for the M-grouped layouts.
+// - batched (per-head einsums over strided views: dgx.einsum's 'bhr,hdr->bhd' / 'bhd,hdr->bhr' on the BF16
+//   kernel, dgx.fp8_einsum on the FP8 kernel): `groups` full M x N outputs over one K; A and D (and the BF16
+//   kernel's B) read and written through 3-D maps whose outer coordinate is the group, so a batch needs no copy and
+//   a tile past M is clipped by TMA; rows and N blocks count within the group. The FP8 kernel reads B as the
+//   M-grouped layouts do ([groups x N, K]: b_row includes the group), the BF16 kernel by its 3-D map.
+// - batch-sum ('bmk,bnk->mn': the S batch summed into one output): one M x N output whose reduction runs over
+//   (s, k), `groups` = S batches of kNumKBlocks k-blocks each. The flattened k-blocks are cut into
+//   gridDim.x / tiles equal ranges (the host launches exactly tiles x ranges CTAs, one unit each); unit u is tile
+//   u % tiles over range u / tiles, whose partial goes to slice `group` = range of a [ranges, M, N] workspace that
+//   a second kernel sums in range order (deterministic: no atomics).
 #pragma once
 #include "common.cuh"
 
@@ -32,7 +39,7 @@ namespace dgx {
 
 enum PairDim : int { kPairNone = 0, kPairN = 1, kPairM = 2 };
 enum GemmLayout : int { kLayoutDense = 0, kLayoutContiguous = 1, kLayoutMasked = 2, kLayoutKGrouped = 3,
-                        kLayoutContiguousPsum = 4, kLayoutBatched = 5 };
+                        kLayoutContiguousPsum = 4, kLayoutBatched = 5, kLayoutBatchSum = 6 };
 
 // One tile, as the producer and the math warpgroups both need it.
 struct Tile {
@@ -58,8 +65,8 @@ struct TileScheduler {
                   kPair == kPairNone, "multicast pairs are for the dense, contiguous and masked layouts only");
     static_assert(kSplit == 1 || (kPair == kPairNone && kLayout != kLayoutKGrouped),
                   "split-K clusters run without multicast pairs, not on the K-grouped layout");
-    static_assert(kLayout != kLayoutBatched || kSplit == 1,
-                  "split-K reduces into D through plain [rows, N] addresses, which a batched D is not");
+    static_assert((kLayout != kLayoutBatched && kLayout != kLayoutBatchSum) || (kPair == kPairNone && kSplit == 1),
+                  "the batched layouts read 3-D maps (no multicast) and take one CTA per unit (no split-K cluster)");
     // Split-K: the kSplit CTAs of a cluster take the same tiles, CTA `rank` the rank-th range of K.
     static constexpr int kCluster = kPair == kPairNone ? kSplit : 2;
     static constexpr int kTileKBlocks = kNumKBlocks / kSplit;
@@ -159,7 +166,8 @@ struct TileScheduler {
             t.num_kb = kTileKBlocks;
             return true;
         } else if constexpr (kLayout == kLayoutBatched) {
-            // Every group has all m rows: unit u is group u / per_group's tile u % per_group.
+            // Every group has all m rows: unit u is group u / per_group's tile u % per_group. Rows count within the
+            // group (the maps' middle coordinate); b_row and sfa_kb0 as the M-grouped layouts (FP8 kernel).
             const int per_group = ceil_div(m, kBlockM) * kNumNUnits;
             if (next >= per_group * num_groups) return false;
             const int g = next / per_group;
@@ -222,6 +230,28 @@ struct TileScheduler {
                 return true;
             }
             return false;
+        } else if constexpr (kLayout == kLayoutBatchSum) {
+            const int tiles = ceil_div(m, kBlockM) * kNumNUnits;
+            const int ranges = static_cast<int>(gridDim.x) / tiles;
+            if (next >= tiles * ranges) return false;
+            const int r = next / tiles;
+            int mu, nu;
+            raster(next - r * tiles, ceil_div(m, kBlockM), mu, nu);
+            next += stride;
+            // 64-bit: S x k-blocks x ranges may pass 2^31 (each range's bounds fit an int: the host checks S x
+            // k-blocks does).
+            const long long total = static_cast<long long>(num_groups) * kNumKBlocks;
+            const int first = static_cast<int>(total * r / ranges);
+            t.a_row = t.d_row = t.sfa_row = mu * kBlockM;
+            t.d_row_end = m;
+            t.n_block = nu;
+            t.b_row = nu * kBlockN;
+            t.group = r;  // the workspace slice of this range's partial
+            t.sfa_kb0 = 0;
+            t.kb0 = first;
+            t.num_kb = static_cast<int>(total * (r + 1) / ranges) - first;
+            t.share = true;
+            return true;
         } else {
             const int num_m_blocks = ceil_div(m, kBlockM);
             const int num_m_units = kPair == kPairM ? (num_m_blocks + 1) / 2 : num_m_blocks;

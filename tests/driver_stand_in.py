@@ -155,7 +155,11 @@ def _interface_of(name: str):
         from dgx.kernels.fp8_gemm import INTERFACE
 
         return INTERFACE
-    if name.startswith("dgx_bf16_gemm"):
+    if name.startswith("dgx_bf16_bmn_bnk_mn_gemm_impl_reduce"):
+        from dgx.kernels.einsum import REDUCE_INTERFACE
+
+        return REDUCE_INTERFACE
+    if name.startswith(("dgx_bf16_gemm", "dgx_bf16_bmn_bnk_mn_gemm_impl")):
         from dgx.kernels.bf16_gemm import INTERFACE
 
         return INTERFACE

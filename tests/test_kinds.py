@@ -49,8 +49,10 @@ def test_parse_refuses_other_names():
 
 
 def test_layouts_and_the_kernel_side():
-    assert [int(v) for v in Layout] == [LAYOUT_DENSE, LAYOUT_CONTIGUOUS, LAYOUT_MASKED, LAYOUT_K_GROUPED,
-                                        LAYOUT_CONTIGUOUS_PSUM, LAYOUT_BATCHED] == [0, 1, 2, 3, 4, 5]
+    assert [int(v) for v in Layout][:5] == [LAYOUT_DENSE, LAYOUT_CONTIGUOUS, LAYOUT_MASKED, LAYOUT_K_GROUPED,
+                                            LAYOUT_CONTIGUOUS_PSUM] == [0, 1, 2, 3, 4]
+    # The batched layout runs on both kernels (dgx.einsum's per-head forms, dgx.fp8_einsum), batch-sum on BF16 only
+    assert [int(Layout.BATCHED), int(Layout.BATCH_SUM)] == [LAYOUT_BATCHED, 6] == [5, 6]
     # The batched layout (dgx.fp8_einsum) computes masked groups with every row valid
     assert GemmKind.of(Layout.BATCHED, False) is GemmKind.M_GROUPED_MASKED
     # The prefix-sum layout computes the contiguous kind (DeepGEMM's use_psum_layout=True)

@@ -43,13 +43,14 @@ EXPECTED.update({
     "tf32_hc_prenorm_gemm": "(Tensor a, Tensor b, Tensor(a!) d, Tensor(b!) s, int? num_splits=None) -> ()",
     "fp8_gemm_nt_skip_head_mid": f"({GEMM_HEAD}, int[] head_splits) -> ()",
     "fp8_einsum": "(str expr, Tensor x, Tensor sfx, Tensor y, Tensor sfy, Tensor(a!) z) -> ()",
+    "einsum": "(str expr, Tensor a, Tensor b, Tensor(a!) d, Tensor? c=None) -> ()",
 })
-# what each in-place operator writes, where not only d
-WRITTEN = {"tf32_hc_prenorm_gemm": ["d", "s"], "fp8_einsum": ["z"]}
+# what each in-place operator writes, where not only d (or not a GEMM's name)
+WRITTEN = {"tf32_hc_prenorm_gemm": ["d", "s"], "fp8_einsum": ["z"], "einsum": ["d"]}
 GEMMS = [name for name in EXPECTED if "gemm" in name]
 # _all_ops's; tests/test_bf16_torch_ops.py traces BF16's; the GPU tests run the other families' operators
-TRACED = [name for name in EXPECTED if "bf16" not in name and name not in ("tf32_hc_prenorm_gemm",
-                                                                            "fp8_gemm_nt_skip_head_mid", "fp8_einsum")]
+TRACED = [name for name in EXPECTED if "bf16" not in name and name not in (
+    "tf32_hc_prenorm_gemm", "fp8_gemm_nt_skip_head_mid", "fp8_einsum", "einsum")]
 
 
 def _op(name):

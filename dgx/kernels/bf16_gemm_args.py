@@ -7,16 +7,17 @@ from typing import NamedTuple
 
 from .. import runtime
 from ..runtime import Swizzle
-from .bf16_gemm_config import INTERFACE, Bf16GemmConfig
+from .bf16_gemm_config import BATCHED_LAYOUTS, INTERFACE, Bf16GemmConfig
 
 
 class Bf16Operands(NamedTuple):
     """Addresses, extents (innermost first) and strides (in elements, of every dimension but the innermost) of the
     regions the tensor maps cover. A tuple, so that building one and looking it up per call stays cheap.
 
-    - A: K-major [rows, K] as (K, rows); MN-major (M-major) [K, M] as (M, K).
-    - B: K-major [groups x N, K] as (K, groups x N); MN-major (N-major) as (N, K, groups).
-    - D: [rows, N] as (N, rows); K-grouped [groups, M, N] as (N, M, groups).
+    - A: K-major [rows, K] as (K, rows); MN-major (M-major) [K, M] as (M, K); batched layouts (K, rows, groups).
+    - B: K-major [groups x N, K] as (K, groups x N), batched layouts (K, N, groups); MN-major (N-major) as
+      (N, K, groups).
+    - D: [rows, N] as (N, rows); K-grouped and batched [groups, M, N] as (N, M, groups).
     """
 
     a: int
@@ -41,9 +42,10 @@ def _map(dtype: str, address: int, dims: tuple[int, ...], strides: tuple[int, ..
 
 def pack_operands(config: Bf16GemmConfig, ops: Bf16Operands) -> runtime.ParamPack:
     """The kernel's parameters for `ops`: tensor maps encoded, every member packed by name."""
-    if len(ops.b_dims) != (3 if config.major_b == "mn" else 2):
-        raise ValueError(f"operands: B's map has {len(ops.b_dims)} dimensions; a {config.major_b}-major B takes "
-                         f"{3 if config.major_b == 'mn' else 2}")
+    b_rank = 3 if config.major_b == "mn" or config.layout in BATCHED_LAYOUTS else 2
+    if len(ops.b_dims) != b_rank:
+        raise ValueError(f"operands: B's map has {len(ops.b_dims)} dimensions; a {config.major_b}-major B of "
+                         f"{config.kernel_name} takes {b_rank}")
     tmap_a = _map("bfloat16", ops.a, ops.a_dims, ops.a_strides, 2, config.box("a"), config.swizzle("a"))
     tmap_b = _map("bfloat16", ops.b, ops.b_dims, ops.b_strides, 2, config.box("b"), config.swizzle("b"))
     wg_rows = config.block_m // config.math_warpgroups

@@ -13,10 +13,11 @@ from .interface import TENSOR_MAP, KernelInterface, Param
 from .wgmma_render import render_wgmma_bf16
 
 SHARE_NONE, SHARE_A, SHARE_B = int(ShareDim.NONE), int(ShareDim.A), int(ShareDim.B)
-# (The batched layout is the FP8 GEMM kernel's alone: dgx.fp8_einsum.)
-LAYOUT_DENSE, LAYOUT_CONTIGUOUS, LAYOUT_MASKED, LAYOUT_K_GROUPED, LAYOUT_CONTIGUOUS_PSUM = (
-    int(v) for v in Layout if v != Layout.BATCHED)
-LAYOUT_NAMES = {int(v): v.name.lower() for v in Layout if v != Layout.BATCHED}
+(LAYOUT_DENSE, LAYOUT_CONTIGUOUS, LAYOUT_MASKED, LAYOUT_K_GROUPED, LAYOUT_CONTIGUOUS_PSUM, LAYOUT_BATCHED,
+ LAYOUT_BATCH_SUM) = (int(v) for v in Layout)
+#: The einsum family's layouts (dgx/kernels/einsum.py): operands and D through 3-D maps, one group per head or batch.
+BATCHED_LAYOUTS = (LAYOUT_BATCHED, LAYOUT_BATCH_SUM)
+LAYOUT_NAMES = {int(v): v.name.lower() for v in Layout}
 
 #: Operand major-ness: "k" (K contiguous: A [M, K], B [N, K] row-major) or "mn" (M / N contiguous).
 MAJORS = ("k", "mn")
@@ -149,6 +150,10 @@ def validate(config: "Bf16GemmConfig") -> str:
         return "the M-grouped layouts write a BF16 D"
     if c.layout in (LAYOUT_CONTIGUOUS, LAYOUT_CONTIGUOUS_PSUM, LAYOUT_MASKED) and c.with_c:
         return "the M-grouped layouts add no C"
+    if c.layout in BATCHED_LAYOUTS and (c.major_a != "k" or c.with_c):
+        return "the batched (einsum) layouts take a K-major A and add no C"
+    if c.layout == LAYOUT_BATCH_SUM and (c.major_b != "k" or c.out_dtype != "float32"):
+        return "the batch-sum layout takes a K-major B and stores FP32 partials"
     problem = validate_split(c)
     if problem:
         return problem
@@ -246,6 +251,8 @@ class Bf16GemmConfig:
         rows, major = (self.block_m, self.major_a) if operand == "a" else (self.block_n, self.major_b)
         shared = self.pair == (SHARE_A if operand == "a" else SHARE_B)
         if major == "k":
+            if self.layout in BATCHED_LAYOUTS:  # a 3-D map [groups, rows, K]: one group per box
+                return (BLOCK_K, rows, 1)
             return (BLOCK_K, rows // 2 if shared else rows)
         atom = mn_swizzle(rows) // 2
         return (atom, BLOCK_K * self.k_atoms) if operand == "a" else (atom, BLOCK_K * self.k_atoms, 1)
@@ -278,15 +285,19 @@ class Bf16GemmConfig:
         c = "_c" if self.with_c else ""
         ka = f"_ka{self.k_atoms}" if self.k_atoms > 1 else ""
         sk = f"_sk{self.split_k}" if self.split_k > 1 else ""
-        return (f"dgx_bf16_gemm_{self.form}{layout}_{out}{c}_n{self.n}_k{self.k}_bm{self.block_m}_bn{self.block_n}"
-                f"_s{self.stages}_g{self.group_n}_p{self.pair}{ka}{sk}")
+        tile = f"_n{self.n}_k{self.k}_bm{self.block_m}_bn{self.block_n}_s{self.stages}_g{self.group_n}_p{self.pair}"
+        if self.layout == LAYOUT_BATCH_SUM:  # DeepGEMM's test profiles its 'bmk,bnk->mn' kernels by this name
+            return f"dgx_bf16_bmn_bnk_mn_gemm_impl{tile}{ka}"
+        return f"dgx_bf16_gemm_{self.form}{layout}_{out}{c}{tile}{ka}{sk}"
 
     @property
     def warmup_kind(self) -> str:
         """The shapes-file kind that builds this kernel."""
+        if self.layout == LAYOUT_BATCHED:
+            return "einsum_bhr_hdr_bhd" if self.major_b == "k" else "einsum_bhd_hdr_bhr"
         return {LAYOUT_DENSE: "dense", LAYOUT_CONTIGUOUS: "m_grouped_contiguous",
                 LAYOUT_CONTIGUOUS_PSUM: "m_grouped_contiguous_psum", LAYOUT_MASKED: "m_grouped_masked",
-                LAYOUT_K_GROUPED: "k_grouped"}[self.layout]
+                LAYOUT_K_GROUPED: "k_grouped", LAYOUT_BATCH_SUM: "einsum_bmk_bnk_mn"}[self.layout]
 
     def describe(self) -> tuple[tuple[str, str], ...]:
         return (("family", "bf16_gemm"),) + tuple((f.name, str(getattr(self, f.name))) for f in fields(self))
@@ -320,7 +331,20 @@ class Bf16GemmConfig:
             source=source,
             dynamic_smem=self.smem_bytes,
             summary=self.describe(),
-            warmup_hint=f"--shapes FILE with {{\"kind\": \"{self.warmup_kind}\", \"n\": {self.n}, \"k\": {self.k}, "
-            f"\"family\": \"bf16\"}}",
+            warmup_hint=self.warmup_hint,
         )
+
+    @property
+    def warmup_hint(self) -> str:
+        """The `dgx warmup` arguments that build this kernel (a strict-mode miss names them)."""
+        if self.layout in BATCHED_LAYOUTS:  # the einsum family's kinds (dgx/families/einsum.py)
+            if self.layout == LAYOUT_BATCH_SUM:
+                dims = f"\"m\": M, \"n\": {self.n}, \"k\": {self.k}"
+            elif self.major_b == "k":  # 'bhr,hdr->bhd': N = d, K = r
+                dims = f"\"h\": H, \"d\": {self.n}, \"r\": {self.k}, \"max_b\": B"
+            else:  # 'bhd,hdr->bhr': N = r, K = d
+                dims = f"\"h\": H, \"d\": {self.k}, \"r\": {self.n}, \"max_b\": B"
+            return f"--shapes FILE with {{\"kind\": \"{self.warmup_kind}\", {dims}}}"
+        return (f"--shapes FILE with {{\"kind\": \"{self.warmup_kind}\", \"n\": {self.n}, \"k\": {self.k}, "
+                f"\"family\": \"bf16\"}}")
 

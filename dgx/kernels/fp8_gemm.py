@@ -16,9 +16,11 @@ from .wgmma_render import render_wgmma_e4m3
 SHARE_NONE, SHARE_A, SHARE_B = int(ShareDim.NONE), int(ShareDim.A), int(ShareDim.B)
 PAIR_NONE, PAIR_N, PAIR_M = SHARE_NONE, SHARE_A, SHARE_B  # earlier names: pairs along N share A, along M share B
 # How the scheduler walks the tiles (GemmConfig.layout; ptx/scheduler.cuh GemmLayout).
-(LAYOUT_DENSE, LAYOUT_CONTIGUOUS, LAYOUT_MASKED, LAYOUT_K_GROUPED, LAYOUT_CONTIGUOUS_PSUM,
- LAYOUT_BATCHED) = (int(v) for v in Layout)
-LAYOUT_NAMES = {int(v): v.name.lower() for v in Layout}
+(LAYOUT_DENSE, LAYOUT_CONTIGUOUS, LAYOUT_MASKED, LAYOUT_K_GROUPED, LAYOUT_CONTIGUOUS_PSUM, LAYOUT_BATCHED) = (
+    int(Layout.DENSE), int(Layout.CONTIGUOUS), int(Layout.MASKED), int(Layout.K_GROUPED), int(Layout.CONTIGUOUS_PSUM),
+    int(Layout.BATCHED))
+# The FP8 kernel's layouts (batch-sum is the BF16 kernel's einsum layout only).
+LAYOUT_NAMES = {int(v): v.name.lower() for v in Layout if v <= Layout.BATCHED}
 
 # The kernel's one parameter: a struct of these members, in this order (ptx/fp8_gemm.cuh fp8_gemm_nt_body
 # binds them to its names). `tmap_*` are tensor maps of A, B, D and the A and B scales; `sfa`, `sfa_rows`,
