@@ -167,6 +167,10 @@ def _interface_of(name: str):
         from dgx.kernels.hc_prenorm import INTERFACE
 
         return INTERFACE
+    if name.startswith("dgx_silu_mul_quant"):
+        from dgx.kernels.silu_mul_quant import INTERFACE
+
+        return INTERFACE
     if name.startswith(("dgx_mqa_logits", "dgx_paged_mqa_logits", "dgx_paged_mqa_schedule")):
         from dgx.kernels import mqa_logits as M
 
@@ -187,7 +191,8 @@ def _caches():
 
     names = {"launch": ("_plans", "_params"), "gemm": ("_entries", "_fast"), "grouped": ("_contiguous", "_masked"),
              "scales": ("_workspaces",), "kernels.scale_layout": ("_launchers",), "bf16": ("_plans", "_params"),
-             "mqa": ("_launchers",), "hc_prenorm": ("_params",), "kernels.hc_prenorm": ("_launchers", "_fits")}
+             "mqa": ("_launchers",), "hc_prenorm": ("_params",), "kernels.hc_prenorm": ("_launchers", "_fits"),
+             "moe_activation": ("_params",), "kernels.silu_mul_quant": ("_launchers",)}
     out = []
     for module_name, attrs in names.items():
         try:

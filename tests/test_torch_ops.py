@@ -42,12 +42,15 @@ EXPECTED.update({
 EXPECTED.update({
     "tf32_hc_prenorm_gemm": "(Tensor a, Tensor b, Tensor(a!) d, Tensor(b!) s, int? num_splits=None) -> ()",
     "fp8_gemm_nt_skip_head_mid": f"({GEMM_HEAD}, int[] head_splits) -> ()",
+    "silu_mul_quant": "(Tensor x, Tensor? masked_m=None, float? swiglu_limit=None, bool use_ue8m0=False, "
+                      "bool packed_ue8m0=False) -> (Tensor, Tensor)",
 })
 WRITTEN = {"tf32_hc_prenorm_gemm": ["d", "s"]}  # what each in-place operator writes, where not only d
 GEMMS = [name for name in EXPECTED if "gemm" in name]
 # _all_ops's; tests/test_bf16_torch_ops.py traces BF16's; the GPU tests run the other families' operators
 TRACED = [name for name in EXPECTED if "bf16" not in name and name not in ("tf32_hc_prenorm_gemm",
-                                                                            "fp8_gemm_nt_skip_head_mid")]
+                                                                            "fp8_gemm_nt_skip_head_mid",
+                                                                            "silu_mul_quant")]
 
 
 def _op(name):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from .. import jit
 from ..jit import KernelSource
 from .base import Family, Inspected, Kind, MqaSpec, ShapeSpec
-from . import bf16_gemm, fp8_gemm, hc_prenorm, mqa_logits, skip_head_mid
+from . import bf16_gemm, fp8_gemm, hc_prenorm, mqa_logits, silu_mul_quant, skip_head_mid
 
 FAMILIES: tuple[Family, ...] = (
     fp8_gemm.FAMILY,
@@ -15,6 +15,7 @@ FAMILIES: tuple[Family, ...] = (
     bf16_gemm.FAMILY,
     hc_prenorm.FAMILY,
     skip_head_mid.FAMILY,
+    silu_mul_quant.FAMILY,
 )
 
 __all__ = ["FAMILIES", "Family", "Inspected", "Kind", "MqaSpec", "ShapeSpec", "all_kinds", "configs_for", "kind",
