@@ -30,8 +30,11 @@ TRITON = "triton"
 BF16 = "bf16"
 FP8_TENSOR = "fp8_tensor"
 TORCH_MQA = "torch"
+DGX_UNFUSED = "dgx_unfused"
+DEEPGEMM_UNFUSED = "deepgemm_unfused"
+TORCH_BF16 = "torch_bf16"
 
-IMPLS = (DGX, CUBLASLT, TRITON, BF16, FP8_TENSOR, TORCH_MQA)
+IMPLS = (DGX, CUBLASLT, TRITON, BF16, FP8_TENSOR, TORCH_MQA, DGX_UNFUSED, DEEPGEMM_UNFUSED, TORCH_BF16)
 
 IMPL_LABELS = {
     DGX: "dgx",
@@ -40,6 +43,9 @@ IMPL_LABELS = {
     BF16: "BF16 cuBLAS",
     FP8_TENSOR: "FP8 per-tensor cuBLASLt",
     TORCH_MQA: "torch reference (BF16 matmul per chunk)",
+    DGX_UNFUSED: "dgx unfused (GEMM, silu_mul_quant, GEMM)",
+    DEEPGEMM_UNFUSED: "DeepGEMM GEMMs + dgx silu_mul_quant",
+    TORCH_BF16: "torch BF16 layer",
 }
 IMPL_SHORT = {
     DGX: "dgx",
@@ -48,6 +54,9 @@ IMPL_SHORT = {
     BF16: "BF16",
     FP8_TENSOR: "FP8-tensor",
     TORCH_MQA: "torch",
+    DGX_UNFUSED: "dgx-unfused",
+    DEEPGEMM_UNFUSED: "DeepGEMM-unfused",
+    TORCH_BF16: "torch-BF16",
 }
 
 OK = "ok"
