@@ -78,12 +78,17 @@ def test_shapes_file_does_not_apply(tmp_path):
 
 
 def test_impls_per_suite():
+    from dgx.bench.moe_impls import moe_impls
     from dgx.bench.peers import make_impls
 
-    assert [i.name for i in make_impls(True) if i.runs_on("moe")] == ["dgx", "dgx_unfused", "deepgemm_unfused",
-                                                                      "torch_bf16"]
-    assert [i.name for i in make_impls(False) if i.runs_on("moe")] == ["dgx", "dgx_unfused"]
-    dense = [i for i in make_impls(True) if i.runs_on("dense")]
+    def every(with_peers):  # what dgx.bench.runner.run_suite runs
+        return make_impls(with_peers) + moe_impls(with_peers)
+
+    assert [i.name for i in every(True) if i.runs_on("moe")] == ["dgx", "dgx_unfused", "deepgemm_unfused",
+                                                                 "torch_bf16"]
+    assert [i.name for i in every(False) if i.runs_on("moe")] == ["dgx", "dgx_unfused"]
+    assert not any(i.runs_on(s) for i in moe_impls(True) for s in ("dense", "masked", "mqa"))
+    dense = [i for i in every(True) if i.runs_on("dense")]
     assert [i.name for i in dense] == ["dgx", "cublaslt", "triton", "bf16", "fp8_tensor"]
     assert type(dense[0]).__name__ == "DgxImpl" and not dense[0].runs_on("moe")
 

@@ -13,6 +13,7 @@ its own operands before it is timed, and each timed as a whole (both GEMMs and w
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 from typing import Any, Callable
@@ -62,10 +63,16 @@ def real_deep_gemm() -> tuple[Any | None, str]:
 
 
 def _first(module: Any, *names: str) -> Callable:
+    """The first of `names` `module` has; with DeepGEMM's ``disable_ue8m0_cast`` set where the function takes it (the
+    benchmark's scales are FP32 values, which DeepGEMM must not round to powers of two)."""
     for name in names:
         f = getattr(module, name, None)
         if callable(f):
-            return f
+            try:
+                takes = "disable_ue8m0_cast" in inspect.signature(f).parameters
+            except (TypeError, ValueError):
+                takes = False
+            return functools.partial(f, disable_ue8m0_cast=True) if takes else f
     raise Unavailable(f"{getattr(module, '__name__', module)} has none of {', '.join(names)}")
 
 

@@ -256,7 +256,7 @@ class Peer:
 
 class DgxImpl(Peer):
     name = DGX
-    suites = GEMM_SUITES + MQA_SUITES  # the moe suite's dgx is dgx.bench.moe_impls.DgxFused
+    suites = GEMM_SUITES + MQA_SUITES  # the moe suite's implementations: dgx.bench.moe_impls
 
     def select(self, problem, ctx):
         from .subject import prepare_dgx
@@ -532,9 +532,7 @@ def _raise(e: Exception):
 
 def make_impls(with_peers: bool) -> list[Peer]:
     """dgx first, then the peers (in report order); each runs on the suites its ``runs_on`` accepts."""
-    from .moe_impls import moe_impls
-
     impls: list[Peer] = [DgxImpl()]
     if with_peers:
         impls += [CublasLt(), Triton(), Bf16(), Fp8PerTensor(), TorchMqa()]
-    return impls + moe_impls(with_peers)
+    return impls

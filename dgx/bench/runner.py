@@ -411,6 +411,7 @@ def run_suite(
 
     import torch
 
+    from .moe_impls import moe_impls
     from .peers import Ctx, make_impls
     from .timing import L2Flusher
 
@@ -455,7 +456,7 @@ def run_suite(
     flush = L2Flusher()
     ctx = Ctx(flush, warmup, iters, timer=timer)
     probe_timer(ctx)
-    impls = make_impls(peers)
+    impls = make_impls(peers) + moe_impls(peers)  # each runs on the suites its runs_on accepts
     floor_failed: list[str] = []
     for rep in range(repeat):
         say(f"repeat {rep + 1}/{repeat}: ceilings")
