@@ -171,6 +171,10 @@ def _interface_of(name: str):
         from dgx.kernels.hc_prenorm import INTERFACE
 
         return INTERFACE
+    if name.startswith("dgx_silu_mul_quant"):
+        from dgx.kernels.silu_mul_quant import INTERFACE
+
+        return INTERFACE
     if name.startswith(("dgx_mqa_logits", "dgx_paged_mqa_logits", "dgx_paged_mqa_schedule")):
         from dgx.kernels import mqa_logits as M
 
@@ -192,7 +196,8 @@ def _caches():
     names = {"launch": ("_plans", "_params"), "gemm": ("_entries", "_fast"), "grouped": ("_contiguous", "_masked"),
              "scales": ("_workspaces",), "kernels.scale_layout": ("_launchers",), "bf16": ("_plans", "_params"),
              "mqa": ("_launchers",), "wgrad": ("_k_entries",), "k_grouped_maps": ("_maps",), "hc_prenorm": ("_params",),
-             "fp8_einsum": ("_plans", "_fast"), "kernels.hc_prenorm": ("_launchers", "_fits")}
+             "fp8_einsum": ("_plans", "_fast"), "kernels.hc_prenorm": ("_launchers", "_fits"),
+             "moe_activation": ("_params",), "kernels.silu_mul_quant": ("_launchers",)}
     out = []
     for module_name, attrs in names.items():
         try:

@@ -31,7 +31,7 @@ def test_the_names_users_write_are_the_kinds():
     assert LAYOUT_VARIANTS == {"m_grouped_contiguous_psum": (GemmKind.M_GROUPED_CONTIGUOUS, Layout.CONTIGUOUS_PSUM)}
     assert base_kind("m_grouped_contiguous_psum") == "m_grouped_contiguous" and base_kind("dense") == "dense"
     assert SHORT_NAMES == SHORT == suites.GEMM_SUITES
-    assert suites.SUITES == SHORT + ("mqa", "paged_mqa")  # the GEMM suites, then the MQA-logits suites
+    assert suites.SUITES == SHORT + ("mqa", "paged_mqa", "moe")  # the GEMM suites, the MQA-logits suites, the MoE block
     for value, short in zip(SHAPES_FILE_KINDS, SHORT):
         kind = GemmKind(value)
         assert GemmKind.parse(value) is GemmKind.parse(short) is kind

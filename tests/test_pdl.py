@@ -216,6 +216,7 @@ def _kernels():
     )
     from dgx.kernels.mqa_logits import MqaCleanConfig, PagedScheduleConfig, paged_config, prefill_config
     from dgx.kernels.scale_layout import ScaleTransposeConfig
+    from dgx.kernels.silu_mul_quant import SiluMulQuantConfig
     from dgx.kernels.smoke import SmokeConfig
     from dgx.kernels.ue8m0 import Ue8m0UnpackConfig
 
@@ -233,6 +234,7 @@ def _kernels():
         ("smoke", SmokeConfig()),
         ("ue8m0 unpack", Ue8m0UnpackConfig()),
         ("scale layout", ScaleTransposeConfig()),
+        ("silu_mul_quant", SiluMulQuantConfig(True, "packed_ue8m0", 4)),  # masked_m, x, y and the scales
     ]
 
 

@@ -44,13 +44,15 @@ EXPECTED.update({
     "fp8_gemm_nt_skip_head_mid": f"({GEMM_HEAD}, int[] head_splits) -> ()",
     "fp8_einsum": "(str expr, Tensor x, Tensor sfx, Tensor y, Tensor sfy, Tensor(a!) z) -> ()",
     "einsum": "(str expr, Tensor a, Tensor b, Tensor(a!) d, Tensor? c=None) -> ()",
+    "silu_mul_quant": "(Tensor x, Tensor? masked_m=None, float? swiglu_limit=None, bool use_ue8m0=False, "
+                      "bool packed_ue8m0=False) -> (Tensor, Tensor)",
 })
 # what each in-place operator writes, where not only d (or not a GEMM's name)
 WRITTEN = {"tf32_hc_prenorm_gemm": ["d", "s"], "fp8_einsum": ["z"], "einsum": ["d"]}
 GEMMS = [name for name in EXPECTED if "gemm" in name]
 # _all_ops's; tests/test_bf16_torch_ops.py traces BF16's; the GPU tests run the other families' operators
 TRACED = [name for name in EXPECTED if "bf16" not in name and name not in (
-    "tf32_hc_prenorm_gemm", "fp8_gemm_nt_skip_head_mid", "fp8_einsum", "einsum")]
+    "tf32_hc_prenorm_gemm", "fp8_gemm_nt_skip_head_mid", "fp8_einsum", "einsum", "silu_mul_quant")]
 
 
 def _op(name):

@@ -38,6 +38,7 @@ from typing import Any, Callable
 from ..intmath import round_up
 from .mqa_check import LogitsMismatch
 from .mqa_problems import MqaProblem
+from .moe_problems import MoeProblem
 from .mqa_suites import MQA, MQA_SUITES, PAGED_MQA
 from .prepared import Prepared, Unavailable
 from .problems import Part, Problem, calc_diff, dequant_block, dequant_token, matmul_fp32, per_row_cast, per_tensor_cast
@@ -105,6 +106,11 @@ class Ctx:
             try:
                 return problem.check(out)
             except LogitsMismatch as e:
+                raise Outcome(FAILED, str(e)) from None
+        if isinstance(problem, MoeProblem):  # the checked rows against the reference of the impl's own operands
+            try:
+                return problem.check(out, bf16=prep.reference == "bf16")
+            except ValueError as e:
                 raise Outcome(FAILED, str(e)) from None
         ref = prep.reference if prep.reference is not None else problem.ref
         if prep.includes_c:
@@ -269,7 +275,7 @@ class Peer:
 
 class DgxImpl(Peer):
     name = DGX
-    suites = SUITES
+    suites = GEMM_SUITES + MQA_SUITES  # the moe suite's implementations: dgx.bench.moe_impls
 
     def select(self, problem, ctx):
         from .subject import prepare_dgx

@@ -39,6 +39,7 @@ SUITE_TITLES = {
     "wgrad": "Weight gradient (fp8_gemm_nt, FP32 d = c + a·bᵀ, 1×128 both)",
     "k_grouped": "K-grouped weight gradient (k_grouped_fp8_gemm_nt_contiguous)",
     **MQA_SUITE_TITLES,
+    "moe": "MoE expert block (DeepSeek-V3: GEMM1, SwiGLU + FP8 quantisation, GEMM2; fused vs unfused)",
 }
 
 

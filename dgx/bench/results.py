@@ -31,8 +31,11 @@ BF16 = "bf16"
 FP8_TENSOR = "fp8_tensor"
 TORCH_MQA = "torch"
 DEEPGEMM = "deepgemm"
+DGX_UNFUSED = "dgx_unfused"
+DEEPGEMM_UNFUSED = "deepgemm_unfused"
+TORCH_BF16 = "torch_bf16"
 
-IMPLS = (DGX, DEEPGEMM, CUBLASLT, TRITON, BF16, FP8_TENSOR, TORCH_MQA)
+IMPLS = (DGX, DEEPGEMM, CUBLASLT, TRITON, BF16, FP8_TENSOR, TORCH_MQA, DGX_UNFUSED, DEEPGEMM_UNFUSED, TORCH_BF16)
 
 IMPL_LABELS = {
     DGX: "dgx",
@@ -42,6 +45,9 @@ IMPL_LABELS = {
     FP8_TENSOR: "FP8 per-tensor cuBLASLt",
     TORCH_MQA: "torch reference (BF16 matmul per chunk)",
     DEEPGEMM: "DeepGEMM (this run)",
+    DGX_UNFUSED: "dgx unfused (GEMM, silu_mul_quant, GEMM)",
+    DEEPGEMM_UNFUSED: "DeepGEMM GEMMs + dgx silu_mul_quant",
+    TORCH_BF16: "torch BF16 layer",
 }
 IMPL_SHORT = {
     DGX: "dgx",
@@ -51,6 +57,9 @@ IMPL_SHORT = {
     FP8_TENSOR: "FP8-tensor",
     TORCH_MQA: "torch",
     DEEPGEMM: "DeepGEMM",
+    DGX_UNFUSED: "dgx-unfused",
+    DEEPGEMM_UNFUSED: "DeepGEMM-unfused",
+    TORCH_BF16: "torch-BF16",
 }
 
 OK = "ok"

@@ -19,6 +19,7 @@ from .results import (
     gbps,
     tflops,
 )
+from .moe_suites import MOE_SUITES, is_moe
 from .mqa_suites import MQA, MQA_SUITES, PAGED_MQA, is_mqa
 from .read_floor import ReadFloor
 from .suites import (
@@ -338,6 +339,18 @@ MQA_CHECK_NOTE = (
 )
 
 
+MOE_NOTES = [
+    "MoE block (DeepSeek-V3 expert: hidden 7168, intermediate 2048): GEMM1 [rows, 7168] x [4096, 7168], SwiGLU and "
+    "per-token FP8 quantisation, GEMM2 [rows, 2048] x [7168, 2048], timed as a whole per case. TFLOPS = "
+    "6·rows·H·I on the valid rows; GB/s counts the FP8 weights once, the FP8 input and the BF16 output.",
+    "MoE block: every implementation is checked before it is timed against a float64 reference of the same math on "
+    "its own operands (the FP8 values dequantised; torch_bf16: the BF16 originals), on up to 4 rows of up to 8 "
+    "experts: calc_diff below the tolerance. dgx = the fused GEMM1 (SwiGLU + FP8-output epilogue); 'x dgx_unfused' "
+    "is what the fusion gains.",
+]
+"""Method notes of the MoE suite (added to the report when it runs)."""
+
+
 def mqa_notes(suites: Iterable[str]) -> list[str]:
     """The method notes of the MQA suites among ``suites``."""
     names = [s for s in MQA_SUITES if s in set(suites)]
@@ -364,6 +377,10 @@ def build_case(shape, seed: int):
         from .mqa_problems import build_mqa_problem
 
         return build_mqa_problem(shape, seed)
+    if is_moe(shape):
+        from .moe_problems import build_moe_problem
+
+        return build_moe_problem(shape, seed)
     from .problems import build_problem
 
     return build_problem(shape, seed)
@@ -408,6 +425,7 @@ def run_suite(
     import torch
 
     from .deepgemm import DeepGemmInfo, find_deep_gemm
+    from .moe_impls import moe_impls
     from .peers import Ctx, impl_order, make_impls
     from .timing import L2Flusher
 
@@ -446,6 +464,8 @@ def run_suite(
         results.notes.append("Grouped suites: looped peers make one launch per group on the valid rows (host-known counts).")
     results.notes += mqa_notes(shape.suite for shape in selected)
     results.notes.append(deep_gemm_note(deep_gemm))
+    if any(shape.suite in MOE_SUITES for shape in selected):
+        results.notes += MOE_NOTES
     say(
         f"dgx bench on {results.env.get('device')} (driver {results.env.get('driver')}, torch "
         f"{results.env.get('torch')}); {timer} timer"
@@ -453,7 +473,7 @@ def run_suite(
     flush = L2Flusher()
     ctx = Ctx(flush, warmup, iters, timer=timer)
     probe_timer(ctx)
-    impls = make_impls(peers, deep_gemm)
+    impls = make_impls(peers, deep_gemm) + moe_impls(peers)  # each runs on the suites its runs_on accepts
     floor_failed: list[str] = []
     for rep in range(repeat):
         say(f"repeat {rep + 1}/{repeat}: ceilings")

@@ -19,11 +19,13 @@ DGX_ENTRY_POINTS: dict[str, str] = {
     "k_grouped": "k_grouped_fp8_gemm_nt_contiguous",
     MQA: "fp8_mqa_logits",
     PAGED_MQA: "fp8_paged_mqa_logits",
+    "moe": "silu_mul_quant",
 }
 """Suite -> the dgx function the benchmark calls for it."""
 
 DGX_HELPERS: dict[str, tuple[str, ...]] = {
     PAGED_MQA: ("get_paged_mqa_logits_metadata", "get_num_sms"),
+    "moe": ("m_grouped_fp8_gemm_nt_masked", "m_grouped_fp8_gemm_nt_contiguous"),
 }
 """Suite -> the other dgx functions its adapter needs (called outside the timed call)."""
 

@@ -47,6 +47,7 @@ from typing import Any, Iterable
 from .. import warmup as _warmup
 from ..kinds import LAYOUT_VARIANTS, SHORT_NAMES, GemmKind
 from ..warmup import ShapesFileError, ShapeSpec
+from .moe_suites import MOE_SUITES, MoeShape, builtin_moe_suite
 from .mqa_suites import MQA_SUITES, MqaShape, builtin_mqa_suite
 
 # --------------------------------------------------------------------------------------------------
@@ -55,10 +56,10 @@ from .mqa_suites import MQA_SUITES, MqaShape, builtin_mqa_suite
 GEMM_SUITES = SHORT_NAMES
 """The GEMM suites: the kinds' short names (dgx.kinds.GemmKind.short_name)."""
 
-SUITES = GEMM_SUITES + MQA_SUITES
-"""Suite names, in the order ``--suite all`` runs them: the GEMM suites, then the MQA-logits suites."""
+SUITES = GEMM_SUITES + MQA_SUITES + MOE_SUITES
+"""Suite names, in the order ``--suite all`` runs them: the GEMM suites, the MQA-logits suites, the MoE block."""
 
-FIXED_SUITES = MQA_SUITES
+FIXED_SUITES = MQA_SUITES + MOE_SUITES
 """Suites with fixed problems: a shapes file does not describe them."""
 
 MQA_FILE_KINDS = {"mqa_logits": "mqa", "paged_mqa_logits": "paged_mqa"}
@@ -191,6 +192,8 @@ class Shape:
         """The case a :meth:`to_dict` record describes (an :class:`MqaShape` for the MQA suites' records)."""
         if d.get("suite") in MQA_SUITES:
             return MqaShape.from_dict(d)
+        if d.get("suite") in MOE_SUITES:
+            return MoeShape.from_dict(d)
         return cls(
             suite=d["suite"],
             m=int(d["m"]),
@@ -278,6 +281,8 @@ def builtin_suite(suite: str, seed: int = DEFAULT_SEED) -> list[Shape | MqaShape
     """The built-in shapes of one suite."""
     if suite in MQA_SUITES:
         return list(builtin_mqa_suite(suite, seed))
+    if suite in MOE_SUITES:
+        return list(builtin_moe_suite(suite, seed))
     if suite == "dense":
         return [make_shape("dense", m, n, k) for (m, n, k) in DENSE_MNK]
     if suite == "contiguous":

@@ -7,7 +7,7 @@ from __future__ import annotations
 from .. import jit
 from ..jit import KernelSource
 from .base import Family, Inspected, Kind, MqaSpec, ShapeSpec
-from . import bf16_gemm, einsum, fp8_gemm, hc_prenorm, mqa_logits, skip_head_mid
+from . import bf16_gemm, einsum, fp8_gemm, hc_prenorm, mqa_logits, silu_mul_quant, skip_head_mid
 from . import fp8_einsum
 
 FAMILIES: tuple[Family, ...] = (
@@ -18,6 +18,7 @@ FAMILIES: tuple[Family, ...] = (
     skip_head_mid.FAMILY,
     fp8_einsum.FAMILY,
     einsum.FAMILY,
+    silu_mul_quant.FAMILY,
 )
 
 __all__ = ["FAMILIES", "Family", "Inspected", "Kind", "MqaSpec", "ShapeSpec", "all_kinds", "configs_for", "kind",

@@ -761,6 +761,58 @@ def fp8_einsum(h: int, d: int, r: int, bs: Sequence[int]) -> Maker:
 
 
 # The mix: every family, each shape kind a Maker (variants: what the kernel choice depends on, all warmed).
+
+def silu_mul_quant(inter: int, groups: int | None, mmax: int | None, ms: Sequence[int]) -> Maker:
+    """The SwiGLU + FP8 quantisation between an expert's GEMMs: contiguous [M, 2I] (variants: M), or masked
+    [G, Mmax, 2I] with fresh counts per launch (variants: the scale layouts); checked against float64 (values within
+    FP8 rounding), rows past the counts untouched."""
+
+    def build(rng, variant, weights):
+        import dgx
+
+        torch = _torch()
+        masked = groups is not None
+        rows = mmax if masked else variant
+        kwargs = dict(use_ue8m0=variant == "ue8m0", swiglu_limit=7.0 if masked else None)
+        x = _bf16(rng, *((groups,) if masked else ()), rows, 2 * inter)
+        counts = torch.zeros(groups, dtype=torch.int32, device="cuda") if masked else None
+        y, sf = dgx.silu_mul_quant(x, masked_m=counts, **kwargs)
+        host = [rows] * (groups or 1)
+
+        def prep(rng):
+            y.view(torch.uint8).fill_(0x7F)  # FP8 NaN
+            sf.fill_(float("nan"))
+            if masked:
+                host[:] = [rng.randint(0, rows) for _ in range(groups)]
+                counts.copy_(torch.tensor(host, dtype=torch.int32))
+
+        def check():
+            err = 0.0
+            for g, count in enumerate(host):
+                xg, yg, sg = (x[g], y[g], sf[g]) if masked else (x, y, sf)
+                assert bool((yg[count:].view(torch.uint8) == 0x7F).all()), f"group {g}: rows past {count} written"
+                if not count:
+                    continue
+                gate, up = xg[:count, :inter].double(), xg[:count, inter:].double()
+                if kwargs["swiglu_limit"] is not None:
+                    gate, up = gate.clamp(max=7.0), up.clamp(-7.0, 7.0)
+                h = torch.nn.functional.silu(gate) * up
+                back = (yg[:count].double().unflatten(-1, (-1, 128)) * sg[:count].double().unsqueeze(-1)).flatten(-2)
+                err = max(err, _check_close(back, h, 0.05, f"group {g}"))
+            return err
+
+        return Call(lambda: dgx.silu_mul_quant(x, masked_m=counts, out=y, out_scales=sf, **kwargs), check, prep)
+
+    def bad():
+        import dgx
+
+        torch = _torch()
+        dgx.silu_mul_quant(torch.zeros(4, 384, device="cuda", dtype=torch.bfloat16))  # I = 192: not a multiple of 128
+
+    return Maker("silu_mul_quant", f"I {inter} " + (f"masked {groups}x{mmax}" if groups else "contiguous"),
+                 tuple(ms), build, bad)
+
+
 MAKERS: list[Maker] = [
     dense(2112, 7168, (1, 13, 64, 128, 384, 1024, 4096)),
     dense(7168, 2048, (1, 64, 128, 777, 4096)),
@@ -790,6 +842,8 @@ MAKERS: list[Maker] = [
     skip_head_mid(8192, 512, (128, 64, 128), (1, 128, 4096)),
     fp8_einsum(8, 1024, 4096, (4, 128, 4097)),
     fp8_einsum(128, 128, 512, (17, 4096)),
+    silu_mul_quant(2048, None, None, (1, 100, 4096)),
+    silu_mul_quant(1024, 8, 64, ("fp32", "ue8m0")),
 ]
 
 

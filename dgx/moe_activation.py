@@ -1,0 +1,222 @@
+"""dgx.silu_mul_quant (module dgx.moe_activation): the SwiGLU activation between an MoE expert's two GEMMs, quantised for the second one.
+
+    gate, up = x[..., :I], x[..., I:]                   (vLLM's and SGLang's order)
+    gate, up = min(gate, L), clamp(up, -L, L)            (only with swiglu_limit L; in FP32)
+    h        = silu(gate) * up                           (FP32: gate / (1 + exp(-gate)) * up)
+    sf       = max(amax |h|, 1e-4) / 448 per row and 128 channels (use_ue8m0: the next power of two)
+    y        = FP8 e4m3 of h * (1 / sf)                  (nearest even)
+
+which is DeepGEMM's ``per_token_cast_to_fp8`` on the FP32 h, bit for bit (dgx.deep_gemm.utils.per_token_cast_to_fp8
+takes the same steps). The scales come in the layout the FP8 GEMMs read A's scales in, so ``(y, sf)`` is the next
+GEMM's A as it is: TMA-aligned M-major FP32, or with ``packed_ue8m0`` the packed int32 layout of
+get_mn_major_tma_aligned_packed_ue8m0_tensor. One kernel reads x once and writes y and sf once.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+from . import runtime
+from .checks import expect_dtype, expect_ndim, expect_shape, views_on_one_device
+from .device import get_num_sms
+from .intmath import ceil_div, round_up
+from .kernels.silu_mul_quant import BLOCK, INTERFACE, MAX_GROUPS, choose_config, launcher
+from .streams import resolve_stream
+from .tensors import TensorView, as_view
+
+__all__ = ["silu_mul_quant"]
+
+_INT32_LIMIT = 2**31 - 1
+_params: dict[tuple, runtime.ParamPack] = {}
+
+
+def _flag(value: object, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}: expected a bool; got {value!r}")
+    return value
+
+
+def _limit(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"swiglu_limit: expected None or a positive finite number; got {value!r}")
+    return float(value)
+
+
+def _input(xv: TensorView, masked: bool) -> tuple[int, int, int, int, int]:
+    """(groups, rows, I, row stride, group stride) of x: BF16 [M, 2I] or [G, Mmax, 2I], rows contiguous and 16-byte
+    aligned (each lane reads 16 bytes)."""
+    expect_dtype(xv, "x", "bfloat16")
+    expect_ndim(xv, "x", 3 if masked else 2)
+    groups, rows, width = xv.shape if masked else (1,) + tuple(xv.shape)
+    if width == 0 or width % (2 * BLOCK):
+        raise ValueError(f"x: expected a last dimension 2I with I a positive multiple of {BLOCK}; got {width}")
+    strides = xv.strides if masked else (0,) + tuple(xv.strides)
+    if strides[2] != 1:
+        raise ValueError(f"x: expected contiguous rows (last stride 1); got strides {xv.strides}")
+    for dim, size, stride in ((0, groups, strides[0]), (1, rows, strides[1])):
+        if size > 1 and (stride < 0 or stride % 8):
+            raise ValueError(f"x: expected non-negative strides that are multiples of 8 elements (16-byte rows); got "
+                             f"strides {xv.strides}")
+    if xv.ptr % 16:
+        raise ValueError(f"x: expected a 16-byte aligned base address; got 0x{xv.ptr:x}")
+    return groups, rows, width // 2, strides[1], strides[0]
+
+
+def _allocate(like, shape: tuple[int, ...], strides: tuple[int, ...] | None, dtype: str, device: int, name: str):
+    """A new torch tensor on x's device (`like`: x itself when it is a torch tensor)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        raise ValueError(f"{name}: pass an output tensor (torch is not loaded, so dgx cannot allocate one)")
+    where = like.device if isinstance(like, torch.Tensor) else f"cuda:{device}"
+    if strides is None:
+        return torch.empty(shape, dtype=getattr(torch, dtype), device=where)
+    return torch.empty_strided(shape, strides, dtype=getattr(torch, dtype), device=where)
+
+
+def scale_layout(groups: int | None, rows: int, blocks: int, packed: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(shape, strides) of the scales silu_mul_quant allocates: [G?, rows, K'] with K' = blocks (FP32) or
+    ceil(blocks / 4) (packed int32), M-major with the rows padded to 4 (16 bytes) and the groups one after another:
+    what get_mn_major_tma_aligned_tensor / get_mn_major_tma_aligned_packed_ue8m0_tensor make."""
+    cols = ceil_div(blocks, 4) if packed else blocks
+    ld = round_up(rows, 4)
+    if groups is None:
+        return (rows, cols), (1, ld)
+    return (groups, rows, cols), (cols * ld, 1, ld)
+
+
+def _scales(sv: TensorView, shape: tuple[int, ...], packed: bool, masked: bool) -> tuple[int, int]:
+    """(ld, group stride) in 4-byte words of out_scales, which must be in a layout the FP8 GEMM reads as A's scales:
+    M-major (rows stride 1), each k-block column 16-byte aligned, the groups' columns one after another."""
+    expect_dtype(sv, "out_scales", "int32" if packed else "float32")
+    expect_shape(sv, "out_scales", shape)
+    strides = sv.strides if masked else (0,) + tuple(sv.strides)
+    groups, rows, cols = shape if masked else (1,) + shape
+    ld = strides[2] if cols > 1 else round_up(rows, 4)
+    what = "packed UE8M0 (get_mn_major_tma_aligned_packed_ue8m0_tensor)" if packed else \
+        "M-major TMA-aligned FP32 (get_mn_major_tma_aligned_tensor)"
+    if ((rows > 1 and strides[1] != 1) or ld < rows or ld % 4 or sv.ptr % 16
+            or (groups > 1 and strides[0] != cols * ld)):
+        raise ValueError(f"out_scales: expected the {what} layout the FP8 GEMM reads A's scales in (row stride 1, "
+                         f"k-block stride a multiple of 4 and at least the rows, groups one after another); got "
+                         f"shape {sv.shape}, strides {sv.strides}, address 0x{sv.ptr:x}")
+    return ld, (strides[0] if groups > 1 else cols * ld)
+
+
+def _on_device(v: TensorView, name: str, device: int) -> None:
+    if v.device_kind != "cuda" or v.device != device:
+        raise ValueError(f"{name}: expected a tensor on cuda:{device} like x; got {v.device_kind}:{v.device}")
+
+
+def _output(yv: TensorView, device: int, shape: tuple[int, ...], masked: bool) -> TensorView:
+    """out checked: FP8 of `shape`, contiguous rows, row and group strides multiples of 8 (8-byte stores)."""
+    _on_device(yv, "out", device)
+    expect_dtype(yv, "out", "float8_e4m3fn")
+    expect_shape(yv, "out", shape)
+    strides = yv.strides if masked else (0,) + tuple(yv.strides)
+    groups, rows, inter = shape if masked else (1,) + shape
+    if strides[2] != 1 or any(n > 1 and (s < inter or s % 8) for n, s in ((groups, strides[0]), (rows, strides[1]))) \
+            or yv.ptr % 8:
+        raise ValueError(f"out: expected contiguous rows of I = {inter} bytes, row and group strides multiples of 8, "
+                         f"an 8-byte aligned address; got strides {yv.strides}, address 0x{yv.ptr:x}")
+    return yv
+
+
+def _overlaps(a: TensorView, b: TensorView) -> bool:
+    def extent(v: TensorView) -> tuple[int, int]:
+        last = sum((n - 1) * s for n, s in zip(v.shape, v.strides) if n > 0)
+        return v.ptr, v.ptr + (last + 1) * v.itemsize
+
+    if any(n == 0 for n in a.shape) or any(n == 0 for n in b.shape):
+        return False
+    (a0, a1), (b0, b1) = extent(a), extent(b)
+    return a0 < b1 and b0 < a1
+
+
+def silu_mul_quant(x, *, masked_m=None, swiglu_limit: float | None = None, use_ue8m0: bool = False,
+                   packed_ue8m0: bool = False, out=None, out_scales=None, stream=None):
+    """SwiGLU of x's gate and up halves, quantised to FP8 per row and 128 channels: returns ``(y, sf)``, the next FP8
+    GEMM's A operand as it reads it.
+
+    Args:
+        x: bfloat16 [M, 2I] (contiguous rows), or [G, Mmax, 2I] with `masked_m`; I a multiple of 128; gate is
+            x[..., :I], up x[..., I:]. Rows 16-byte aligned.
+        masked_m: int32 [G] on x's device: group g's rows 0 .. masked_m[g] - 1 are computed; the rest of its rows
+            are neither read nor written. Read on the GPU (a CUDA graph replays with new counts); a count above
+            Mmax is taken as Mmax, a negative one as 0.
+        swiglu_limit: None, or L > 0: gate = min(gate, L), up = clamp(up, -L, L) before the product (in FP32).
+        use_ue8m0: scales rounded up to powers of two (FP32 values 2^e).
+        packed_ue8m0: the UE8M0 scales packed four k-blocks to an int32 (needs use_ue8m0).
+        out: float8_e4m3fn [M, I] / [G, Mmax, I], contiguous rows 8-byte aligned; allocated when None.
+        out_scales: float32 [.., M, I/128] in the TMA-aligned M-major layout (strides (1, align(M, 4)); per group
+            (I/128 * align(Mmax, 4), 1, align(Mmax, 4))), or int32 [.., M, ceil(I/512)] in that layout with
+            packed_ue8m0; allocated when None.
+        stream: the stream to launch on (default: torch's current stream).
+
+    Raises TypeError/ValueError naming the argument before anything is launched. M = 0 (or G = 0) launches nothing.
+    """
+    limit = _limit(swiglu_limit)
+    ue8m0 = _flag(use_ue8m0, "use_ue8m0")
+    packed = _flag(packed_ue8m0, "packed_ue8m0")
+    if packed and not ue8m0:
+        raise ValueError("packed_ue8m0: packing needs UE8M0 scales (use_ue8m0=True)")
+    masked = masked_m is not None
+    named = [(x, "x")] + ([(masked_m, "masked_m")] if masked else [])
+    views = views_on_one_device(named)
+    xv = views[0]
+    groups, rows, inter, x_row, x_group = _input(xv, masked)
+    blocks = inter // BLOCK
+    if masked:
+        mv = views[1]
+        expect_dtype(mv, "masked_m", "int32")
+        expect_shape(mv, "masked_m", (groups,))
+        if groups > 1 and mv.strides[0] != 1:
+            raise ValueError(f"masked_m: expected a contiguous [G] tensor; got strides {mv.strides}")
+        if groups > MAX_GROUPS:
+            raise ValueError(f"x: at most {MAX_GROUPS} groups; got {groups}")
+    if rows * blocks > _INT32_LIMIT:
+        raise ValueError(f"x: rows x I / 128 must stay below 2**31; got {rows} rows of I = {inter}")
+    device = xv.device
+    lead = (groups,) if masked else ()
+    y_shape = lead + (rows, inter)
+    sf_shape, sf_strides = scale_layout(groups if masked else None, rows, blocks, packed)
+    mode = "packed_ue8m0" if packed else ("ue8m0" if ue8m0 else "fp32")
+    # The outputs the caller gave are checked before dgx allocates the others.
+    if out is not None:
+        yv = _output(as_view(out, "out"), device, y_shape, masked)
+    if out_scales is not None:
+        sv = as_view(out_scales, "out_scales")
+        _on_device(sv, "out_scales", device)
+        sf_ld, sf_group = _scales(sv, sf_shape, packed, masked)
+    if out is None:
+        out = _allocate(x, y_shape, None, "float8_e4m3fn", device, "out")
+        yv = _output(as_view(out, "out"), device, y_shape, masked)
+    if out_scales is None:
+        out_scales = _allocate(x, sf_shape, sf_strides, "int32" if packed else "float32", device, "out_scales")
+        sv = as_view(out_scales, "out_scales")
+        sf_ld, sf_group = _scales(sv, sf_shape, packed, masked)
+    y_strides = yv.strides if masked else (0,) + tuple(yv.strides)
+    for v, name in ((yv, "out"), (sv, "out_scales")):
+        if _overlaps(v, xv):
+            raise ValueError(f"{name}: must not overlap x (the kernel reads x while it writes {name})")
+    if _overlaps(yv, sv):
+        raise ValueError("out_scales: must not overlap out")
+    if rows == 0 or groups == 0:
+        return out, out_scales
+    config = choose_config(rows, blocks, groups, get_num_sms(device), limit is not None, mode)
+    grid = config.grid(rows, blocks, groups)
+    mptr = views[1].ptr if masked else 0
+    key = (config, device, xv.ptr, yv.ptr, sv.ptr, mptr, x_row, x_group, y_strides[1], y_strides[0], sf_ld, sf_group,
+           rows, blocks, limit)
+    params = _params.get(key)
+    if params is None:
+        params = INTERFACE.pack(x=xv.ptr, y=yv.ptr, sf=sv.ptr, masked_m=mptr, x_row=x_row, x_group=x_group,
+                                y_row=y_strides[1], y_group=y_strides[0], sf_ld=sf_ld, sf_group=sf_group, rows=rows,
+                                blocks=blocks, limit=limit or 0.0)
+        if len(_params) >= 512:
+            _params.clear()
+        _params[key] = params
+    launcher(config, device, grid).launch(resolve_stream(stream, device), params)
+    return out, out_scales
