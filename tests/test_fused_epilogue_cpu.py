@@ -378,3 +378,42 @@ def test_fused_kernels_compile_without_spills(config, tmp_path):
         assert "SHFL.BFLY" in sass, "no quad reduction of the row amax"
     else:
         assert re.search(r"\bSTSM\.", sass), "the BF16 output keeps the stmatrix epilogue"
+
+
+# --- warm-up and inspect ------------------------------------------------------------------------------
+
+def test_shapes_file_entries_request_an_epilogue():
+    from dgx import families
+    from dgx.problems import ProblemError
+
+    kind = families.kind("m_grouped_masked")
+    spec = kind.parse({"n": 4096, "k": 7168, "groups": 16, "max_m": 256, "epilogue": "fp8_swiglu_clamp_rw_ue8m0"},
+                      lambda f: f)
+    assert spec.epilogue == "fp8_swiglu_clamp_rw_ue8m0" and "epilogue=fp8_swiglu" in spec.label
+    (piece, _count), *_ = kind.pieces(spec, 256)
+    sources = kind.kernels(spec, piece, 132)
+    assert sources and all(s.name.endswith("_efp8_swiglu_clamp_rw_ue8m0") or "_efp8_swiglu_clamp_rw_ue8m0_" in s.name
+                           for s in sources)
+    plain = kind.parse({"n": 4096, "k": 7168, "groups": 16, "max_m": 256}, lambda f: f)
+    assert plain.epilogue is None and all("_e" not in s.name.rsplit("_p", 1)[-1]
+                                          for s in kind.kernels(plain, kind.pieces(plain, 256)[0][0], 132))
+    with pytest.raises(ProblemError, match="epilogue"):
+        kind.parse({"n": 4096, "k": 7168, "groups": 16, "epilogue": "fp8_relu"}, lambda f: f)
+    with pytest.raises(ProblemError, match="multiple of 256"):
+        kind.parse({"n": 4224, "k": 7168, "groups": 16, "epilogue": "fp8_swiglu"}, lambda f: f)
+    with pytest.raises(ProblemError, match="no fused epilogues"):
+        families.kind("wgrad").parse({"n": 4096, "k": 7168, "epilogue": "fp8"}, lambda f: f)
+
+
+def test_inspect_shows_the_epilogue(runner, tmp_cache):
+    from dgx import cli
+
+    result = runner.invoke(cli.main, ["inspect", "--gemm", "4096", "4096", "7168", "--epilogue", "fp8_swiglu"])
+    assert result.exit_code == 0, result.output
+    assert "epilogue fp8_swiglu" in result.output and "block 128x128" in result.output
+    assert "_efp8_swiglu" in result.output
+    result = runner.invoke(cli.main, ["inspect", "--gemm", "4096", "4096", "7168", "--kind", "wgrad",
+                                      "--epilogue", "fp8"])
+    assert result.exit_code == 2 and "--epilogue" in result.output
+    result = runner.invoke(cli.main, ["inspect", "--gemm", "4096", "4104", "7168", "--epilogue", "fp8"])
+    assert result.exit_code == 1 and "multiple of 128" in result.output
