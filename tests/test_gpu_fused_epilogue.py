@@ -276,8 +276,8 @@ def test_fused_output_decodes_to_the_float64_result(layout, fmt, name):
     assert torch.isfinite(got).all(), "valid rows or scales not written"
     scale = got_sf[valid].double().repeat_interleave(128, dim=1)
     # e4m3: half an ulp is 2^-4 of the value for normals; subnormals (below 2^-6 after scaling) 2^-10 absolute.
-    # Plus the FP8 tensor cores' accumulation error (a few 1e-5 of the group's amax, scale * 448).
-    tol = (ref.abs() * 2.0**-4 + scale * 2.0**-9) * (1 + 1e-3) + scale * 448 * 2e-4
+    # Plus the FP8 tensor cores' accumulation error (1e-3 of the group's amax, scale * 448: generous).
+    tol = (ref.abs() * 2.0**-4 + scale * 2.0**-9) * (1 + 1e-3) + scale * 448 * 1e-3
     worst = float(((got - ref).abs() / tol).max())
     assert worst <= 1.0, f"decoded outputs off by {worst:.3f} of FP8 rounding"
     amax = ref.abs().view(ref.shape[0], -1, 128).amax(dim=2).clamp(min=1e-4) / 448.0
