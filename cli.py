@@ -477,10 +477,13 @@ def _print_report(r: dict) -> None:
 @click.option("--heads", type=int, default=64, show_default=True, help="MQA-logits kinds: query heads (32 or 64).")
 @click.option("--head-dim", type=int, default=128, show_default=True, help="MQA-logits kinds: head dim (32, 64, 128).")
 @click.option("--next-n", type=int, default=1, show_default=True, help="paged_mqa_logits: query tokens per sequence.")
+@click.option("--epilogue", default=None, metavar="TAG",
+              help="FP8 GEMM kinds: a fused epilogue, e.g. fp8, fp8_ue8m0, fp8_swiglu_clamp_rw_alpha_packed, bf16_alpha.")
 @click.option("--arch", default=warmup_mod.DEFAULT_ARCH, show_default=True)
 @click.option("--sass", is_flag=True, help="Print the disassembly.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of per-kernel reports.")
-def inspect(cubin_path, key, gemm, kind, groups, num_sms, heads, head_dim, next_n, arch, sass, as_json) -> None:
+def inspect(cubin_path, key, gemm, kind, groups, num_sms, heads, head_dim, next_n, epilogue, arch, sass,
+            as_json) -> None:
     """Registers, shared/local memory, spills, QGMMA and FFMA interleaving of a kernel (no GPU needed).
 
     A kind's kernel comes from the options that kind reads (the GEMM kinds: --gemm M N K, --groups, --num-sms; the
@@ -488,7 +491,7 @@ def inspect(cubin_path, key, gemm, kind, groups, num_sms, heads, head_dim, next_
     ctx = click.get_current_context()
     chosen = families.kind(kind)
     values = {"gemm": gemm, "groups": groups, "num_sms": num_sms, "heads": heads, "head_dim": head_dim,
-              "next_n": next_n}
+              "next_n": next_n, "epilogue": epilogue}
     given = {name for name in values if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE}
     sources = [name for name, v in (("--cubin", cubin_path), ("--key", key)) if v]
     kind_flags = [flag for name, flag in (("kind", "--kind"), ("arch", "--arch"))

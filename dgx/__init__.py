@@ -16,6 +16,7 @@ from .grouped import (
     m_grouped_gemm_fp8_fp8_bf16_nt_contiguous,
     m_grouped_gemm_fp8_fp8_bf16_nt_masked,
 )
+from .fused import GateUpWeight, prepare_gate_up
 from .jit import jit_stats, reset_jit_stats
 from .pdl import get_pdl, set_pdl
 from .version import __version__
@@ -33,6 +34,8 @@ __all__ = [
     "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous",
     "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
     "get_mk_alignment_for_contiguous_layout",
+    "prepare_gate_up",
+    "GateUpWeight",
     "k_grouped_fp8_gemm_nt_contiguous",
     "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt",
     "wgrad_gemm_fp8_fp8_fp32_nt",

@@ -18,6 +18,7 @@ from .checks import (
     unpack_pair,
     views_on_one_device,
 )
+from .fused import fused_output, output_tensor, wants_fused
 from .kernels.fp8_gemm import GemmConfig
 from .kinds import GemmKind
 from .launch import Operands, scales_for_tma
@@ -32,7 +33,9 @@ __all__ = ["fp8_gemm_nt", "gemm_fp8_fp8_bf16_nt", "wgrad_gemm_fp8_fp8_fp32_nt"]
 _entries: dict[tuple, fastpath.Entry] = {}
 
 
-def fp8_gemm_nt(a, b, d, c=None, *, stream=None, config: GemmConfig | None = None) -> None:
+def fp8_gemm_nt(a, b, d, c=None, *, alpha: float | None = None, row_weight=None, swiglu: bool = False,
+                swiglu_limit: float | None = None, use_ue8m0: bool = False, stream=None,
+                config: GemmConfig | None = None) -> None:
     """D = A . B^T for FP8 A [M, K] and B [N, K] with DeepSeek-V3 fine-grained scales; BF16 D [M, N]
     (or, for a float32 D, the weight gradient D = C + A . B^T with both operands scaled per row).
 
@@ -48,6 +51,10 @@ def fp8_gemm_nt(a, b, d, c=None, *, stream=None, config: GemmConfig | None = Non
         d: bfloat16 [M, N], rows contiguous and 16-byte aligned; written in place.
         c: with a float32 d only: d = c + a.b^T (c may be d itself, to accumulate). A float32 d selects
            the weight-gradient variant (dgx.wgrad): B scaled per row too, SFB float32 [N, ceil(K/128)].
+        alpha, row_weight, swiglu, swiglu_limit, use_ue8m0: the fused epilogues (dgx.fused): d may be a pair
+           (d_fp8 float8_e4m3fn [M, N] (swiglu: [M, N/2]), d_sf [M, N/128] float32 M-major TMA-aligned, or int32
+           packed UE8M0 [M, ceil(N/512)]): FP8 output quantised per row per 128 channels; swiglu=True with b from
+           dgx.prepare_gate_up; row_weight float32 [M] times each output row; alpha times any output.
         stream: the stream to launch on (default: torch's current stream).
         config: a GemmConfig to use instead of the heuristic's choice (tuning and tests).
 
@@ -55,7 +62,8 @@ def fp8_gemm_nt(a, b, d, c=None, *, stream=None, config: GemmConfig | None = Non
     tensors whose structure an earlier call had (dgx.fastpath) skips the checks and the packing: only new
     addresses are written into that call's parameters.
     """
-    fast = config is None and type(a) is tuple and type(b) is tuple and (c is None or c is d)
+    fused_call = wants_fused(d, alpha, row_weight, swiglu, swiglu_limit, use_ue8m0)
+    fast = not fused_call and config is None and type(a) is tuple and type(b) is tuple and (c is None or c is d)
     if fast:
         try:
             A, SFA = a
@@ -70,17 +78,28 @@ def fp8_gemm_nt(a, b, d, c=None, *, stream=None, config: GemmConfig | None = Non
                 return
     A, SFA = unpack_pair(a, "a")
     B, SFB = unpack_pair(b, "b")
-    av, sfav, bv, sfbv, dv = views_on_one_device(((A, "A"), (SFA, "SFA"), (B, "B"), (SFB, "SFB"), (d, "d")))
-    if dv.dtype == "float32":
+    d_main = output_tensor(d) if fused_call else d
+    av, sfav, bv, sfbv, dv = views_on_one_device(((A, "A"), (SFA, "SFA"), (B, "B"), (SFB, "SFB"), (d_main, "d")))
+    fused = None
+    if fused_call:
+        if c is not None or dv.dtype == "float32":
+            raise ValueError("fp8_gemm_nt: the fused epilogues (FP8 output, swiglu, row_weight, alpha, use_ue8m0) "
+                             "are not for the weight gradient (float32 d = c + a.b^T)")
+        m, n, k = expect_fp8_operands(av, sfav, bv, sfbv, dv)
+        fused = fused_output(d, b, rows=(m,), n=n, device=av.device, masked=False, alpha=alpha,
+                             row_weight=row_weight, swiglu=swiglu, swiglu_limit=swiglu_limit, use_ue8m0=use_ue8m0)
+        dv = fused.d
+    elif dv.dtype == "float32":
         made = wgrad_dense(SFA, SFB, c, (av, sfav, bv, sfbv, dv), stream=stream, config=config)
         if made is not None and fast and fastpath.torch_tensors(A, SFA, B, SFB, d):
             fastpath.register(_entries, key, (A, SFA, B, SFB, d), *made)
         return None
-    if c is not None:
-        expect_fp32_out_for_c(dv)
-    m, n, k = expect_fp8_operands(av, sfav, bv, sfbv, dv)
-    expect_dtype(dv, "d", "bfloat16")
-    expect_shape(dv, "d", (m, n))
+    else:
+        if c is not None:
+            expect_fp32_out_for_c(dv)
+        m, n, k = expect_fp8_operands(av, sfav, bv, sfbv, dv)
+        expect_dtype(dv, "d", "bfloat16")
+        expect_shape(dv, "d", (m, n))
     expect_shape(sfav, "SFA", (m, ceil_div(k, 128)))
     expect_shape(sfbv, "SFB", (ceil_div(n, 128), ceil_div(k, 128)))
     expect_n_multiple_of_8(n)
@@ -98,11 +117,12 @@ def fp8_gemm_nt(a, b, d, c=None, *, stream=None, config: GemmConfig | None = Non
     device = av.device
     sfav, sfa_layout, conversion, launch_stream = scales_for_tma(SFA, sfav, stream, device)
     try:
-        plan = launch.plan(GemmKind.DENSE, m, n, k, device, config)
+        plan = launch.plan(GemmKind.DENSE, m, n, k, device, config, epilogue=fused.epilogue if fused else None)
         if launch_stream is None:
             launch_stream = resolve_stream(stream, device)
         ops = Operands(a=av.ptr, a_rows=m, lda=av.strides[0], b=bv.ptr, b_rows=n, ldb=bv.strides[0], d=dv.ptr,
-                       d_rows=m, ldd=dv.strides[0], sfa=sfav.ptr, sfa_layout=sfa_layout, sfb=sfbv.ptr, m=m)
+                       d_rows=m, ldd=dv.strides[0], sfa=sfav.ptr, sfa_layout=sfa_layout, sfb=sfbv.ptr, m=m,
+                       **(fused.operands() if fused else {}))
         pack = launch.pack(plan.config, ops)
         plan.launcher.launch(launch_stream, pack)
     finally:

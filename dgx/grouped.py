@@ -19,6 +19,7 @@ from .checks import (
     unpack_pair,
     views_on_one_device,
 )
+from .fused import fused_output, output_tensor, wants_fused
 from .heuristics import CONTIGUOUS_ALIGNMENT
 from .kernels.fp8_gemm import GemmConfig
 from .kinds import GemmKind
@@ -55,23 +56,27 @@ def _expect_stacked(v: TensorView, name: str, rows: int) -> None:
 def check_contiguous_operands(av: TensorView, sfav: TensorView, bv: TensorView, sfbv: TensorView, dv: TensorView,
                               lv: TensorView, layout_name: str) -> tuple[int, int, int, int]:
     """(M, K, groups, N) of a contiguous grouped GEMM's operands, after the checks both of its group layouts share
-    (`lv`: the int32 group layout, m_indices or the prefix sums, named `layout_name`); its shape is the caller's."""
+    (`lv`: the int32 group layout, m_indices or the prefix sums, named `layout_name`); its shape is the caller's.
+    `dv` None: a fused call, whose output fused_output checks."""
     expect_ndim(av, "A", 2)
-    expect_ndim(dv, "d", 2)
+    if dv is not None:
+        expect_ndim(dv, "d", 2)
     expect_ndim(sfav, "SFA", 2)
     expect_ndim(lv, layout_name, 1)
     expect_dtype(av, "A", "float8_e4m3fn")
     expect_dtype(sfav, "SFA", "float32")
-    expect_dtype(dv, "d", "bfloat16")
+    if dv is not None:
+        expect_dtype(dv, "d", "bfloat16")
     expect_dtype(lv, layout_name, "int32")
     m, k = av.shape
     if k == 0:
         raise ValueError("A: K must be positive; got K = 0")
     groups, n = _check_b(bv, sfbv, k)
-    expect_shape(dv, "d", (m, n))
+    if dv is not None:
+        expect_shape(dv, "d", (m, n))
+        expect_tma_rows(dv, "d")
     expect_shape(sfav, "SFA", (m, ceil_div(k, 128)))
     expect_tma_rows(av, "A")
-    expect_tma_rows(dv, "d")
     expect_nonnegative_strides(sfav, "SFA")
     expect_contiguous(lv, layout_name)
     return m, k, groups, n
@@ -97,7 +102,9 @@ def _check_b(bv: TensorView, sfbv: TensorView, k: int) -> tuple[int, int]:
     return groups, n
 
 
-def m_grouped_fp8_gemm_nt_contiguous(a, b, d, m_indices, *, stream=None, config: GemmConfig | None = None) -> None:
+def m_grouped_fp8_gemm_nt_contiguous(a, b, d, m_indices, *, alpha: float | None = None, row_weight=None,
+                                     swiglu: bool = False, swiglu_limit: float | None = None, use_ue8m0: bool = False,
+                                     stream=None, config: GemmConfig | None = None) -> None:
     """d[r] = A[r] . B[g(r)]^T for every row r of A, where g(r) = m_indices[r] (MoE prefill / forward).
 
     Args:
@@ -107,6 +114,8 @@ def m_grouped_fp8_gemm_nt_contiguous(a, b, d, m_indices, *, stream=None, config:
         b: (B, SFB): B float8_e4m3fn [G, N, K]; SFB float32 [G, ceil(N/128), ceil(K/128)], contiguous.
         d: bfloat16 [M_sum, N], written in place.
         m_indices: int32 [M_sum] on the GPU: each row's group, -1 for a padding row.
+        alpha, row_weight, swiglu, swiglu_limit, use_ue8m0: the fused epilogues, as in fp8_gemm_nt (d may be a
+           (d_fp8, d_sf) pair; swiglu=True with b from dgx.prepare_gate_up; row_weight float32 [M_sum]).
 
     Rows are processed in blocks of 64 or 128 (which divide the alignment), each block with the group of
     its first row. A block whose first index is -1, or outside [0, G) (a bad index), is skipped: its rows
@@ -118,7 +127,8 @@ def m_grouped_fp8_gemm_nt_contiguous(a, b, d, m_indices, *, stream=None, config:
     M_sum must be a multiple of the alignment; the segments' alignment itself is the caller's contract
     (it cannot be checked without reading m_indices back from the GPU).
     """
-    fast = config is None and type(a) is tuple and type(b) is tuple
+    fused_call = wants_fused(d, alpha, row_weight, swiglu, swiglu_limit, use_ue8m0)
+    fast = not fused_call and config is None and type(a) is tuple and type(b) is tuple
     if fast:
         try:
             A, SFA = a
@@ -134,10 +144,16 @@ def m_grouped_fp8_gemm_nt_contiguous(a, b, d, m_indices, *, stream=None, config:
                 return
     A, SFA = unpack_pair(a, "a")
     B, SFB = unpack_pair(b, "b")
-    av, sfav, bv, sfbv, dv, iv = views_on_one_device(
-        ((A, "A"), (SFA, "SFA"), (B, "B"), (SFB, "SFB"), (d, "d"), (m_indices, "m_indices"))
+    av, sfav, bv, sfbv, iv = views_on_one_device(
+        ((A, "A"), (SFA, "SFA"), (B, "B"), (SFB, "SFB"), (m_indices, "m_indices"))
     )
+    dv = None if fused_call else views_on_one_device(((A, "A"), (d, "d")))[1]
     m, k, groups, n = check_contiguous_operands(av, sfav, bv, sfbv, dv, iv, "m_indices")
+    fused = None
+    if fused_call:
+        fused = fused_output(d, b, rows=(m,), n=n, device=av.device, masked=False, alpha=alpha, row_weight=row_weight,
+                             swiglu=swiglu, swiglu_limit=swiglu_limit, use_ue8m0=use_ue8m0)
+        dv = fused.d
     expect_shape(iv, "m_indices", (m,))
     if m % CONTIGUOUS_ALIGNMENT:
         raise ValueError(
@@ -151,12 +167,13 @@ def m_grouped_fp8_gemm_nt_contiguous(a, b, d, m_indices, *, stream=None, config:
     device = av.device
     sfav, sfa_layout, conversion, launch_stream = scales_for_tma(SFA, sfav, stream, device)
     try:
-        plan = launch.plan(GemmKind.M_GROUPED_CONTIGUOUS, m, n, k, device, config, groups=groups)
+        plan = launch.plan(GemmKind.M_GROUPED_CONTIGUOUS, m, n, k, device, config, groups=groups,
+                           epilogue=fused.epilogue if fused else None)
         if launch_stream is None:
             launch_stream = resolve_stream(stream, device)
         ops = Operands(a=av.ptr, a_rows=m, lda=av.strides[0], b=bv.ptr, b_rows=groups * n, ldb=bv.strides[1],
                        d=dv.ptr, d_rows=m, ldd=dv.strides[0], sfa=sfav.ptr, sfa_layout=sfa_layout, sfb=sfbv.ptr, m=m,
-                       grouped_layout=iv.ptr, num_groups=groups)
+                       grouped_layout=iv.ptr, num_groups=groups, **(fused.operands() if fused else {}))
         pack = launch.pack(plan.config, ops)
         plan.launcher.launch(launch_stream, pack)
     finally:
@@ -165,8 +182,9 @@ def m_grouped_fp8_gemm_nt_contiguous(a, b, d, m_indices, *, stream=None, config:
         _register(_contiguous, key, (A, SFA, B, SFB, d, m_indices), plan, pack, conversion)
 
 
-def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m: int, *, stream=None,
-                                 config: GemmConfig | None = None) -> None:
+def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m: int, *, alpha: float | None = None,
+                                 row_weight=None, swiglu: bool = False, swiglu_limit: float | None = None,
+                                 use_ue8m0: bool = False, stream=None, config: GemmConfig | None = None) -> None:
     """d[g, :masked_m[g]] = A[g, :masked_m[g]] . B[g]^T for every group g (MoE decode, CUDA-graph friendly).
 
     Args:
@@ -177,11 +195,15 @@ def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m: int, *, stream=N
         masked_m: int32 [G] on the GPU, read by the kernel at run time (so a captured graph follows new
            counts): the valid rows of each group. Values above M_max count as M_max, negative ones as 0.
         expected_m: a host int, the typical rows per group: it only guides the choice of config.
+        alpha, row_weight, swiglu, swiglu_limit, use_ue8m0: the fused epilogues, as in fp8_gemm_nt: d may be a
+           (d_fp8 [G, M_max, N or N/2], d_sf [G, M_max, cols]) pair, d_sf M-major per group (the layout this
+           function reads as SFA); row_weight float32 [G, M_max].
 
     Rows at or past masked_m[g] are neither used as results nor written: d keeps what it held there.
     """
     # expected_m is part of the key (it picks the config), and only as an int: True and 1.0 hash as 1 does
-    fast = config is None and type(a) is tuple and type(b) is tuple and type(expected_m) is int
+    fused_call = wants_fused(d, alpha, row_weight, swiglu, swiglu_limit, use_ue8m0)
+    fast = not fused_call and config is None and type(a) is tuple and type(b) is tuple and type(expected_m) is int
     if fast:
         try:
             A, SFA = a
@@ -197,8 +219,9 @@ def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m: int, *, stream=N
                 return
     A, SFA = unpack_pair(a, "a")
     B, SFB = unpack_pair(b, "b")
+    d_main = output_tensor(d) if fused_call else d
     av, sfav, bv, sfbv, dv, mv = views_on_one_device(
-        ((A, "A"), (SFA, "SFA"), (B, "B"), (SFB, "SFB"), (d, "d"), (masked_m, "masked_m"))
+        ((A, "A"), (SFA, "SFA"), (B, "B"), (SFB, "SFB"), (d_main, "d"), (masked_m, "masked_m"))
     )
     expect_positive_int(expected_m, "expected_m")
     for v, name in ((av, "A"), (dv, "d"), (sfav, "SFA")):
@@ -206,7 +229,8 @@ def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m: int, *, stream=N
     expect_ndim(mv, "masked_m", 1)
     expect_dtype(av, "A", "float8_e4m3fn")
     expect_dtype(sfav, "SFA", "float32")
-    expect_dtype(dv, "d", "bfloat16")
+    if not fused_call:
+        expect_dtype(dv, "d", "bfloat16")
     expect_dtype(mv, "masked_m", "int32")
     groups_a, m_max, k = av.shape
     if k == 0:
@@ -214,7 +238,13 @@ def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m: int, *, stream=N
     groups, n = _check_b(bv, sfbv, k)
     if groups_a != groups:
         raise ValueError(f"A: expected {groups} groups like B; got shape {av.shape}")
-    expect_shape(dv, "d", (groups, m_max, n))
+    fused = None
+    if fused_call:
+        fused = fused_output(d, b, rows=(groups, m_max), n=n, device=av.device, masked=True, alpha=alpha,
+                             row_weight=row_weight, swiglu=swiglu, swiglu_limit=swiglu_limit, use_ue8m0=use_ue8m0)
+        dv = fused.d
+    else:
+        expect_shape(dv, "d", (groups, m_max, n))
     expect_shape(sfav, "SFA", (groups, m_max, ceil_div(k, 128)))
     expect_shape(mv, "masked_m", (groups,))
     expect_tma_rows(av, "A")
@@ -231,13 +261,13 @@ def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m: int, *, stream=N
     sfav, sfa_layout, conversion, launch_stream = scales_for_tma(SFA, sfav, stream, device)
     try:
         plan = launch.plan(GemmKind.M_GROUPED_MASKED, min(expected_m, m_max), n, k, device, config, groups=groups,
-                           units_m=m_max)
+                           units_m=m_max, epilogue=fused.epilogue if fused else None)
         if launch_stream is None:
             launch_stream = resolve_stream(stream, device)
         rows = groups * m_max
         ops = Operands(a=av.ptr, a_rows=rows, lda=av.strides[1], b=bv.ptr, b_rows=groups * n, ldb=bv.strides[1],
                        d=dv.ptr, d_rows=rows, ldd=dv.strides[1], sfa=sfav.ptr, sfa_layout=sfa_layout, sfb=sfbv.ptr,
-                       m=m_max, grouped_layout=mv.ptr, num_groups=groups)
+                       m=m_max, grouped_layout=mv.ptr, num_groups=groups, **(fused.operands() if fused else {}))
         pack = launch.pack(plan.config, ops)
         plan.launcher.launch(launch_stream, pack)
     finally:

@@ -8,7 +8,8 @@ from . import launch
 from .checks import expect_positive_int, unpack_pair, views_on_one_device
 from .device import get_num_sms
 from .grouped import check_contiguous_operands
-from .heuristics import expect_psum_alignment, psum_config
+from .fused import fused_output, wants_fused
+from .heuristics import choose_fused, expect_psum_alignment, psum_config
 from .kernels.fp8_gemm import GemmConfig
 from .kinds import Layout
 from .launch import GemmPlan, Operands, scales_for_tma
@@ -20,13 +21,18 @@ _plans: dict[tuple, GemmPlan] = {}
 
 
 def _plan(m: int, n: int, k: int, groups: int, device: int, heuristic_m: int, alignment: int,
-          config: GemmConfig | None) -> GemmPlan:
+          config: GemmConfig | None, epilogue=None) -> GemmPlan:
     num_sms = get_num_sms(device)
-    key = (m, n, k, groups, device, num_sms, heuristic_m, alignment, config)
+    key = (m, n, k, groups, device, num_sms, heuristic_m, alignment, config, epilogue)
     found = _plans.get(key)
     if found is None:
-        if config is None:
+        if config is None and epilogue is not None:
+            config = choose_fused("m_grouped_contiguous_psum", heuristic_m, n, k, groups, num_sms, epilogue,
+                                  alignment).config
+        elif config is None:
             config = psum_config(heuristic_m, n, k, groups, num_sms, alignment)
+        elif config.epilogue != epilogue:
+            raise ValueError(f"config: its epilogue {config.epilogue} is not the call's {epilogue}")
         elif config.layout != Layout.CONTIGUOUS_PSUM or config.n != n or config.k != k or config.wgrad:
             raise ValueError(
                 f"config is for a {config.kind} GEMM (layout {config.layout}) with N={config.n}, K={config.k}; it "
@@ -42,6 +48,8 @@ def _plan(m: int, n: int, k: int, groups: int, device: int, heuristic_m: int, al
 
 
 def m_grouped_fp8_gemm_nt_contiguous_psum(a, b, d, psum_m, *, alignment: int = 128, expected_m: int | None = None,
+                                          alpha: float | None = None, row_weight=None, swiglu: bool = False,
+                                          swiglu_limit: float | None = None, use_ue8m0: bool = False,
                                           stream=None, config: GemmConfig | None = None) -> None:
     """d[r] = A[r] . B[g]^T for the rows r of every group g, the groups' row ranges given by prefix sums.
 
@@ -57,6 +65,8 @@ def m_grouped_fp8_gemm_nt_contiguous_psum(a, b, d, psum_m, *, alignment: int = 1
             a multiple of 64.
         expected_m: the typical rows of a group, if known: the config is chosen for G x expected_m rows instead
             of M (DeepGEMM's expected_m_for_psum_layout). It guides the choice only.
+        alpha, row_weight, swiglu, swiglu_limit, use_ue8m0: the fused epilogues, as in fp8_gemm_nt (row_weight
+            float32 [M]). Rows in the gaps get FP8 values but no scales.
 
     Rows in the gaps between groups (and past the last group's end) are not inputs; the gap after a group may be
     overwritten with unspecified values (the last tile of a group stores whole rows of 64), as DeepGEMM's sm_90
@@ -64,13 +74,20 @@ def m_grouped_fp8_gemm_nt_contiguous_psum(a, b, d, psum_m, *, alignment: int = 1
     """
     A, SFA = unpack_pair(a, "a")
     B, SFB = unpack_pair(b, "b")
-    av, sfav, bv, sfbv, dv, pv = views_on_one_device(
-        ((A, "A"), (SFA, "SFA"), (B, "B"), (SFB, "SFB"), (d, "d"), (psum_m, "grouped_layout"))
+    fused_call = wants_fused(d, alpha, row_weight, swiglu, swiglu_limit, use_ue8m0)
+    av, sfav, bv, sfbv, pv = views_on_one_device(
+        ((A, "A"), (SFA, "SFA"), (B, "B"), (SFB, "SFB"), (psum_m, "grouped_layout"))
     )
+    dv = None if fused_call else views_on_one_device(((A, "A"), (d, "d")))[1]
     expect_positive_int(alignment, "alignment")
     if expected_m is not None and (isinstance(expected_m, bool) or not isinstance(expected_m, int) or expected_m <= 0):
         raise ValueError(f"expected_m_for_psum_layout: expected None or a positive int; got {expected_m!r}")
     m, k, groups, n = check_contiguous_operands(av, sfav, bv, sfbv, dv, pv, "grouped_layout")
+    fused = None
+    if fused_call:
+        fused = fused_output(d, b, rows=(m,), n=n, device=av.device, masked=False, alpha=alpha, row_weight=row_weight,
+                             swiglu=swiglu, swiglu_limit=swiglu_limit, use_ue8m0=use_ue8m0)
+        dv = fused.d
     if tuple(pv.shape) != (groups,):
         raise ValueError(
             f"grouped_layout: with use_psum_layout=True, expected one prefix sum per group, shape ({groups},); got "
@@ -85,12 +102,13 @@ def m_grouped_fp8_gemm_nt_contiguous_psum(a, b, d, psum_m, *, alignment: int = 1
     sfav, sfa_layout, conversion, launch_stream = scales_for_tma(SFA, sfav, stream, device)
     try:
         heuristic_m = m if expected_m is None else max(1, min(m, expected_m * groups))
-        plan = _plan(m, n, k, groups, device, heuristic_m, alignment, config)
+        plan = _plan(m, n, k, groups, device, heuristic_m, alignment, config,
+                     epilogue=fused.epilogue if fused else None)
         if launch_stream is None:
             launch_stream = resolve_stream(stream, device)
         ops = Operands(a=av.ptr, a_rows=m, lda=av.strides[0], b=bv.ptr, b_rows=groups * n, ldb=bv.strides[1],
                        d=dv.ptr, d_rows=m, ldd=dv.strides[0], sfa=sfav.ptr, sfa_layout=sfa_layout, sfb=sfbv.ptr,
-                       m=m, grouped_layout=pv.ptr, num_groups=groups)
+                       m=m, grouped_layout=pv.ptr, num_groups=groups, **(fused.operands() if fused else {}))
         plan.launcher.launch(launch_stream, launch.pack(plan.config, ops))
     finally:
         launch.release(conversion)  # converted scales in capture-owned memory: freed after the kernel

@@ -19,6 +19,7 @@ from functools import lru_cache
 from . import env
 from .intmath import ceil_div
 from .kinds import Layout
+from .kernels.fp8_epilogue import Epilogue
 from .kernels.fp8_gemm import (
     SHARE_A,
     SHARE_B,
@@ -304,20 +305,9 @@ def choose_grouped(layout: int, m: int, n: int, k: int, groups: int, num_sms: in
         raise ValueError(f"choose_grouped: layout must be contiguous ({Layout.CONTIGUOUS}) or masked ({Layout.MASKED}); got {layout}")
     _require_positive("choose_grouped", m=m, n=n, k=k, groups=groups, num_sms=num_sms)
 
-    def options():
-        for bm, bn, pair in candidates(m, n):
-            if CONTIGUOUS_ALIGNMENT % bm:
-                continue
-            if pair != SHARE_NONE and (layout != Layout.CONTIGUOUS or pair != SHARE_B or bm != 128 or num_sms < 2):
-                continue
-            if pair == SHARE_B and ceil_div(m, bm) * ceil_div(n, bn) < SHARED_B_MIN_WAVES * num_sms:
-                continue  # measured only where every SM runs many tiles; a short grid gains no L2 relief
-            config = GemmConfig(n, k, bm, bn, pipeline_stages(bm, bn), pair=pair, layout=layout)
-            units = config.units(m) * (groups if layout == Layout.MASKED else 1)
-            yield with_stage_rounds(with_deferred_promotion(config, units, num_sms)), units
-
     name = "contiguous" if layout == Layout.CONTIGUOUS else "masked"
-    best = _best(f"grouped ({name}) M={m} N={n} K={k} groups={groups}", options(), k, num_sms)
+    best = _best(f"grouped ({name}) M={m} N={n} K={k} groups={groups}",
+                 grouped_options(layout, m, n, k, groups, num_sms), k, num_sms)
     c = best.config
     if c.layout == Layout.CONTIGUOUS and c.pair == SHARE_B and (c.block_m, c.block_n) == (128, 160):
         if not validate_blocks(128, CONTIGUOUS_WIDE_BLOCK_N, SHARE_B):
@@ -328,6 +318,20 @@ def choose_grouped(layout: int, m: int, n: int, k: int, groups: int, num_sms: in
             waves = ceil_div(units, num_sms // wide.cluster)
             best = Choice(wide, units, waves, best.est_cycles / CONTIGUOUS_WIDE_GAIN)
     return best
+
+
+def grouped_options(layout: int, m: int, n: int, k: int, groups: int, num_sms: int):
+    """(config, scheduler units) of every M-grouped kernel choose_grouped weighs."""
+    for bm, bn, pair in candidates(m, n):
+        if CONTIGUOUS_ALIGNMENT % bm:
+            continue
+        if pair != SHARE_NONE and (layout != Layout.CONTIGUOUS or pair != SHARE_B or bm != 128 or num_sms < 2):
+            continue
+        if pair == SHARE_B and ceil_div(m, bm) * ceil_div(n, bn) < SHARED_B_MIN_WAVES * num_sms:
+            continue  # measured only where every SM runs many tiles; a short grid gains no L2 relief
+        config = GemmConfig(n, k, bm, bn, pipeline_stages(bm, bn), pair=pair, layout=layout)
+        units = config.units(m) * (groups if layout == Layout.MASKED else 1)
+        yield with_stage_rounds(with_deferred_promotion(config, units, num_sms)), units
 
 
 @lru_cache(maxsize=4096)
@@ -392,19 +396,62 @@ def psum_config(m: int, n: int, k: int, groups: int, num_sms: int, alignment: in
 def choose_contiguous_psum(m: int, n: int, k: int, groups: int, num_sms: int,
                            alignment: int = CONTIGUOUS_ALIGNMENT) -> Choice:
     """:func:`psum_config` with the choice's units and waves."""
+    best = _best(f"grouped (contiguous, prefix sums) M={m} N={n} K={k} groups={groups}",
+                 psum_options(m, n, k, num_sms, alignment), k, num_sms)
+    return replace(best, config=replace(best.config, layout=int(Layout.CONTIGUOUS_PSUM)))
+
+
+def psum_options(m: int, n: int, k: int, num_sms: int, alignment: int = CONTIGUOUS_ALIGNMENT):
+    """(config, scheduler units) of every prefix-sum kernel choose_contiguous_psum weighs (in the contiguous
+    layout, which it turns into the prefix-sum one)."""
     expect_psum_alignment(alignment)
     block_m = 128 if alignment % 128 == 0 else 64
+    for bm, bn, pair in candidates(max(m, block_m + 1), n):  # (candidates drops 128-row tiles for M <= 64)
+        if bm != block_m or pair != SHARE_NONE:
+            continue
+        config = GemmConfig(n, k, bm, bn, pipeline_stages(bm, bn), layout=int(Layout.CONTIGUOUS))
+        units = config.units(m)
+        yield with_stage_rounds(with_deferred_promotion(config, units, num_sms)), units
 
-    def options():
-        for bm, bn, pair in candidates(max(m, block_m + 1), n):  # (candidates drops 128-row tiles for M <= 64)
-            if bm != block_m or pair != SHARE_NONE:
+
+def fused_stages(config: GemmConfig, epilogue: Epilogue) -> int:
+    """`config`'s stage count, or fewer where the epilogue's output tile leaves less shared memory (SwiGLU's stash)."""
+    stages = config.stages
+    while stages > 2 and smem_bytes(config.block_m, config.block_n, stages, config.wgrad, config.defer,
+                                    config.split_k, epilogue) > SMEM_LIMIT:
+        stages -= 1
+    return stages
+
+
+@lru_cache(maxsize=4096)
+def choose_fused(kind: str, m: int, n: int, k: int, groups: int, num_sms: int, epilogue: Epilogue,
+                 alignment: int = CONTIGUOUS_ALIGNMENT) -> Choice:
+    """The config of a GEMM of `kind` ('dense', 'm_grouped_contiguous', 'm_grouped_masked' or
+    'm_grouped_contiguous_psum'; M as their heuristics take it) with a fused `epilogue`: the same model over the
+    tiles that can run it (FP8 output: 128 columns, one quantisation group; SwiGLU: 64 or 128 rows, its stash in
+    shared memory), with as many stages as fit beside the epilogue's output tile. Scheduler units are counted in
+    tiles for the model (a SwiGLU unit is a gate and an up tile)."""
+    _require_positive("choose_fused", m=m, n=n, k=k, groups=groups, num_sms=num_sms)
+    if kind == "dense":
+        options = dense_options(m, n, k, num_sms)
+    elif kind == "m_grouped_contiguous":
+        options = grouped_options(Layout.CONTIGUOUS, m, n, k, groups, num_sms)
+    elif kind == "m_grouped_masked":
+        options = grouped_options(Layout.MASKED, m, n, k, groups, num_sms)
+    elif kind == "m_grouped_contiguous_psum":
+        options = psum_options(m, n, k, num_sms, alignment)
+    else:
+        raise ValueError(f"choose_fused: fused epilogues are for the dense and M-grouped FP8 GEMMs "
+                         f"(dense, m_grouped_contiguous, m_grouped_masked, m_grouped_contiguous_psum); got {kind!r}")
+
+    def fitting():
+        for config, units in options:
+            if config.split_k != 1 or epilogue.validate_tile(config.block_m, config.block_n, n):
                 continue
-            config = GemmConfig(n, k, bm, bn, pipeline_stages(bm, bn), layout=int(Layout.CONTIGUOUS))
-            units = config.units(m)
-            yield with_stage_rounds(with_deferred_promotion(config, units, num_sms)), units
+            layout = int(Layout.CONTIGUOUS_PSUM) if kind == "m_grouped_contiguous_psum" else config.layout
+            yield replace(config, stages=fused_stages(config, epilogue), layout=layout, epilogue=epilogue), units
 
-    best = _best(f"grouped (contiguous, prefix sums) M={m} N={n} K={k} groups={groups}", options(), k, num_sms)
-    return replace(best, config=replace(best.config, layout=int(Layout.CONTIGUOUS_PSUM)))
+    return _best(f"fused {epilogue.tag} {kind} M={m} N={n} K={k} groups={groups}", fitting(), k, num_sms)
 
 
 def choose_skip_head_mid(m: int, n: int, k: int, head_splits: tuple[int, int, int], num_sms: int) -> GemmConfig:

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from . import families, jit, runtime
 from . import scales as scales_module
 from .device import get_num_sms
-from .heuristics import CONTIGUOUS_ALIGNMENT
+from .heuristics import CONTIGUOUS_ALIGNMENT, choose_fused
+from .kernels.fp8_epilogue import Epilogue
 from .kernels.fp8_gemm import GemmConfig
 from .kernels.fp8_gemm_args import Operands, pack_operands
 from .kinds import GemmKind
@@ -58,22 +59,27 @@ def launch_plan(config: GemmConfig, units: int, device: int, num_sms: int) -> Ge
 
 
 def plan(kind: GemmKind, m: int, n: int, k: int, device: int, config: GemmConfig | None = None, *,
-         groups: int = 1, units_m: int | None = None) -> GemmPlan:
+         groups: int = 1, units_m: int | None = None, epilogue: Epilogue | None = None) -> GemmPlan:
     """The plan for a `kind` GEMM of M rows (the heuristic's M: masked, the expected rows per group;
     K-grouped, a typical group's K), N, K and `groups`, on `device`; made once per distinct problem.
 
     ``units_m`` (M-grouped) is the M the grid is sized for when it is not `m`: every row of the contiguous
     layout, the M_max of each masked group. `config` replaces the heuristic's choice; one that does not
-    fit the problem raises ValueError.
+    fit the problem raises ValueError. `epilogue`: a fused epilogue (dgx.fused), chosen for by
+    heuristics.choose_fused; a given config must carry the same.
     """
     num_sms = get_num_sms(device)
-    key = (kind, m, units_m, n, k, groups, device, num_sms, config)
+    key = (kind, m, units_m, n, k, groups, device, num_sms, config, epilogue)
     found = _plans.get(key)
     if found is None:
-        if config is None:
+        if config is None and epilogue is not None:
+            config = choose_fused(kind.value, m, n, k, groups, num_sms, epilogue).config
+        elif config is None:
             config = families.kind(kind.value).choose(m, n, k, groups, num_sms).config
         else:
             _expect_config_fits(kind, config, n, k)
+            if config.epilogue != epilogue:
+                raise ValueError(f"config: its epilogue {config.epilogue} is not the call's {epilogue}")
         units = config.units(m if units_m is None else units_m)
         if kind in (GemmKind.M_GROUPED_MASKED, GemmKind.WGRAD, GemmKind.K_GROUPED):
             units *= groups  # masked: every block of every group; K-grouped: one output per group

@@ -524,6 +524,9 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, const Fp8Gem
         if constexpr (T::kSplit > 1)
             reduce_split_tile<T>(tile, n_start, result, MathThread{wg, warp, lane, row_in_wg, col_in_8}, smem_d,
                                  tile_bars, scheduler.rank, tiles++, d_ptr, ld_d, params.accumulate != 0);
+        else if constexpr (T::Epi::kFused)
+            T::Epi::template store<T, Scheduler>(tile, n_start, result, MathThread{wg, warp, lane, row_in_wg, col_in_8},
+                                                 smem_d, params);
         else
             store_tile<T, Scheduler>(tile, n_start, result, MathThread{wg, warp, lane, row_in_wg, col_in_8}, smem_d,
                                      params.tmap_d, d_ptr, ld_d, tile_bars, tiles++);

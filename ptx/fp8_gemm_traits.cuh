@@ -7,10 +7,21 @@
 
 namespace dgx {
 
+// The plain epilogue (fp8_gemm_epilogue.cuh: BF16 or the weight gradient's FP32). Fused ones, with the same
+// members: fp8_gemm_fused.cuh, included only by the kernels that use them.
+struct NoFusedEpilogue {
+    static constexpr bool kFused = false;
+    static constexpr uint32_t smem_d_bytes(int, int) { return 0; }  // (unused: the traits size the plain tile)
+    template <int kLayout, int kBlockM, int kBlockN, int kNumNBlocks, int kNumKBlocks, int kGroupN, int kPair, int kN,
+              int kSplit>
+    using Scheduler = TileScheduler<kLayout, kBlockM, kBlockN, kNumNBlocks, kNumKBlocks, kGroupN, kPair, kN, kSplit>;
+};
+
 template <int kN_, int kK_, int kBlockM_, int kBlockN_, int kNumStages_, int kGroupN_, int kDSpan_, int kPair_,
           bool kWgrad_, bool kDeferred_, int kSplit_ = 1, bool kStreamB_ = false, int kHeadLeft_ = 0,
-          int kHeadMid_ = 0, int kHeadRight_ = 0>
+          int kHeadMid_ = 0, int kHeadRight_ = 0, typename Epi_ = NoFusedEpilogue>
 struct Fp8GemmTraits {
+    using Epi = Epi_;  // the epilogue: NoFusedEpilogue, or a fused one (fp8_gemm_fused.cuh)
     // ---- The problem and the tile.
     static constexpr int kN = kN_;
     static constexpr int kK = kK_;  // 0 for the K-grouped layout (each group's K comes at run time)
@@ -144,7 +155,8 @@ struct Fp8GemmTraits {
     // fragment's 64-bit stores from 4 rows at a time fill the 32 banks once; 1024-byte aligned stages follow.
     static constexpr uint32_t kPartialStride = kBlockN + 8;  // floats per row of the partial tile
     static constexpr uint32_t kSmemD = kSplit > 1 ? (kBlockM * kPartialStride * 4 + 1023) / 1024 * 1024
-                                                  : kBlockM * kBlockN * (kWgrad ? 4 : 2);  // BF16; wgrad FP32
+                                       : Epi::kFused ? Epi::smem_d_bytes(kBlockM, kBlockN)
+                                                     : kBlockM * kBlockN * (kWgrad ? 4 : 2);  // BF16; wgrad FP32
     static constexpr uint32_t kSmemA = kBlockM * kBlockK;
     static constexpr uint32_t kSmemB = kBlockN * kBlockK;
     static constexpr uint32_t kSmemSfa = kBlockM * 4;  // the k-block's BLOCK_M A scales (M-major)

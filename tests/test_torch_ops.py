@@ -81,7 +81,7 @@ def test_every_public_op_is_an_operator_with_its_schema():
 def test_every_kernel_entry_point_of_dgx_has_a_torch_ops_function():
     helpers = {"get_mk_alignment_for_contiguous_layout", "get_tma_aligned_size", "get_mn_major_tma_aligned_tensor",
                "transform_sf_into_required_layout", "set_num_sms", "get_num_sms", "jit_stats", "reset_jit_stats", "set_pdl", "get_pdl",
-               "sfx_for_kernel"}
+               "sfx_for_kernel", "prepare_gate_up"}
     entry_points = {n for n in dgx.__all__ if n not in helpers and callable(getattr(dgx, n))
                     and not isinstance(getattr(dgx, n), type)}
     assert entry_points == set(EXPECTED) | set(T.LEGACY)

@@ -31,6 +31,7 @@ class ShapeSpec:
     max_m: int | None = None
     note: str = ""
     m: int | None = None  # the benchmark's M (dgx bench --shapes); stands in for max_m when that is absent
+    epilogue: str | None = None  # FP8 GEMMs: a fused epilogue's tag (dgx.kernels.fp8_epilogue), e.g. "fp8_swiglu"
 
     @property
     def label(self) -> str:
@@ -41,6 +42,8 @@ class ShapeSpec:
             out += f" max_m={self.max_m}"
         elif self.m is not None:
             out += f" m={self.m}"
+        if self.epilogue is not None:
+            out += f" epilogue={self.epilogue}"
         return out
 
     def m_limit(self, default: int) -> int:
@@ -80,6 +83,7 @@ INSPECT_OPTIONS: dict[str, InspectOption] = {
         InspectOption("heads", "--heads"),
         InspectOption("head_dim", "--head-dim"),
         InspectOption("next_n", "--next-n"),
+        InspectOption("epilogue", "--epilogue"),
     )
 }
 

@@ -8,10 +8,14 @@ from typing import Any
 
 from .. import enumeration, heuristics, jit
 from ..kinds import M_GROUPED_CONTIGUOUS_PSUM, GemmKind, Layout
-from ..problems import GROUPED_KINDS, check_problem
+from ..kernels.fp8_epilogue import Epilogue, parse_epilogue
+from ..problems import GROUPED_KINDS, ProblemError, check_problem
 from .base import Family, Inspected, Kind, Label, ShapeSpec, positive_field, sources_of
 
-GEMM_FIELDS = ("n", "k", "groups", "max_m", "m")
+GEMM_FIELDS = ("n", "k", "groups", "max_m", "m", "epilogue")
+#: The kinds that take a fused epilogue (an "epilogue" field; dgx inspect --epilogue): the BF16-output GEMMs.
+FUSED_KINDS = (GemmKind.DENSE.value, GemmKind.M_GROUPED_CONTIGUOUS.value, GemmKind.M_GROUPED_MASKED.value,
+               M_GROUPED_CONTIGUOUS_PSUM)
 
 Chooser = Callable[[int, int, int, "int | None", int], heuristics.Choice]
 
@@ -47,9 +51,33 @@ def _parse(kind: str) -> Callable[[Mapping[str, Any], Label], ShapeSpec]:
         check_problem(kind, n=n, k=k, groups=groups, m=max_m, m_field="max_m", label=label)
         if m is not None:
             check_problem(kind, n=n, k=k, groups=groups, m=m, m_field="m", label=label)
-        return ShapeSpec(kind, n, k, groups, max_m, entry.get("note", ""), m)
+        tag = None
+        if "epilogue" in entry:
+            tag = entry["epilogue"]
+            _epilogue(kind, tag, n, label("epilogue"))
+        return ShapeSpec(kind, n, k, groups, max_m, entry.get("note", ""), m, tag)
 
     return parse
+
+
+def _epilogue(kind: str, tag, n: int, field: str) -> Epilogue:
+    """The fused epilogue `tag` names, for a `kind` GEMM with N = n; ProblemError naming `field` if it cannot run."""
+    if kind not in FUSED_KINDS:
+        raise ProblemError(field, f"kind {kind} has no fused epilogues (they are for {', '.join(FUSED_KINDS)})")
+    try:
+        epilogue = parse_epilogue(tag)
+    except (TypeError, ValueError) as exc:
+        raise ProblemError(field, str(exc)) from None
+    if n % epilogue.n_multiple:
+        raise ProblemError(field, f"the {epilogue.tag} epilogue needs N a multiple of {epilogue.n_multiple}; got {n}")
+    return epilogue
+
+
+def _chooser(kind: str, epilogue: Epilogue | None) -> Chooser:
+    """The kind's heuristic, or with a fused epilogue the fused one."""
+    if epilogue is None:
+        return CHOOSERS[kind]
+    return lambda m, n, k, g, sms: heuristics.choose_fused(kind, m, n, k, g or 1, sms, epilogue)
 
 
 def _pieces(space: str) -> Callable[[ShapeSpec, int], list[tuple[Any, int]]]:
@@ -65,7 +93,7 @@ def _kernels(kind: str, space: str) -> Callable[[ShapeSpec, Any, int], list[jit.
     def kernels(spec: ShapeSpec, piece: tuple[int, int, int], num_sms: int) -> list[jit.KernelSource]:
         limit, lo, hi = piece
         ms = enumeration.m_values(space, spec.groups, limit, lo, hi)
-        choose = CHOOSERS[kind]
+        choose = _chooser(kind, None if spec.epilogue is None else parse_epilogue(spec.epilogue))
         configs = dict.fromkeys(choose(m, spec.n, spec.k, spec.groups, num_sms).config for m in ms)
         return sources_of(list(configs))
 
@@ -79,7 +107,10 @@ def _inspect(kind: str) -> Callable[[Mapping[str, Any], int, str], Inspected]:
         check_problem(kind, n=n, k=k, groups=groups if kind in GROUPED_KINDS else None, m=m, m_field="m",
                       m_is_sum=True, label=lambda f: {"m": "--gemm M", "n": "--gemm N", "k": "--gemm K"}.get(
                           f, f"--{f.replace('_', '-')}"))
-        choice = CHOOSERS[kind](m, n, k, groups, num_sms)
+        epilogue = None
+        if options.get("epilogue") is not None:
+            epilogue = _epilogue(kind, options["epilogue"], n, "--epilogue")
+        choice = _chooser(kind, epilogue)(m, n, k, groups, num_sms)
         c = choice.config
         src = c.render()
         if kind == M_GROUPED_CONTIGUOUS_PSUM:
@@ -90,6 +121,7 @@ def _inspect(kind: str) -> Callable[[Mapping[str, Any], int, str], Inspected]:
         header = (
             f"{what} M={m} N={n} K={k} on {num_sms} SMs ({arch}): block {c.block_m}x{c.block_n}, "
             f"{c.stages} stages, pair {c.pair}, {'deferred promotion, ' if c.defer else ''}"
+            f"{f'epilogue {c.epilogue.tag}, ' if c.epilogue is not None else ''}"
             f"{'B evict-first, ' if c.stream_b else ''}{src.dynamic_smem} bytes of dynamic shared memory; "
             f"{choice.num_tiles} units in {choice.waves} wave(s); key {jit.kernel_key(src, arch)[:16]}"
         )
@@ -122,7 +154,8 @@ def _kind(name: str) -> Kind:
         parse=_parse(name),
         pieces=_pieces(space),
         kernels=_kernels(name, space),
-        inspect_options=("gemm", "groups", "num_sms") if name in GROUPED_KINDS else ("gemm", "num_sms"),
+        inspect_options=(("gemm", "groups", "num_sms") if name in GROUPED_KINDS else ("gemm", "num_sms"))
+        + (("epilogue",) if name in FUSED_KINDS else ()),
         inspect=_inspect(name),
         aliases=aliases,
         helpers=HELPERS,
@@ -158,6 +191,20 @@ def representatives(num_sms: int = 132) -> list[tuple[str, Any]]:
         ("decode 64x2112x7168 (heuristic)", heuristics.choose_dense(64, 2112, 7168, num_sms).config),
         ("split-K 4 64x128", GemmConfig(7168, 16384, 64, 128, heuristics.max_stages(64, 128, split_k=4), split_k=4)),
         ("psum (heuristic)", heuristics.choose_contiguous_psum(8192, 4096, 7168, 8, num_sms).config),
+        # Fused epilogues (ptx/fp8_gemm_fused.cuh): FP8 output, its scale formats, SwiGLU units, alpha on BF16.
+        ("fused fp8 128x128", GemmConfig(4096, 7168, 128, 128, stages(128, 128), epilogue=Epilogue())),
+        ("fused fp8 contiguous 128x128 pair M rw alpha ue8m0", GemmConfig(
+            7168, 2048, 128, 128, 4, pair=PAIR_M, layout=contiguous,
+            epilogue=Epilogue(row_weight=True, alpha=True, scale_format="ue8m0"))),
+        ("fused swiglu masked (heuristic, all)", heuristics.choose_fused(
+            "m_grouped_masked", 64, 4096, 7168, 16, num_sms, Epilogue(swiglu=True, clamp=True, row_weight=True,
+                                                                     alpha=True, scale_format="packed")).config),
+        ("fused swiglu contiguous (heuristic)", heuristics.choose_fused(
+            "m_grouped_contiguous", 32768, 4096, 7168, 8, num_sms, Epilogue(swiglu=True)).config),
+        ("fused swiglu psum 64x128 ue8m0", GemmConfig(4096, 7168, 64, 128, 6, layout=Layout.CONTIGUOUS_PSUM,
+                                                      epilogue=Epilogue(swiglu=True, scale_format="ue8m0"))),
+        ("fused bf16 alpha (heuristic)", heuristics.choose_fused(
+            "dense", 4096, 7168, 2048, 1, num_sms, Epilogue(fp8=False, alpha=True)).config),
         ("scale-layout helper", _scale_layout_config()),
         ("UE8M0 unpack helper", _ue8m0_config()),
     ]

@@ -9,6 +9,7 @@ from math import gcd
 from .. import jit
 from ..intmath import ceil_div, round_up
 from ..kinds import FP8_EINSUM_BHR_HDR_BHD, M_GROUPED_CONTIGUOUS_PSUM, GemmKind, Layout, ShareDim
+from .fp8_epilogue import FUSED_PARAMS, Epilogue
 from .interface import TENSOR_MAP, KernelInterface, Param
 from .wgmma_render import render_wgmma_e4m3
 
@@ -49,6 +50,8 @@ INTERFACE = KernelInterface(
         Param("group_maps", "const dgx::TensorMap*", default=0),
     ),
 )
+# The fused-epilogue kernels' struct (ptx/fp8_gemm_fused.cuh): the same members, then the epilogue's.
+FUSED_INTERFACE = KernelInterface("Fp8GemmFusedParams", INTERFACE.params + FUSED_PARAMS)
 SMEM_LIMIT = 232448  # bytes of shared memory one block may use on Hopper (227 KB)
 BARRIER_BYTES = 16  # full + empty mbarrier per stage
 TILE_BARRIER_BYTES = 16  # split-K: partials published / read; weight gradient: tile staged / read by its stores
@@ -83,6 +86,8 @@ class GemmConfig:
     # Skip-head-mid output (dgx.skip_head_mid): (left, mid, right). The N columns are heads of left + right
     # columns; D holds each head as left columns, mid columns left untouched, right columns (d_cols wide).
     head_splits: tuple[int, int, int] | None = None
+    # A fused epilogue (dgx.kernels.fp8_epilogue): FP8 output with its scales, SwiGLU, row weights, alpha.
+    epilogue: Epilogue | None = None
 
     def __post_init__(self) -> None:
         # Plain ints (an enum member given here renders and hashes like its value).
@@ -108,6 +113,9 @@ class GemmConfig:
         if self.head_splits is not None:
             problems = problems or validate_head_splits(self.head_splits, self.n, self.block_n, self.layout,
                                                         self.wgrad, self.split_k)
+        if self.epilogue is not None:
+            problems = problems or validate_epilogue(self.epilogue, self.n, self.block_m, self.block_n, self.layout,
+                                                     self.wgrad, self.split_k, self.head_splits)
         if problems:
             raise ValueError(f"invalid GEMM config {self}: {problems}")
         if self.smem_bytes > SMEM_LIMIT:
@@ -115,8 +123,8 @@ class GemmConfig:
 
     @property
     def interface(self) -> KernelInterface:
-        """The kernel's parameter struct (the same for every FP8 GEMM config)."""
-        return INTERFACE
+        """The kernel's parameter struct (the same for every FP8 GEMM config without a fused epilogue)."""
+        return INTERFACE if self.epilogue is None else FUSED_INTERFACE
 
     @property
     def cluster(self) -> int:
@@ -137,6 +145,8 @@ class GemmConfig:
     def units(self, m: int) -> int:
         """Scheduler work units for M rows: tiles (one per cluster under split-K), or tile pairs when paired."""
         mb, nb = ceil_div(m, self.block_m), ceil_div(self.n, self.block_n)
+        if self.epilogue is not None and self.epilogue.swiglu:
+            nb = ceil_div(nb, 2)  # a SwiGLU unit is a gate tile and its up tile, run by one CTA
         if self.pair == SHARE_B:
             mb = ceil_div(mb, 2)
         elif self.pair == SHARE_A:
@@ -192,7 +202,7 @@ class GemmConfig:
 
     @property
     def smem_bytes(self) -> int:
-        return smem_bytes(self.block_m, self.block_n, self.stages, self.wgrad, self.defer, self.split_k)
+        return smem_bytes(self.block_m, self.block_n, self.stages, self.wgrad, self.defer, self.split_k, self.epilogue)
 
     @property
     def kernel_name(self) -> str:
@@ -206,6 +216,8 @@ class GemmConfig:
             name += "_sb"
         if self.head_splits is not None:
             name += "_hs{}_{}_{}".format(*self.head_splits)
+        if self.epilogue is not None:
+            name += f"_e{self.epilogue.tag}"
         return name + "_d" if self.defer else name
 
     @property
@@ -225,7 +237,8 @@ class GemmConfig:
 
     def describe(self) -> tuple[tuple[str, str], ...]:
         return (("family", "fp8_gemm_nt"),) + tuple((f.name, str(getattr(self, f.name))) for f in fields(self)
-                                                    if f.name != "head_splits" or self.head_splits is not None)
+                                                    if f.name not in ("head_splits", "epilogue")
+                                                    or getattr(self, f.name) is not None)
 
     def render(self) -> jit.KernelSource:
         # Fp8GemmTraits' template arguments; the kernel body takes the layout first, then the same.
@@ -236,11 +249,13 @@ class GemmConfig:
         )
         if self.head_splits is not None:
             traits += ", {}, {}, {}".format(*self.head_splits)
+        if self.epilogue is not None:
+            traits += (", 0, 0, 0" if self.head_splits is None else "") + f", {self.epilogue.render()}"
         body = f"dgx::fp8_gemm_nt_body<{self.layout}, {traits}>"
         source = (
-            '#include "fp8_gemm.cuh"\n'
+            ('#include "fp8_gemm.cuh"\n' if self.epilogue is None else '#include "fp8_gemm_fused.cuh"\n')
             + render_wgmma_e4m3(self.block_n)
-            + INTERFACE.render_entry(self.kernel_name, self.threads, body)
+            + self.interface.render_entry(self.kernel_name, self.threads, body)
             + f"static_assert(dgx::Fp8GemmTraits<{traits}>::kSmemBytes == {self.smem_bytes},\n"
             '              "dgx.kernels.fp8_gemm.smem_bytes disagrees with the kernel\'s shared-memory layout");\n'
             f"static_assert(dgx::Fp8GemmTraits<{traits}>::kSfbInStage == {'true' if self.b_scales_in_stage else 'false'},\n"
@@ -302,7 +317,8 @@ def sfa_times_sfb(block_m: int, block_n: int, k: int, stages: int, wgrad: bool =
 
 
 def smem_bytes(
-    block_m: int, block_n: int, stages: int, wgrad: bool = False, defer: bool = False, split_k: int = 1
+    block_m: int, block_n: int, stages: int, wgrad: bool = False, defer: bool = False, split_k: int = 1,
+    epilogue: Epilogue | None = None,
 ) -> int:
     """Dynamic shared memory of a config (ptx/fp8_gemm.cuh Fp8GemmTraits::kSmemBytes). Stage counts are chosen
     for the plain tile (defer False), so a deferred tile runs its plain twin's count in a little less.
@@ -313,11 +329,28 @@ def smem_bytes(
         out_tile, extra = round_up(block_m * (block_n + 8) * 4, 1024), TILE_BARRIER_BYTES
     else:
         out_tile, extra = block_m * block_n * (4 if wgrad else 2), TILE_BARRIER_BYTES if wgrad else 0
+        if epilogue is not None:
+            out_tile = epilogue.smem_d_bytes(block_m, block_n)
     if wgrad:  # B scales per stage (128-byte aligned slot)
         return out_tile + stages * (per_stage + round_up(block_n * 4, 128)) + extra
     if b_scales_in_stage(block_m, wgrad, defer):
         per_stage += SFB_BOX_SLOT_BYTES * (1 if 128 % block_n == 0 else 2)
     return out_tile + stages * per_stage + extra
+
+
+def validate_epilogue(epilogue, n: int, block_m: int, block_n: int, layout: int = LAYOUT_DENSE, wgrad: bool = False,
+                      split_k: int = 1, head_splits=None) -> str:
+    """'' if a kernel of this config can run the fused `epilogue`, else what is wrong: the BF16-path GEMMs (dense and
+    M-grouped: contiguous, prefix sums, masked) without split-K or head splits, and the epilogue's tile and N."""
+    if not isinstance(epilogue, Epilogue):
+        return f"epilogue must be a dgx.kernels.fp8_epilogue.Epilogue or None; got {epilogue!r}"
+    if wgrad or layout == LAYOUT_K_GROUPED:
+        return "fused epilogues are not for the weight gradients (dense or K-grouped): their output is FP32 C + A.B^T"
+    if split_k != 1:
+        return "fused epilogues need whole tiles in one CTA (split_k 1)"
+    if head_splits is not None:
+        return "fused epilogues do not combine with head splits"
+    return epilogue.validate_tile(block_m, block_n, n)
 
 
 def validate_head_splits(head_splits, n: int, block_n: int, layout: int = LAYOUT_DENSE, wgrad: bool = False,

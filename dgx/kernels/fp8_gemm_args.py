@@ -8,7 +8,7 @@ from collections import namedtuple
 from .. import runtime
 from ..intmath import ceil_div, round_up
 from ..runtime import Swizzle
-from .fp8_gemm import INTERFACE, LAYOUT_BATCHED, GemmConfig
+from .fp8_gemm import FUSED_INTERFACE, INTERFACE, LAYOUT_BATCHED, GemmConfig
 
 
 # What a call gives for the tensor maps (and the members derived from them): addresses, extents (leading dimensions
@@ -24,7 +24,9 @@ _MAP_DEFAULTS = {"sfb_layout": None,  # weight gradient: the per-row B scales (N
                  "a_group_stride": 0, "d_group_stride": 0}
 # Members pack_operands computes from the map inputs; every other member of INTERFACE is passed through as given.
 _DERIVED = frozenset(("tmap_a", "tmap_b", "tmap_d", "tmap_sfa", "tmap_sfb", "sfa_rows", "sfa_stride", "d_ptr", "ld_d"))
-_PASSED = tuple(p for p in INTERFACE.params if p.name not in _DERIVED)
+# (The fused-epilogue kernels' struct is INTERFACE's members and then theirs: Operands holds them all, with defaults.)
+_PASSED = tuple(p for p in FUSED_INTERFACE.params if p.name not in _DERIVED)
+_PASSED_PLAIN = tuple(p for p in _PASSED if p.name in {q.name for q in INTERFACE.params})
 _REQUIRED = list(_MAP_INPUTS) + [p.name for p in _PASSED if p.default is None]
 _OPTIONAL = {**_MAP_DEFAULTS, **{p.name: p.default for p in _PASSED if p.default is not None}}
 
@@ -51,7 +53,12 @@ def pack_operands(config: GemmConfig, ops: Operands) -> runtime.ParamPack:
     wg_rows = config.block_m // config.math_warpgroups
     sfa = ops.sfa_layout
     tmap_sfa = runtime.encode_tensor_map_2d("float32", ops.sfa, sfa.m, sfa.kb, sfa.row_stride, config.block_m, 1)
-    if config.wgrad:  # FP32 D (TMA reduce-add or store); B's scales get a map like A's
+    epilogue = config.epilogue
+    if epilogue is not None and epilogue.fp8:  # FP8 D: one 128-byte (128-channel) span per tile, rows of a warpgroup
+        tmap_sfb = _sfb_row_map(ops, n, k) if config.b_scales_in_stage else tmap_sfa
+        tmap_d = runtime.encode_tensor_map_2d("uint8", ops.d, n // epilogue.out_cols_divisor, ops.d_rows, ops.ldd, 128,
+                                              wg_rows, Swizzle.B128)
+    elif config.wgrad:  # FP32 D (TMA reduce-add or store); B's scales get a map like A's
         sfb = ops.sfb_layout
         tmap_sfb = runtime.encode_tensor_map_2d("float32", ops.sfb, sfb.m, sfb.kb, sfb.row_stride, config.block_n, 1)
         tmap_d = runtime.encode_tensor_map_2d("float32", ops.d, n, ops.d_rows, ops.ldd * 4, span // 4, wg_rows, d_swizzle)
@@ -68,7 +75,8 @@ def pack_operands(config: GemmConfig, ops: Operands) -> runtime.ParamPack:
             # The kernel reads no B-scale map here (GemmConfig.b_scales_in_stage is False); the member still
             # needs a valid CUtensorMap, and the A-scale map is one.
             tmap_sfb = tmap_sfa
-    return INTERFACE.pack(
+    passed = _PASSED if epilogue is not None else _PASSED_PLAIN
+    return config.interface.pack(
         tmap_a=tmap_a,
         tmap_b=tmap_b,
         tmap_d=tmap_d,
@@ -78,7 +86,7 @@ def pack_operands(config: GemmConfig, ops: Operands) -> runtime.ParamPack:
         sfa_stride=sfa.row_stride // 4,
         d_ptr=ops.d,
         ld_d=ops.ldd,
-        **{p.name: getattr(ops, p.name) for p in _PASSED},
+        **{p.name: getattr(ops, p.name) for p in passed},
     )
 
 
