@@ -50,7 +50,7 @@ def test_batched_config_is_named_validated_and_kinded():
     assert c.warmup_kind == FP8_EINSUM_BHR_HDR_BHD and c.kind is GemmKind.M_GROUPED_MASKED
     assert '"kind": "fp8_einsum_bhr_hdr_bhd", "d": 1024, "r": 4096' in c.render().warmup_hint
     assert "dgx::fp8_gemm_nt_body<5, 1024, 4096, 128, 128, 5," in c.render().source
-    with pytest.raises(ValueError, match="multicast pairs are for the dense and contiguous layouts only"):
+    with pytest.raises(ValueError, match="multicast pairs are for the dense, contiguous and masked layouts only"):
         GemmConfig(1024, 4096, 128, 128, 5, pair=2, layout=LAYOUT_BATCHED)
     with pytest.raises(ValueError, match="batched layout .* BF16 GEMM without split-K"):
         GemmConfig(1024, 4096, 64, 128, 4, layout=LAYOUT_BATCHED, split_k=2)

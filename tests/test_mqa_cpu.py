@@ -177,7 +177,7 @@ def test_shapes_file_takes_mqa_entries_and_refuses_bad_ones():
         ({"kind": "mqa_logits", "heads": 64}, "field 'head_dim'"),
         ({"kind": "mqa_logits", "heads": 48, "head_dim": 128}, "field 'heads': expected one of 16, 32, 64"),
         ({"kind": "paged_mqa_logits", "heads": 64, "head_dim": 128, "n": 4}, "takes heads and head_dim"),
-        ({"kind": "dense", "n": 256, "k": 256, "heads": 64}, "kind 'dense' takes n, k, groups, max_m and m, not heads"),
+        ({"kind": "dense", "n": 256, "k": 256, "heads": 64}, "kind 'dense' takes n, k, groups, max_m, m and epilogue, not heads"),
     ]
     for entry, match in bad:
         with pytest.raises(warmup.ShapesFileError, match=match):

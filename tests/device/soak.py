@@ -760,6 +760,48 @@ def fp8_einsum(h: int, d: int, r: int, bs: Sequence[int]) -> Maker:
     return Maker("fp8_einsum_bhr_hdr_bhd", f"h {h} d {d} r {r}", tuple(bs), build, bad)
 
 
+def bf16_einsum(expr: str, dims: tuple[int, int, int], variants: Sequence[int]) -> Maker:
+    """dgx.einsum: 'bmk,bnk->mn' (dims m, n, k; variants: the summed batch S; FP32 d accumulated onto c) or the
+    per-head 'bhr,hdr->bhd' / 'bhd,hdr->bhr' (dims h, d, r; variants: b; y kept as a weight, a strided view)."""
+    family = "einsum_" + expr.replace(",", "_").replace("->", "_")
+
+    def build(rng, v, weights):
+        import dgx
+
+        torch = _torch()
+        if expr == "bmk,bnk->mn":
+            m, n, k = dims
+            a, b = _bf16(rng, v, m, k), _bf16(rng, v, n, k)
+            c = torch.randn(m, n, device="cuda", generator=_gen(rng))
+            d = torch.full((m, n), float("nan"), device="cuda")
+
+            def check():
+                ref = c.double() + torch.einsum("smk,snk->mn", a.double(), b.double())
+                return _check_close(d, ref, BF16_F32_TOL, "d")
+
+            return Call(lambda: dgx.einsum(expr, a, b, d, c=c), check, lambda rng: d.fill_(float("nan")))
+        h, dd, r = dims
+        y = weights.get("y")
+        if y is None:
+            y = weights.setdefault("y", _bf16(rng, h, dd, r + 64)[:, :, :r])  # a strided view, as engines slice
+        x = _bf16(rng, v, h, r if expr == "bhr,hdr->bhd" else dd)
+        z = _nan(v, h, dd if expr == "bhr,hdr->bhd" else r)
+
+        def check():
+            return _check_bf16(z, torch.einsum(expr, x.double(), y.double()), "z")
+
+        return Call(lambda: dgx.einsum(expr, x, y, z), check, lambda rng: z.fill_(float("nan")))
+
+    def bad():
+        import dgx
+
+        torch = _torch()
+        a = torch.zeros(2, 64, 64, device="cuda", dtype=torch.bfloat16)
+        dgx.einsum("bmk,bnk->mn", a, a, torch.zeros(64, 64, device="cuda", dtype=torch.float16))  # an FP16 d
+
+    return Maker(family, f"{expr} {'x'.join(map(str, dims))}", tuple(variants), build, bad)
+
+
 # The mix: every family, each shape kind a Maker (variants: what the kernel choice depends on, all warmed).
 
 def silu_mul_quant(inter: int, groups: int | None, mmax: int | None, ms: Sequence[int]) -> Maker:
@@ -842,6 +884,9 @@ MAKERS: list[Maker] = [
     skip_head_mid(8192, 512, (128, 64, 128), (1, 128, 4096)),
     fp8_einsum(8, 1024, 4096, (4, 128, 4097)),
     fp8_einsum(128, 128, 512, (17, 4096)),
+    bf16_einsum("bmk,bnk->mn", (256, 256, 256), (1, 129, 4096)),
+    bf16_einsum("bhr,hdr->bhd", (128, 128, 512), (4, 17, 4096)),
+    bf16_einsum("bhd,hdr->bhr", (8, 1024, 4096), (4, 128)),
     silu_mul_quant(2048, None, None, (1, 100, 4096)),
     silu_mul_quant(1024, 8, 64, ("fp32", "ue8m0")),
 ]
