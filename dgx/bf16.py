@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from . import launch, runtime
+from . import env, launch, runtime
 from .bf16_checks import (
     c_view,
     expect_below_limit,
@@ -61,12 +61,14 @@ def _plan(kind: str, m: int, n: int, k: int, device: int, config: Bf16GemmConfig
     """The plan (kernel compiled and loaded, persistent grid sized) of a `kind` problem; made once per problem.
     `m` is the heuristic's M; `units_m` the M the grid is sized for when it differs (masked: M_max)."""
     num_sms = get_num_sms(device)
-    key = (kind, m, units_m, n, k, groups, major_a, major_b, out_dtype, with_c, alignment, device, num_sms, config)
+    pingpong = config is None and env.bf16_pingpong()  # the heuristic's choice follows DGX_BF16_PINGPONG
+    key = (kind, m, units_m, n, k, groups, major_a, major_b, out_dtype, with_c, alignment, device, num_sms, config,
+           pingpong)
     found = _plans.get(key)
     if found is None:
         if config is None:
             config = choose(kind, m, n, k, groups, num_sms, major_a=major_a, major_b=major_b, out_dtype=out_dtype,
-                            with_c=with_c, alignment=alignment)
+                            with_c=with_c, alignment=alignment, pingpong=pingpong)
         else:
             _expect_config_fits(config, kind, n, k, major_a, major_b, out_dtype, with_c, alignment)
         units = config.units(m if units_m is None else units_m)

@@ -37,6 +37,7 @@ VARIABLES: tuple[EnvVar, ...] = (
     EnvVar("DGX_SASS_INTERLEAVE", "auto", "auto|on|off: the FFMA yield/reuse SASS pass (auto: on no kernel; docs/PERFORMANCE.md says why)."),
     EnvVar("DGX_PRINT_CONFIGS", "0", "1: print the kernel config the heuristic picks for each new shape."),
     EnvVar("DGX_NUM_SMS", "", f"Use this many SMs (default: all of the device's; at most {MAX_NUM_SMS})."),
+    EnvVar("DGX_BF16_PINGPONG", "0", "1: the BF16 GEMM heuristic also weighs ping-pong tiles (each math warpgroup its own tiles, epilogues under the other's MMAs); off until measured on a device."),
     EnvVar("DGX_AS_DEEP_GEMM", "0", "1: `import deep_gemm` gets dgx.deep_gemm in every process of this environment (the startup hook dgx installs)."),
 )
 
@@ -48,6 +49,7 @@ FLAGS = (
     "DGX_JIT_LINEINFO",
     "DGX_JIT_PTXAS_VERBOSE",
     "DGX_PRINT_CONFIGS",
+    "DGX_BF16_PINGPONG",
     "DGX_AS_DEEP_GEMM",
 )
 
@@ -168,6 +170,11 @@ def sass_interleave() -> str:
 
 def print_configs() -> bool:
     return _flag("DGX_PRINT_CONFIGS")
+
+
+def bf16_pingpong() -> bool:
+    """DGX_BF16_PINGPONG: whether the BF16 GEMM heuristic weighs the ping-pong schedule too."""
+    return _flag("DGX_BF16_PINGPONG")
 
 
 def num_sms_override() -> int | None:

@@ -14,12 +14,13 @@ namespace dgx {
 // A math warpgroup's rows of the tile out to D. Masked partial blocks (rows past the group's count stay untouched)
 // are stored row by row from the registers; every other block goes through the warpgroup's slice of the staged tile
 // with one TMA store (or reduce-add) per swizzle span, rows past the end of D (K-grouped: of the group's D) clipped
-// by TMA. The warpgroup's leader first waits until its previous tile's stores have read the slice.
+// by TMA. The warpgroup's leader first waits until its previous tile's stores have read the slice. Ping-pong: the
+// warpgroup's rows are the whole tile, and its slice a staged tile of its own.
 template <typename T, typename Scheduler, typename Params>
 DGX_DEVICE void bf16_store_tile(const Params& params, const Tile& tile, const float (&acc)[T::kMmaPerWG][T::kAccum],
                                 const MathThread& t, uint8_t* smem_d) {
     const int n_start = tile.n_block * T::kBlockN;
-    const int wg_row = tile.d_row + static_cast<int>(t.wg * T::kWGRows);
+    const int wg_row = tile.d_row + static_cast<int>(t.wg * T::kWGRowStride);
     if constexpr (Scheduler::kLayout == kLayoutMasked) {
         if (wg_row + T::kWGRows > tile.d_row_end) {
             store_rows<T>(acc, t, wg_row, tile.d_row_end, n_start, params.d_ptr, params.ld_d);
@@ -43,7 +44,7 @@ DGX_DEVICE void bf16_store_tile(const Params& params, const Tile& tile, const fl
             if (col < T::kN) {
                 const uint8_t* src = region + span * T::kWGRows * T::kDSpan;
                 if constexpr (T::kD3D) {
-                    const int row = tile.a_row + static_cast<int>(t.wg * T::kWGRows);  // in the group's rows
+                    const int row = tile.a_row + static_cast<int>(t.wg * T::kWGRowStride);  // in the group's rows
                     if constexpr (T::kReduce)
                         tma_reduce_add_3d(&params.tmap_d, src, col, row, tile.group);
                     else

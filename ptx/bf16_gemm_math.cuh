@@ -3,6 +3,7 @@
 // tile, the epilogue (bf16_gemm_epilogue.cuh).
 #pragma once
 #include "bf16_gemm_epilogue.cuh"
+#include "bf16_gemm_pingpong.cuh"
 #include "bf16_gemm_traits.cuh"
 #include "common.cuh"
 #include "mbarrier.cuh"
@@ -50,6 +51,9 @@ DGX_DEVICE void bf16_mma_block(float (&acc)[T::kMmaPerWG][T::kAccum], uint64_t d
 // in flight: once k-block kb's are issued it waits for kb - 1's (wgmma.wait_group 1) and hands that stage back, so
 // the tensor cores always have the next group queued. The ring runs on across tiles. Split-K: the k-loop covers
 // this CTA's range of the tile's K, and the cluster sums its partials (reduce_split_tile) instead of the store.
+// Ping-pong (bf16_gemm_pingpong.cuh): each warpgroup walks every tile of the scheduler, runs every other one (its
+// k-loop in its turn at the tensor cores, then its epilogue under the other's turn) and steps the ring's count past
+// the other's k-blocks.
 template <typename T, typename Scheduler, typename Params>
 DGX_DEVICE void bf16_gemm_math(const Params& params) {
     if constexpr (T::kNumMathWG == 2) setmaxnreg_inc<T::kMathRegs>();
@@ -62,15 +66,23 @@ DGX_DEVICE void bf16_gemm_math(const Params& params) {
     const uint32_t lane = lane_id();
     const MathThread me{wg, warp, lane, (warp % 4) * 16 + lane / 4, (lane % 4) * 2};
     // Stage 0's descriptors: this warpgroup's rows of A, all of B.
-    const uint64_t desc_a0 = T::TileA::desc(smem.a, static_cast<int>(wg) * T::kWGRows);
+    const uint64_t desc_a0 = T::TileA::desc(smem.a, static_cast<int>(wg) * T::kWGRowStride);
     const uint64_t desc_b0 = T::TileB::desc(smem.b, 0);
     float acc[T::kMmaPerWG][T::kAccum];
     uint32_t it = 0;     // k-blocks consumed so far
-    uint32_t tiles = 0;  // split-K: tiles reduced so far (the parities of the tile barriers)
+    uint32_t tiles = 0;  // split-K: tiles reduced so far (the parities of the tile barriers); ping-pong: tiles seen
+    if constexpr (T::kPingPong) pingpong_start(wg);
     Tile tile;
     while (scheduler.next_tile(tile)) {
         const int num_kb = T::kKGrouped ? tile.num_kb * (128 / T::kBlockK)
                                         : (T::kBatchSum ? tile.num_kb : T::kTileKBlocks);
+        if constexpr (T::kPingPong) {
+            if ((tiles++ & 1) != wg) {  // the other warpgroup's tile
+                it += num_kb;
+                continue;
+            }
+            pingpong_wait_turn(wg);
+        }
         uint32_t held = 0;  // the previous k-block's stage, handed back once its MMAs are done
 #pragma unroll 1
         for (int kb = 0; kb < num_kb; ++kb, ++it) {
@@ -81,6 +93,7 @@ DGX_DEVICE void bf16_gemm_math(const Params& params) {
             if (kb > 0) bf16_release<T>(smem.empty, held, lane);
             held = s;
         }
+        if constexpr (T::kPingPong) pingpong_pass_turn(wg);
         wgmma_wait<0>();
 #pragma unroll
         for (int mm = 0; mm < T::kMmaPerWG; ++mm)
@@ -93,6 +106,7 @@ DGX_DEVICE void bf16_gemm_math(const Params& params) {
         else
             bf16_store_tile<T, Scheduler>(params, tile, acc, me, smem.d);
     }
+    if constexpr (T::kPingPong) pingpong_finish(wg, tiles);
     if (threadIdx.x % 128 == 0) tma_store_wait_all();
 }
 

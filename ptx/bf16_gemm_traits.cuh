@@ -115,8 +115,15 @@ struct OperandTile {
     }
 };
 
+// How the math warpgroups share the work. Cooperative: both work on every tile, each on its own rows (one
+// warpgroup for 64-row tiles), so both run their epilogue while the tensor cores wait. Ping-pong: each owns whole
+// tiles (even and odd tiles of the CTA's share), and they take turns at the tensor cores
+// (bf16_gemm_pingpong.cuh), so one's epilogue runs under the other's MMAs.
+enum Bf16Schedule : int { kScheduleCooperative = 0, kSchedulePingPong = 1 };
+
 template <int kLayout_, int kN_, int kK_, int kBlockM_, int kBlockN_, int kNumStages_, int kGroupN_, int kPair_,
-          int kMajorA_, int kMajorB_, bool kOutF32_, bool kReduce_, int kKAtoms_ = 1, int kSplit_ = 1>
+          int kMajorA_, int kMajorB_, bool kOutF32_, bool kReduce_, int kKAtoms_ = 1, int kSplit_ = 1,
+          int kSchedule_ = kScheduleCooperative>
 struct Bf16GemmTraits {
     // ---- The problem and the tile.
     static constexpr int kLayout = kLayout_;  // GemmLayout (scheduler.cuh)
@@ -150,9 +157,12 @@ struct Bf16GemmTraits {
     static constexpr int kSplit = kSplit_;
     static constexpr int kTileKBlocks = kNumKBlocks / kSplit;  // k-blocks one tile runs (K-grouped: per group)
 
-    // ---- Warpgroups: one or two math warpgroups of kWGRows rows each, then the producer warpgroup.
-    static constexpr int kNumMathWG = kBlockM == 64 ? 1 : 2;
-    static constexpr int kWGRows = kBlockM / kNumMathWG;
+    // ---- Warpgroups: one or two math warpgroups of kWGRows rows each, then the producer warpgroup. Ping-pong: two,
+    // each with all kBlockM rows of its own tiles (its rows start kWGRowStride x its index into the tile: 0).
+    static constexpr bool kPingPong = kSchedule_ == kSchedulePingPong;
+    static constexpr int kNumMathWG = kPingPong || kBlockM != 64 ? 2 : 1;
+    static constexpr int kWGRows = kPingPong ? kBlockM : kBlockM / kNumMathWG;
+    static constexpr int kWGRowStride = kPingPong ? 0 : kWGRows;
     static constexpr int kMmaPerWG = kWGRows / 64;  // m64 slices per warpgroup, each its own accumulators
     static constexpr int kAccum = kBlockN / 2;      // FP32 accumulators per thread per m64 slice
     static constexpr int kMathThreads = kNumMathWG * 128;
@@ -194,8 +204,9 @@ struct Bf16GemmTraits {
     // split-K's two tile barriers). Split-K keeps its FP32 partial tile where the output tile would be, rows padded
     // by 8 floats (reduce_split_tile's layout), 1024-byte aligned.
     static constexpr uint32_t kPartialStride = kBlockN + 8;  // floats per row of the partial tile
+    // Ping-pong: a staged tile per warpgroup, so neither waits for the other's stores to leave shared memory.
     static constexpr uint32_t kSmemD = kSplit > 1 ? (kBlockM * kPartialStride * 4 + 1023) / 1024 * 1024
-                                                  : kBlockM * kBlockN * kOutBytes;
+                                                  : kNumMathWG * kWGRows * kBlockN * kOutBytes;
     static constexpr uint32_t kSmemA = TileA::kBytes;
     static constexpr uint32_t kSmemB = TileB::kBytes;
     static constexpr uint32_t kTileBarBytes = kSplit > 1 ? 2 * 8 : 0;
@@ -203,9 +214,9 @@ struct Bf16GemmTraits {
     static constexpr uint32_t kStageBytes = kSmemA + kSmemB;  // what TMA lands per stage (multicast halves too)
 
     // ---- Barrier arrivals. Full: the producer's expect-tx arrival. Empty: one per math warp of every CTA that
-    // reads the stage's multicast data.
+    // reads the stage's multicast data (ping-pong: of the one warpgroup whose tile the stage holds).
     static constexpr uint32_t kFullArrivals = 1;
-    static constexpr uint32_t kEmptyArrivals = kNumMathWG * 4 * kPeers;
+    static constexpr uint32_t kEmptyArrivals = (kPingPong ? 1 : kNumMathWG) * 4 * kPeers;
 
     static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 256, "BLOCK_M is 64, 128 or 256");
     static_assert(kBlockN % 8 == 0 && kBlockN >= 8 && kBlockN <= 256, "wgmma bf16 takes N = 8..256 by 8");
@@ -234,6 +245,10 @@ struct Bf16GemmTraits {
                   "the batched layouts: a K-major A through a 3-D map, no multicast, no split-K cluster, no C");
     static_assert(!kBatchSum || (kMajorB == kMajorK && kOutF32),
                   "the batch-sum layout reads B [S, N, K] K-major and stores FP32 partials");
+    static_assert(kSchedule_ == kScheduleCooperative || kSchedule_ == kSchedulePingPong, "a known schedule");
+    static_assert(!kPingPong || kBlockM == 64 || kBlockM == 128,
+                  "a ping-pong tile is one or two m64 slices: a warpgroup holds all of it in its registers");
+    static_assert(!kPingPong || kSplit == 1, "split-K tiles are summed by both warpgroups of the cluster's CTAs");
 };
 
 // The kernel's shared memory, as bf16_gemm_smem carves it (layout: Bf16GemmTraits' kSmem* sizes).

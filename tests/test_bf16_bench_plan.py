@@ -69,3 +69,56 @@ def test_shapes_select_dense_problems():
         bench.parse_shapes("big")
     decode = list(bench.dense_problems(["nt"], "decode"))
     assert len(decode) == 12 and all(m <= 128 for _, _, m, _, _ in decode)
+
+
+def _pp_ab():
+    if "bf16_pp_ab" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("bf16_pp_ab", DEVICE / "bf16_pp_ab.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["bf16_pp_ab"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["bf16_pp_ab"]
+
+
+def test_pingpong_ab_plan():
+    """tests/device/bf16_pp_ab.py: the 18 anchors in nt and the six large ones in nn and tn; per problem today's
+    choice first, the flag's where it differs, ping-pong tiles forced (the model's best, and on the large rows the
+    fixed alternatives valid for the form), every one a distinct valid kernel."""
+    from dgx.kernels.bf16_gemm import choose
+
+    ab = _pp_ab()
+    problems = ab.problems(["nn", "tn"])
+    assert len(problems) == 18 + 12 and problems[0] == ("nt", 64, 2112, 7168)
+    for form, m, n, k in problems:
+        ma, mb = bench.FORM_MAJORS[form]
+        configs = ab.plan(form, m, n, k, 132)
+        names = list(configs)
+        assert names[0] == "today" and configs["today"] == choose("dense", m, n, k, major_a=ma, major_b=mb,
+                                                                   pingpong=False)
+        assert configs["today"].schedule == "cooperative"
+        assert len(set(configs.values())) == len(configs)
+        assert all(c.schedule == "pingpong" for name, c in configs.items() if name.startswith("pp "))
+        assert all((c.major_a, c.major_b) == (ma, mb) for c in configs.values())
+        if m >= 4096:
+            assert sum(name.startswith("pp ") for name in names) >= 3, (form, m, n, k, names)
+    assert ab.plan("nt", 4096, 32768, 512, 132)["flag"].schedule == "pingpong"
+    assert 60 < len(ab.all_configs(argparse.Namespace(forms_large=["nn", "tn"], num_sms=132))) < 160
+
+
+def test_pingpong_ab_summary_from_timed_rows():
+    ab = _pp_ab()
+    rows = []
+    for label, us in (("nt 64x2112x7168", {"today": 10.0, "cublas": 11.0}),
+                      ("nt 4096x32768x512", {"today": 200.0, "flag": 180.0, "pp 128x160s4p2": 180.0,
+                                             "pp 64x256s4p0": 190.0, "cublas": 190.0}),
+                      ("nn 4096x4096x7168", {"today": 300.0, "pp 64x256s4p0": 299.0, "cublas": 290.0})):
+        row = bench.Row("dense", label, 2.0 * 4096 * 4096 * 7168, 1.0, "cfg")
+        row.us = us
+        rows.append(row)
+        assert "today" in ab.fmt(row)
+    s = ab.summary(rows, "NVIDIA H200")
+    assert s["decode_today_x_cublas"] == pytest.approx(1.1)
+    assert s["flag_changed_rows"] == 1 and s["flag_x_today_changed_rows"] == pytest.approx(200 / 180)
+    assert list(s["pp_wins"]) == ["nt 4096x32768x512"]
+    assert s["best_pp_x_today"] == pytest.approx(((200 / 180) * (300 / 299)) ** 0.5)
+    assert "large_nt_today_share_of_peak" in s and s["large_nt_best_share_of_peak"] > s["large_nt_today_share_of_peak"]

@@ -132,3 +132,42 @@ def test_split_k_kernel_compiles_and_sums_through_the_cluster(config, tmp_path):
     assert re.search(rf"\b{re.escape(store)}\b", text)
     assert bool(re.search(r"\bLDG\.E\.128\b", text)) == config.with_c
     assert ("USETMAXREG" in text) == (config.block_m > 64)
+
+
+PINGPONG = [
+    C(n=4096, k=7168, block_m=64, block_n=256, stages=4, schedule="pingpong"),  # 128 accumulators, one m64 slice
+    C(n=32768, k=512, block_m=128, block_n=160, stages=4, pair=SHARE_B, schedule="pingpong"),  # two slices, B shared
+    C(n=4096, k=7168, block_m=64, block_n=128, stages=6, major_a="mn", major_b="mn", out_dtype="float32",
+      with_c=True, schedule="pingpong"),  # tn, FP32 D += tile
+    C(n=4096, k=7168, block_m=64, block_n=128, stages=8, layout=LAYOUT_MASKED, schedule="pingpong"),  # masked
+    C(n=7168, k=0, block_m=64, block_n=128, stages=6, layout=LAYOUT_K_GROUPED, major_a="mn", major_b="mn",
+      out_dtype="float32", with_c=True, schedule="pingpong"),  # K-grouped: a run-time k-block count per tile
+]
+
+
+@pytest.mark.parametrize("config", PINGPONG, ids=lambda c: c.kernel_name)
+def test_pingpong_kernel_compiles_with_its_turns(config, tmp_path):
+    """Ping-pong kernels: the cooperative k-loop (4 HGMMA per K atom and m64 slice, one group in flight) in each
+    warpgroup's turn, the turns handed over by bar.arrive / bar.sync of both math warpgroups (256 threads) - warpgroup
+    1's up-front arrival, each turn's hand-over, each turn's wait and the last pending arrival's - and the epilogue's
+    per-warpgroup barriers (128 threads); register reallocation, no spills."""
+    src = config.render()
+    result = compiler.compile_cubin(src.source, src.name, compiler.compile_options("sm_90a", ("--ptxas-options=-v",)))
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", result.log)
+    assert spills and all(s == ("0", "0") for s in spills), result.log
+    assert re.search(r"\b0 bytes stack frame", result.log), result.log
+    assert "C7514" not in result.log, result.log
+    path = tmp_path / "k.cubin"
+    path.write_bytes(result.cubin)
+    sass = subprocess.run([_nvdisasm(), "--print-code", str(path)], capture_output=True, text=True, timeout=120)
+    assert sass.returncode == 0, sass.stderr
+    text = sass.stdout
+    assert not re.search(r"\b(LDL|STL)(\.|\s)", text), "local-memory traffic in the SASS"
+    mmas = re.findall(rf"HGMMA\.64x{config.block_n}x16\.F32\.BF16 [^;]*", text)
+    assert len(mmas) == 4 * config.k_atoms * (config.block_m // 64), f"{len(mmas)} HGMMA in the k-loop"
+    assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in text, "the k-loop keeps one MMA group in flight"
+    assert len(re.findall(r"\bBAR\.ARV [^;]*, 0x100\b", text)) == 2, "the up-front arrival and the hand-over"
+    assert len(re.findall(r"\bBAR\.SYNC\.DEFER_BLOCKING [^;]*, 0x100\b", text)) == 2, "each turn's and the last wait"
+    assert len(re.findall(r"\bBAR\.SYNC\.DEFER_BLOCKING [^;]*, 0x80\b", text)) >= 2, "the epilogue's barriers"
+    assert "USETMAXREG" in text
+    assert ("UTMAREDG" in text) == config.with_c and ("UTMASTG" in text) != config.with_c

@@ -265,3 +265,68 @@ def test_warmup_configs_of_the_grouped_kinds():
     assert kg and all(c.layout == LAYOUT_K_GROUPED and c.out_dtype == "float32" and c.with_c for c in kg)
     nn = warmup_configs("dense", 2112, 7168, max_m=200, major_b="mn")
     assert nn and all(c.form == "nn" for c in nn)
+
+
+def test_pingpong_config():
+    """Ping-pong: two math warpgroups whatever the tile height, each computing all of a tile's rows (D's TMA box),
+    one staged output tile each; named and rendered only where asked for, so a cooperative kernel renders as
+    before."""
+    c = Bf16GemmConfig(n=4096, k=7168, block_m=64, block_n=256, stages=4, schedule="pingpong")
+    assert (c.math_warpgroups, c.threads, c.wg_rows, c.cluster) == (2, 384, 64, 1)
+    assert c.smem_bytes == 2 * 64 * 256 * 2 + 4 * ((64 + 256) * 128 + 16) == smem_bytes(64, 256, 4, schedule="pingpong")
+    assert max_stages(64, 256, schedule="pingpong") == 4 and max_stages(64, 128, "float32", schedule="pingpong") == 6
+    assert c.kernel_name == "dgx_bf16_gemm_nt_bf16_n4096_k7168_bm64_bn256_s4_g16_p0_pp"
+    assert c.traits().endswith(", false, false, 1, 1, 1>")
+    src = c.render().source
+    assert "::kWGRows == 64" in src and "__launch_bounds__(384, 1)" in src
+    assert c.units(4096) == 64 * 16 and dict(c.describe())["schedule"] == "pingpong"
+    two = Bf16GemmConfig(n=4096, k=7168, block_m=128, block_n=160, stages=4, pair=SHARE_B, schedule="pingpong")
+    assert two.wg_rows == 128 and two.box("b") == (64, 80)
+    plain = Bf16GemmConfig(n=4096, k=7168, block_m=128, block_n=256, stages=3)
+    assert plain.schedule == "cooperative" and plain.wg_rows == 64 and "_pp" not in plain.kernel_name
+    assert plain.traits().endswith(", false, false, 1>") and "::kWGRows == 64" in plain.render().source
+
+
+@pytest.mark.parametrize("over, message", [
+    (dict(schedule="ping"), "schedule must be one of ('cooperative', 'pingpong')"),
+    (dict(schedule="pingpong", block_m=256, block_n=64), "a ping-pong tile is one warpgroup's (block_m 64 or 128"),
+    (dict(schedule="pingpong", split_k=2), "no ping-pong schedule (got split_k 2)"),
+    (dict(schedule="pingpong", block_n=176), "block_m 128 x block_n 176 needs 176 accumulators per thread"),
+    (dict(schedule="pingpong", block_m=64, block_n=256, stages=5), "needs 270416 bytes of shared memory"),
+])
+def test_invalid_pingpong_configs_say_what_is_wrong(over, message):
+    fields = dict(n=4096, k=7168, block_m=128, block_n=128, stages=4)
+    fields.update(over)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Bf16GemmConfig(**fields)
+
+
+def test_pingpong_is_weighed_only_behind_the_flag(monkeypatch):
+    from dgx.kernels.bf16_gemm_heuristics import PINGPONG_MARGIN, pingpong_candidates, pingpong_tail_cycles, tile_cycles
+
+    monkeypatch.delenv("DGX_BF16_PINGPONG", raising=False)
+    for m, n, k in ANCHORS:
+        assert choose("dense", m, n, k).schedule == "cooperative"
+    # 4096 x 32768 x 512: 8 k-blocks a tile, where a cooperative tile's epilogue is most of a k-block's worth.
+    c = choose("dense", 4096, 32768, 512, pingpong=True)
+    assert c.schedule == "pingpong" and c.block_m in (64, 128)
+    coop = choose("dense", 4096, 32768, 512, pingpong=False)
+    assert estimate(c, 4096, 512, 1, 132).cycles < estimate(coop, 4096, 512, 1, 132).cycles * (1 - PINGPONG_MARGIN)
+    monkeypatch.setenv("DGX_BF16_PINGPONG", "1")
+    assert choose("dense", 4096, 32768, 512) == c
+    assert c in warmup_configs("dense", 32768, 512, max_m=4096)
+    monkeypatch.setenv("DGX_BF16_PINGPONG", "0")
+    assert choose("dense", 4096, 32768, 512) == coop and c not in warmup_configs("dense", 32768, 512, max_m=4096)
+    # The model: every tile's k-blocks, the epilogue once per CTA (under the other warpgroup's turn otherwise).
+    e = estimate(c, 4096, 512, 1, 132)
+    assert e.cycles >= e.waves * tile_cycles(c, 512) + pingpong_tail_cycles(c) - 1e-6
+    assert pingpong_tail_cycles(coop) == 0 and tile_cycles(c, 512) < tile_cycles(
+        Bf16GemmConfig(n=32768, k=512, block_m=c.block_m, block_n=c.block_n, stages=c.stages, pair=c.pair), 512)
+    # No ping-pong where the tiles do not outnumber the SMs (the second warpgroup would have nothing to alternate).
+    assert not pingpong_candidates(0, 64, 2112, 7168, 132, (64, 128), "k", "k", "bfloat16", False)
+    # Decode shapes keep their choices with the flag on; every ping-pong candidate is a valid kernel.
+    for m, n, k in ANCHORS[:12]:
+        assert choose("dense", m, n, k, pingpong=True) == choose("dense", m, n, k, pingpong=False)
+    for layout_kind in ("m_grouped_contiguous", "m_grouped_masked"):
+        assert any(x.schedule == "pingpong" for x in candidates(layout_kind, 8192, 4096, 7168, 4, 132, "k", "k",
+                                                                 "bfloat16", False, pingpong=True))

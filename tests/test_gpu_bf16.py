@@ -364,3 +364,160 @@ def test_input_checks_on_gpu_tensors():
         bf16.bf16_gemm_nt(a, b.cpu(), torch.empty(64, 128, device="cuda", dtype=BF16))
     with pytest.raises(ValueError, match="a: expected K contiguous"):
         bf16.bf16_gemm_nt(_randn(64, 512)[:, ::2], b, torch.empty(64, 128, device="cuda", dtype=BF16))
+
+
+# --- ping-pong schedule ---------------------------------------------------------------------------------------------
+# Each math warpgroup owns alternate tiles of its CTA and the two take turns at the tensor cores. What can go wrong:
+# a warpgroup reading the other's stages (the ring's count stepped wrong), a turn handed over too early (both issue
+# at once: still correct) or never (a hang), a tile stored at the wrong rows (the warpgroup's rows are the whole
+# tile), and CTAs with 0, 1, odd or even tile counts (the last pending turn). M 1 and 17: one m-block, one tile a
+# CTA (warpgroup 1 idle); 1000 and 4097: several tiles a CTA, odd and even.
+
+PINGPONG_TILES = [
+    dict(block_m=64, block_n=256, stages=4),  # 128 accumulators, one m64 slice
+    dict(block_m=128, block_n=128, stages=5, pair=2),  # two slices per warpgroup, B shared along M
+    dict(block_m=128, block_n=160, stages=4, pair=1),  # A shared along N, a 64-byte-swizzled N-major B (nn, tn)
+    dict(block_m=64, block_n=96, stages=8),  # 64-byte swizzle atoms of an N-major B, an N tail
+]
+
+
+@pytest.mark.parametrize("m", [1, 17, 1000, 4097])
+@pytest.mark.parametrize("form", ["nt", "nn", "tn", "tt"])
+@pytest.mark.parametrize("tile", PINGPONG_TILES, ids=lambda t: f"{t['block_m']}x{t['block_n']}p{t.get('pair', 0)}")
+@pytest.mark.parametrize("out_dtype, with_c", [(BF16, False), (F32, True)])
+def test_pingpong_dense(m, form, tile, out_dtype, with_c):
+    from dgx import bf16
+    from dgx.kernels.bf16_gemm import Bf16GemmConfig, max_stages
+
+    n, k = 2112, 2184  # 2184: a K tail of 8 past 34 k-blocks
+    major_a, major_b = FORM_MAJORS[form]
+    if tile.get("pair") == 2 and major_b == "mn":
+        pytest.skip("an N-major B (3-D map) is not shared")
+    out = "float32" if out_dtype == F32 else "bfloat16"
+    stages = min(tile["stages"], max_stages(tile["block_m"], tile["block_n"], out, schedule="pingpong"))
+    if stages < 2:
+        pytest.skip("two staged FP32 tiles of this size leave no room for two stages")
+    config = Bf16GemmConfig(n=n, k=k, major_a=major_a, major_b=major_b, out_dtype=out, with_c=with_c,
+                            schedule="pingpong", **dict(tile, stages=stages))
+    a, b = _operand(m, k, major_a), _operand(n, k, major_b)
+    ref = a.double() @ b.double().T
+    if with_c:
+        d = (torch.randn(m, n, device="cuda", dtype=F32) * 32).to(out_dtype)
+        ref = ref + d.double()
+    else:
+        d = _poisoned(m, n, dtype=out_dtype)
+    a_arg = a if form[0] == "n" else a.T
+    b_arg = b if form[1] == "t" else b.T
+    getattr(bf16, f"bf16_gemm_{form}")(a_arg, b_arg, d, c=d if with_c else None, config=config)
+    torch.cuda.synchronize()
+    _check(d, ref, f"ping-pong {form} {config.kernel_name} M={m}")
+
+
+def test_pingpong_matches_the_cooperative_tile_bitwise_and_repeats():
+    """A ping-pong 64 x 256 tile runs each row's MMAs exactly as a cooperative 128 x 256 tile's warpgroup does (the
+    same m64n256k16 sequence over the same k-blocks), so the outputs are bitwise equal, run after run."""
+    from dgx import bf16
+    from dgx.kernels.bf16_gemm import Bf16GemmConfig
+
+    m, n, k = 4097, 7168, 4096
+    a, b = _randn(m, k), _randn(n, k)
+    c = torch.randn(m, n, device="cuda", dtype=F32)
+    outs = []
+    for config in (Bf16GemmConfig(n=n, k=k, block_m=64, block_n=256, stages=2, out_dtype="float32", with_c=True,
+                                  schedule="pingpong"),) * 2 + (
+                   Bf16GemmConfig(n=n, k=k, block_m=128, block_n=256, stages=2, out_dtype="float32", with_c=True),):
+        d = _poisoned(m, n, dtype=F32)
+        bf16.bf16_gemm_nt(a, b, d, c=c, config=config)
+        outs.append(d)
+    torch.cuda.synchronize()
+    _check(outs[0], c.double() + a.double() @ b.double().T, "ping-pong 64x256")
+    assert torch.equal(outs[0].view(torch.int32), outs[1].view(torch.int32)), "ping-pong differs between two runs"
+    assert torch.equal(outs[0].view(torch.int32), outs[2].view(torch.int32)), "ping-pong differs from cooperative"
+
+
+def test_pingpong_masked_under_graph_replay():
+    from dgx import bf16
+    from dgx.kernels.bf16_gemm import LAYOUT_MASKED, Bf16GemmConfig
+
+    groups, m_max, n, k = 4, 256, 2048, 1024
+    a, b, d = _masked_inputs(groups, m_max, n, k)
+    masked_m = torch.tensor([10, 256, 0, 100], device="cuda", dtype=torch.int32)
+    config = Bf16GemmConfig(n=n, k=k, block_m=64, block_n=128, stages=8, layout=LAYOUT_MASKED, schedule="pingpong")
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        bf16.m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, 96, config=config)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            bf16.m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, 96, config=config)
+    for counts in ([10, 256, 0, 100], [0, 1, 256, 300], [0, 0, 0, 0], [-5, 255, 1, 257], [63, 65, 127, 129]):
+        masked_m.copy_(torch.tensor(counts, dtype=torch.int32))
+        d.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        _check_masked(a, b, d, counts, f"ping-pong replay {counts}")
+
+
+@pytest.mark.parametrize("psum", [False, True])
+@pytest.mark.parametrize("nn", [False, True])
+def test_pingpong_contiguous(nn, psum):
+    from dgx import bf16
+    from dgx.kernels.bf16_gemm import LAYOUT_CONTIGUOUS, LAYOUT_CONTIGUOUS_PSUM, Bf16GemmConfig
+
+    group_rows, n, k = [0, 300, 0, 17, 1280, 129, 0, 700], 4096, 512
+    a, b, b_arg, m_indices, psums, segments = _contiguous_inputs(group_rows, n, k, nn)
+    d = _poisoned(a.shape[0], n, dtype=BF16)
+    config = Bf16GemmConfig(n=n, k=k, block_m=128, block_n=128, stages=5, major_b="mn" if nn else "k",
+                            layout=LAYOUT_CONTIGUOUS_PSUM if psum else LAYOUT_CONTIGUOUS,
+                            pair=0 if nn or psum else 2, schedule="pingpong")
+    call = bf16.m_grouped_bf16_gemm_nn_contiguous if nn else bf16.m_grouped_bf16_gemm_nt_contiguous
+    call(a, b_arg, d, psums if psum else m_indices, use_psum_layout=psum, config=config)
+    torch.cuda.synchronize()
+    start = 0
+    for g, (rows, seg) in enumerate(zip(group_rows, segments)):
+        if rows:
+            _check(d[start:start + rows], a[start:start + rows].double() @ b[g].double().T, f"ping-pong group {g}")
+        if not psum:
+            assert torch.isnan(d[start + -(-rows // 128) * 128:start + seg]).all(), f"group {g}: padding written"
+        start += seg
+
+
+@pytest.mark.parametrize("ks", [[1024, 0, 768, 2048, 128], [0, 0, 384]])
+def test_pingpong_k_grouped(ks):
+    """Tiles of different k-block counts alternate between the warpgroups (each steps the ring past the other's)."""
+    from dgx import bf16
+    from dgx.kernels.bf16_gemm import LAYOUT_K_GROUPED, Bf16GemmConfig
+
+    m, n = 1000, 2112
+    groups, total = len(ks), sum(ks)
+    a, b = _randn(total, m), _randn(total, n)
+    c = torch.randn(groups, m, n, device="cuda", dtype=F32) * 32
+    config = Bf16GemmConfig(n=n, k=0, block_m=64, block_n=128, stages=6, layout=LAYOUT_K_GROUPED, major_a="mn",
+                            major_b="mn", out_dtype="float32", with_c=True, schedule="pingpong")
+    outs = []
+    for _ in range(2):
+        d = c.clone()
+        bf16.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks, torch.tensor(ks, device="cuda", dtype=torch.int32), d,
+                                               config=config)
+        outs.append(d)
+    torch.cuda.synchronize()
+    start = 0
+    for g, kg in enumerate(ks):
+        _check(outs[0][g], c[g].double() + a[start:start + kg].double().T @ b[start:start + kg].double(),
+               f"ping-pong K-grouped group {g} (k {kg})")
+        start += kg
+    assert torch.equal(outs[0].view(torch.int32), outs[1].view(torch.int32))
+
+
+def test_pingpong_through_the_flag(monkeypatch):
+    """DGX_BF16_PINGPONG=1: the heuristic's ping-pong choice for 4096 x 32768 x 512 runs through the plain call."""
+    from dgx import bf16
+    from dgx.kernels.bf16_gemm import choose
+
+    monkeypatch.setenv("DGX_BF16_PINGPONG", "1")
+    m, n, k = 4096, 32768, 512
+    assert choose("dense", m, n, k, 1, torch.cuda.get_device_properties(0).multi_processor_count).schedule == "pingpong"
+    a, b = _randn(m, k), _randn(n, k)
+    d = _poisoned(m, n, dtype=BF16)
+    bf16.bf16_gemm_nt(a, b, d)
+    torch.cuda.synchronize()
+    _check(d, a.double() @ b.double().T, "ping-pong by the flag")

@@ -5,6 +5,7 @@ and whether C is added (``with_c``); by default each kind's usual one (nt with a
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -162,8 +163,9 @@ def _kind(name: str) -> Kind:
 
 
 def representatives(num_sms: int = 132) -> list[tuple[str, Any]]:
-    """(label, config) pairs: every form, both output dtypes, C, each layout, multicast, the one-warpgroup tiles."""
-    choose = kernels_module.choose
+    """(label, config) pairs: every form, both output dtypes, C, each layout, multicast, the one-warpgroup tiles, the
+    ping-pong schedule. The heuristic's choices without ping-pong tiles, whatever DGX_BF16_PINGPONG says."""
+    choose = functools.partial(kernels_module.choose, pingpong=False)
     out = []
     for form, (ma, mb) in ((f, _MAJORS[f]) for f in ("nt", "nn", "tn", "tt")):
         out.append((f"dense {form} 4096x7168x16384", choose("dense", 4096, 7168, 16384, 1, num_sms, major_a=ma,
@@ -177,6 +179,7 @@ def representatives(num_sms: int = 132) -> list[tuple[str, Any]]:
         ("masked 256x7168x2048 4g", choose("m_grouped_masked", 256, 7168, 2048, 4, num_sms)),
         ("k_grouped tn 4096x7168 4g", choose("k_grouped", 4096, 7168, 4096, 4, num_sms, major_a="mn", major_b="mn",
                                              out_dtype="float32", with_c=True)),
+        ("dense nt ping-pong 4096x32768x512", choose("dense", 4096, 32768, 512, 1, num_sms, pingpong=True)),
     ]
     return out
 

@@ -25,6 +25,7 @@ from .bf16_gemm_config import (
     LAYOUT_MASKED,
     MAJORS,
     OUT_DTYPES,
+    SCHEDULES,
     SHARE_A,
     SHARE_B,
     SHARE_NONE,
@@ -41,6 +42,6 @@ from .bf16_gemm_heuristics import KIND_LAYOUTS, choose, warmup_configs
 __all__ = [
     "Bf16GemmConfig", "Bf16Operands", "FORMS", "INTERFACE", "KIND_LAYOUTS", "K_ATOMS", "LAYOUT_CONTIGUOUS",
     "LAYOUT_CONTIGUOUS_PSUM", "LAYOUT_DENSE", "LAYOUT_K_GROUPED", "LAYOUT_MASKED", "MAJORS", "MAX_STAGES",
-    "OUT_DTYPES", "SHARE_A", "SHARE_B", "SHARE_NONE", "SMEM_LIMIT", "choose", "max_stages", "pack_operands",
+    "OUT_DTYPES", "SCHEDULES", "SHARE_A", "SHARE_B", "SHARE_NONE", "SMEM_LIMIT", "choose", "max_stages", "pack_operands",
     "smem_bytes", "stage_bytes", "validate", "warmup_configs",
 ]

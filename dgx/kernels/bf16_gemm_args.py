@@ -48,8 +48,7 @@ def pack_operands(config: Bf16GemmConfig, ops: Bf16Operands) -> runtime.ParamPac
                          f"{config.kernel_name} takes {b_rank}")
     tmap_a = _map("bfloat16", ops.a, ops.a_dims, ops.a_strides, 2, config.box("a"), config.swizzle("a"))
     tmap_b = _map("bfloat16", ops.b, ops.b_dims, ops.b_strides, 2, config.box("b"), config.swizzle("b"))
-    wg_rows = config.block_m // config.math_warpgroups
-    box_d = (config.d_span // config.out_bytes, wg_rows) + ((1,) if len(ops.d_dims) == 3 else ())
+    box_d = (config.d_span // config.out_bytes, config.wg_rows) + ((1,) if len(ops.d_dims) == 3 else ())
     tmap_d = _map(config.out_dtype, ops.d, ops.d_dims, ops.d_strides, config.out_bytes, box_d, config.d_span)
     return INTERFACE.pack(
         tmap_a=tmap_a,

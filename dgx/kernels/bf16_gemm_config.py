@@ -23,6 +23,11 @@ LAYOUT_NAMES = {int(v): v.name.lower() for v in Layout}
 MAJORS = ("k", "mn")
 #: Output dtypes.
 OUT_DTYPES = ("bfloat16", "float32")
+#: How the math warpgroups share the work (Bf16GemmTraits' Bf16Schedule, by index). "cooperative": every tile's rows
+#: split between them (64-row tiles: one warpgroup), both running the epilogue while the tensor cores wait;
+#: "pingpong": each owns alternate whole tiles and they take turns at the tensor cores, one's epilogue under the
+#: other's MMAs (ptx/bf16_gemm_pingpong.cuh).
+SCHEDULES = ("cooperative", "pingpong")
 #: DeepGEMM's names of the four dense forms by (major of A, major of B): n = K-major A, t = M-major A; then t =
 #: K-major B, n = N-major B.
 FORMS = {("k", "k"): "nt", ("k", "mn"): "nn", ("mn", "mn"): "tn", ("mn", "k"): "tt"}
@@ -75,26 +80,28 @@ def stage_bytes(block_m: int, block_n: int, k_atoms: int = 1) -> int:
     return (block_m + block_n) * 128 * k_atoms
 
 
-def out_tile_bytes(block_m: int, block_n: int, out_dtype: str = "bfloat16", split_k: int = 1) -> int:
+def out_tile_bytes(block_m: int, block_n: int, out_dtype: str = "bfloat16", split_k: int = 1,
+                   schedule: str = "cooperative") -> int:
     """Bytes of the staged output tile (Bf16GemmTraits::kSmemD); split-K: the FP32 partial tile instead, rows padded
-    by 8 floats, rounded up to 1024 bytes."""
+    by 8 floats, rounded up to 1024 bytes; ping-pong: one staged tile per math warpgroup."""
     if split_k > 1:
         return ceil_div(block_m * (block_n + 8) * 4, 1024) * 1024
-    return block_m * block_n * (4 if out_dtype == "float32" else 2)
+    return block_m * block_n * (4 if out_dtype == "float32" else 2) * (2 if schedule == "pingpong" else 1)
 
 
 def smem_bytes(block_m: int, block_n: int, stages: int, out_dtype: str = "bfloat16", k_atoms: int = 1,
-               split_k: int = 1) -> int:
+               split_k: int = 1, schedule: str = "cooperative") -> int:
     """Dynamic shared memory of a config (Bf16GemmTraits::kSmemBytes): the staged output tile (split-K: the partial
-    tile), then per stage A and B (k_atoms x 64 of K each) and two barriers (split-K: two more)."""
-    return (out_tile_bytes(block_m, block_n, out_dtype, split_k)
+    tile; ping-pong: two), then per stage A and B (k_atoms x 64 of K each) and two barriers (split-K: two more)."""
+    return (out_tile_bytes(block_m, block_n, out_dtype, split_k, schedule)
             + stages * (stage_bytes(block_m, block_n, k_atoms) + BARRIER_BYTES)
             + (TILE_BARRIER_BYTES if split_k > 1 else 0))
 
 
-def max_stages(block_m: int, block_n: int, out_dtype: str = "bfloat16", k_atoms: int = 1, split_k: int = 1) -> int:
-    """The most stages that fit next to the staged output tile (at most MAX_STAGES)."""
-    fixed = smem_bytes(block_m, block_n, 0, out_dtype, k_atoms, split_k)
+def max_stages(block_m: int, block_n: int, out_dtype: str = "bfloat16", k_atoms: int = 1, split_k: int = 1,
+               schedule: str = "cooperative") -> int:
+    """The most stages that fit next to the staged output tile(s) (at most MAX_STAGES)."""
+    fixed = smem_bytes(block_m, block_n, 0, out_dtype, k_atoms, split_k, schedule)
     return max(0, min(MAX_STAGES, (SMEM_LIMIT - fixed) // (stage_bytes(block_m, block_n, k_atoms) + BARRIER_BYTES)))
 
 
@@ -110,11 +117,18 @@ def validate(config: "Bf16GemmConfig") -> str:
         return f"layout must be one of {sorted(LAYOUT_NAMES)}; got {c.layout}"
     if c.block_m not in (64, 128, 256):
         return f"block_m must be 64, 128 or 256; got {c.block_m}"
+    if c.schedule not in SCHEDULES:
+        return f"schedule must be one of {SCHEDULES}; got {c.schedule!r}"
+    if c.schedule == "pingpong" and c.block_m not in (64, 128):
+        return (f"a ping-pong tile is one warpgroup's (block_m 64 or 128: one or two m64 slices in its registers); "
+                f"got block_m {c.block_m}")
+    if c.schedule == "pingpong" and c.split_k != 1:
+        return f"split-K tiles are summed by every warpgroup of the cluster: no ping-pong schedule (got split_k {c.split_k})"
     if c.block_n % 8 or not 8 <= c.block_n <= 256:
         return f"block_n must be a multiple of 8 in 8..256; got {c.block_n}"
     if c.major_b == "mn" and c.block_n % 32:
         return f"an N-major B needs block_n a multiple of 32 (whole 64-byte swizzle atoms); got {c.block_n}"
-    slices = 2 if c.block_m == 256 else 1
+    slices = c.wg_rows // 64
     if slices * c.block_n // 2 > MAX_ACCUMULATORS:
         return (f"block_m {c.block_m} x block_n {c.block_n} needs {slices * c.block_n // 2} accumulators per thread "
                 f"(max {MAX_ACCUMULATORS})")
@@ -157,7 +171,7 @@ def validate(config: "Bf16GemmConfig") -> str:
     problem = validate_split(c)
     if problem:
         return problem
-    need = smem_bytes(c.block_m, c.block_n, c.stages, c.out_dtype, c.k_atoms, c.split_k)
+    need = c.smem_bytes
     if need > SMEM_LIMIT:
         return f"needs {need} bytes of shared memory; the limit is {SMEM_LIMIT}"
     return ""
@@ -206,6 +220,9 @@ class Bf16GemmConfig:
     # their FP32 partial tiles through distributed shared memory in rank order (deterministic). For the memory-bound
     # decode shapes: wide tiles that read A (and the tile's B) once per K range and still give every SM work.
     split_k: int = 1
+    # How the math warpgroups share the work (SCHEDULES): "pingpong" gives each warpgroup alternate whole tiles of
+    # block_m x block_n and hands the tensor cores back and forth, so every epilogue runs under the other's MMAs.
+    schedule: str = "cooperative"
 
     def __post_init__(self) -> None:
         for name in ("layout", "pair"):  # plain ints: an enum member renders and hashes like its value
@@ -226,7 +243,12 @@ class Bf16GemmConfig:
 
     @property
     def math_warpgroups(self) -> int:
-        return 1 if self.block_m == 64 else 2
+        return 2 if self.schedule == "pingpong" or self.block_m != 64 else 1
+
+    @property
+    def wg_rows(self) -> int:
+        """Rows of a tile one math warpgroup computes (Bf16GemmTraits::kWGRows): ping-pong, all of them."""
+        return self.block_m if self.schedule == "pingpong" else self.block_m // self.math_warpgroups
 
     @property
     def threads(self) -> int:
@@ -242,7 +264,8 @@ class Bf16GemmConfig:
 
     @property
     def smem_bytes(self) -> int:
-        return smem_bytes(self.block_m, self.block_n, self.stages, self.out_dtype, self.k_atoms, self.split_k)
+        return smem_bytes(self.block_m, self.block_n, self.stages, self.out_dtype, self.k_atoms, self.split_k,
+                          self.schedule)
 
     def box(self, operand: str) -> tuple[int, ...]:
         """The TMA box (innermost first) of operand "a" or "b" (OperandTile's boxes): K-major (64 of K, rows), half
@@ -286,9 +309,10 @@ class Bf16GemmConfig:
         ka = f"_ka{self.k_atoms}" if self.k_atoms > 1 else ""
         sk = f"_sk{self.split_k}" if self.split_k > 1 else ""
         tile = f"_n{self.n}_k{self.k}_bm{self.block_m}_bn{self.block_n}_s{self.stages}_g{self.group_n}_p{self.pair}"
+        pp = "_pp" if self.schedule == "pingpong" else ""
         if self.layout == LAYOUT_BATCH_SUM:  # DeepGEMM's test profiles its 'bmk,bnk->mn' kernels by this name
-            return f"dgx_bf16_bmn_bnk_mn_gemm_impl{tile}{ka}"
-        return f"dgx_bf16_gemm_{self.form}{layout}_{out}{c}{tile}{ka}{sk}"
+            return f"dgx_bf16_bmn_bnk_mn_gemm_impl{tile}{ka}{pp}"
+        return f"dgx_bf16_gemm_{self.form}{layout}_{out}{c}{tile}{ka}{sk}{pp}"
 
     @property
     def warmup_kind(self) -> str:
@@ -303,12 +327,18 @@ class Bf16GemmConfig:
         return (("family", "bf16_gemm"),) + tuple((f.name, str(getattr(self, f.name))) for f in fields(self))
 
     def traits(self) -> str:
-        """The C++ type of the kernel's compile-time configuration."""
+        """The C++ type of the kernel's compile-time configuration (trailing arguments at their defaults left out,
+        so a cooperative kernel renders as it did before schedules existed)."""
+        tail = f"{self.k_atoms}"
+        if self.split_k > 1 or self.schedule != "cooperative":
+            tail += f", {self.split_k}"
+        if self.schedule != "cooperative":
+            tail += f", {SCHEDULES.index(self.schedule)}"
         return (
             f"dgx::Bf16GemmTraits<{self.layout}, {self.n}, {self.k}, {self.block_m}, {self.block_n}, {self.stages}, "
             f"{self.group_n}, {self.pair}, {MAJORS.index(self.major_a)}, {MAJORS.index(self.major_b)}, "
             f"{'true' if self.out_dtype == 'float32' else 'false'}, {'true' if self.with_c else 'false'}, "
-            f"{self.k_atoms}{f', {self.split_k}' if self.split_k > 1 else ''}>"
+            f"{tail}>"
         )
 
     def render(self) -> jit.KernelSource:
@@ -320,6 +350,7 @@ class Bf16GemmConfig:
             + f"static_assert({traits}::kSmemBytes == {self.smem_bytes},\n"
             '              "dgx.kernels.bf16_gemm.smem_bytes disagrees with the kernel\'s shared-memory layout");\n'
             f"static_assert({traits}::kThreads == {self.threads}, \"Bf16GemmConfig.threads disagrees with the kernel\");\n"
+            f"static_assert({traits}::kWGRows == {self.wg_rows}, \"Bf16GemmConfig.wg_rows (D's TMA box) disagrees with the kernel\");\n"
             f"static_assert({traits}::kDSpan == {self.d_span}, \"Bf16GemmConfig.d_span disagrees with the kernel\");\n"
             f"static_assert({traits}::TileA::kBoxRows == {self.box('a')[0 if self.major_a == 'mn' else 1]} && "
             f"{traits}::TileB::kBoxRows == {self.box('b')[0 if self.major_b == 'mn' else 1]} && "

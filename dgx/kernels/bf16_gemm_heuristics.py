@@ -16,6 +16,12 @@ decode shapes' times follow a fixed cost plus the larger of the HBM floor (~3.6 
 (~9.3 TB/s), so narrow 64-row tiles at M = 128, which read every B tile twice and A once per tile, lose to wide
 tiles whose K is split over a cluster; the split-K reduction's cost is the FP8 family's measurement.
 
+Ping-pong tiles (``schedule="pingpong"``, weighed only with ``pingpong=True`` or DGX_BF16_PINGPONG=1 until a device
+run confirms the model): each math warpgroup owns whole 64- or 128-row tiles and the two take turns at the tensor
+cores, so a tile's epilogue and first-stage latency hide under the other warpgroup's k-loop; the CTA pays them once,
+after its last tile. Their MMA issue cost per k-block is a guess (PINGPONG_KBLOCK_ISSUE_CLK), and a ping-pong tile
+must beat the best other by PINGPONG_MARGIN to be chosen.
+
 M enters the estimate only through block counts (rows rounded up to 64 in the floors), so the choice is constant
 between consecutive multiples of the block heights: dgx.enumeration.m_samples covers every M of a warm-up range.
 """
@@ -49,6 +55,15 @@ BLOCK_MS = (64, 128, 256)
 # an H200 (128x256 tiles 787-790 TFLOPS), at any tile: the effective rate.
 TENSOR_FLOP_PER_CLK_PER_SM = 3600
 KBLOCK_ISSUE_CLK = {1: 160.0, 2: 60.0}  # per k-block and math warpgroup count: barrier wait, issue, wait_group
+# Ping-pong: one warpgroup issues at a time, but the next k-block's MMAs stay queued behind the current ones as with
+# two cooperative warpgroups (not measured yet: tests/device/bf16_pp_ab.py times it).
+PINGPONG_KBLOCK_ISSUE_CLK = 60.0
+# How much faster the model must find a ping-pong tile than the best other before choosing it (its costs are
+# guesses until a device run calibrates them).
+PINGPONG_MARGIN = 0.03
+# Ping-pong tiles weighed: 64 rows by 16..256 columns (at most 128 accumulators) and 128 rows by 16..160 (two m64
+# slices, at most 160).
+PINGPONG_BLOCK_MS = (64, 128)
 STREAM_BYTES_PER_CLK_PER_SM = 57  # what one SM's TMA ring takes in (~100 GB/s: 66 CTAs of 64x32 tiles took that)
 L2_BYTES_PER_CLK = 5300  # L2 to SMs, all SMs together (~9.7 TB/s at 1.83 GHz: the H200 decode times' fit, ~9.3,
 # raised to where 4096x4096x7168 on 128x256 tiles, 9.2 TB/s of L2 reads at 306 µs, is bound by its MMAs)
@@ -111,10 +126,11 @@ def block_ns(major_b: str) -> tuple[int, ...]:
     return tuple(range(32 if major_b == "mn" else 16, 257, 32 if major_b == "mn" else 16))
 
 
-def stages_for(block_m: int, block_n: int, out_dtype: str, k_atoms: int = 1, split_k: int = 1) -> int:
+def stages_for(block_m: int, block_n: int, out_dtype: str, k_atoms: int = 1, split_k: int = 1,
+               schedule: str = "cooperative") -> int:
     """As many stages as fit, and for one-warpgroup tiles no more than ONE_WG_RING_BYTES of them."""
-    stages = max_stages(block_m, block_n, out_dtype, k_atoms, split_k)
-    if block_m == 64:
+    stages = max_stages(block_m, block_n, out_dtype, k_atoms, split_k, schedule)
+    if block_m == 64 and schedule == "cooperative":
         stages = min(stages, max(ONE_WG_RING_BYTES // stage_bytes(block_m, block_n, k_atoms), MIN_STAGES))
     return stages
 
@@ -126,20 +142,32 @@ def swizzle64(config: Bf16GemmConfig) -> bool:
 
 def tile_cycles(config: Bf16GemmConfig, k: int) -> float:
     """Estimated cycles of one tile over K (split-K: one CTA's range of it): k-blocks x the larger of its MMA and
-    stream times, plus its epilogue (split-K: the cluster's reduction)."""
+    stream times, plus its epilogue (split-K: the cluster's reduction). Ping-pong: the k-blocks only (the epilogue
+    runs under the other warpgroup's turn; :func:`pingpong_tail_cycles` is the CTA's last one)."""
+    pingpong = config.schedule == "pingpong"
     atoms = config.k_atoms
     k_blocks = ceil_div(ceil_div(k, BLOCK_K * atoms), config.split_k)
     mma = atoms * 2 * config.block_m * config.block_n * BLOCK_K / TENSOR_FLOP_PER_CLK_PER_SM
     if swizzle64(config):
         mma *= SWIZZLE64_MMA_FACTOR
-    mma += KBLOCK_ISSUE_CLK[config.math_warpgroups]
+    mma += PINGPONG_KBLOCK_ISSUE_CLK if pingpong else KBLOCK_ISSUE_CLK[config.math_warpgroups]
     stream = atoms * (config.block_m + config.block_n) * 128 / STREAM_BYTES_PER_CLK_PER_SM
     if config.split_k > 1:
         epilogue = SPLIT_REDUCE_CLK + config.block_m * config.block_n * 4 / SPLIT_REDUCE_BYTES_PER_CLK
     else:
         epilogue = (config.block_m * config.block_n * config.out_bytes * (2 if config.with_c else 1)
                     / EPILOGUE_BYTES_PER_CLK)
+    if pingpong:
+        return k_blocks * max(mma, stream)
     return k_blocks * max(mma, stream) + epilogue + TILE_FIXED_CLK
+
+
+def pingpong_tail_cycles(config: Bf16GemmConfig) -> float:
+    """A ping-pong CTA's exposed tail: its last tile's epilogue and a tile's first-stage latency (0 otherwise)."""
+    if config.schedule != "pingpong":
+        return 0.0
+    return (config.block_m * config.block_n * config.out_bytes * (2 if config.with_c else 1) / EPILOGUE_BYTES_PER_CLK
+            + TILE_FIXED_CLK)
 
 
 def split_reduce_cycles(config: Bf16GemmConfig) -> float:
@@ -157,7 +185,7 @@ def estimate(config: Bf16GemmConfig, m: int, k: int, groups: int, num_sms: int) 
         units *= groups
     slots = resident_clusters(config.cluster, num_sms)
     waves = max(ceil_div(units, slots), 1)
-    compute = waves * tile_cycles(config, k)
+    compute = waves * tile_cycles(config, k) + pingpong_tail_cycles(config)
     per_group = config.layout in (LAYOUT_MASKED, LAYOUT_K_GROUPED)  # every group has its own rows of D
     rows = ceil_div(m, 64) * 64 * (groups if per_group else 1)  # rows of D (and of A, but K-grouped)
     a_bytes = rows * k * 2  # K-grouped: each group's M x k_g
@@ -175,7 +203,12 @@ def estimate(config: Bf16GemmConfig, m: int, k: int, groups: int, num_sms: int) 
 
 def _better(a: Estimate, b: Estimate, num_sms: int) -> bool:
     """Whether `a` beats `b`: fewer cycles; within 1% (a memory floor both reach), more SMs busy per wave (a margin against
-    the per-SM stream rate the model guesses), then larger tiles, then no cluster."""
+    the per-SM stream rate the model guesses), then larger tiles, then no cluster. A ping-pong tile against a
+    cooperative one: only by PINGPONG_MARGIN fewer cycles."""
+    if a.config.schedule != b.config.schedule:
+        if a.config.schedule == "pingpong":
+            return a.cycles < b.cycles * (1 - PINGPONG_MARGIN)
+        return not b.cycles < a.cycles * (1 - PINGPONG_MARGIN)
     if a.cycles < b.cycles * 0.99:
         return True
     if a.cycles > b.cycles * 1.01:
@@ -196,8 +229,9 @@ def _better(a: Estimate, b: Estimate, num_sms: int) -> bool:
 
 
 def candidates(kind: str, m: int, n: int, k: int, groups: int, num_sms: int, major_a: str, major_b: str,
-               out_dtype: str, with_c: bool, alignment: int = CONTIGUOUS_ALIGNMENT) -> list[Bf16GemmConfig]:
-    """Every config the heuristic weighs for the problem (see :func:`choose`)."""
+               out_dtype: str, with_c: bool, alignment: int = CONTIGUOUS_ALIGNMENT,
+               pingpong: bool = False) -> list[Bf16GemmConfig]:
+    """Every config the heuristic weighs for the problem (see :func:`choose`); ping-pong tiles too with `pingpong`."""
     layout = KIND_LAYOUTS[kind]
     if layout == LAYOUT_CONTIGUOUS_PSUM:
         block_m_options = (128,) if alignment % 128 == 0 else (64,)
@@ -231,6 +265,39 @@ def candidates(kind: str, m: int, n: int, k: int, groups: int, num_sms: int, maj
                     continue  # a combination the kernel does not support (validate says which)
             out += split_candidates(layout, m, n, k, groups, num_sms, bm, bn, k_atoms, major_a, major_b, out_dtype,
                                     with_c)
+    if pingpong:
+        out += pingpong_candidates(layout, m, n, k, num_sms, block_m_options, major_a, major_b, out_dtype, with_c)
+    return out
+
+
+def pingpong_candidates(layout: int, m: int, n: int, k: int, num_sms: int, block_m_options: tuple[int, ...],
+                        major_a: str, major_b: str, out_dtype: str, with_c: bool) -> list[Bf16GemmConfig]:
+    """Ping-pong variants of the layout's tile heights (64 and 128 rows: a whole tile in one warpgroup's
+    registers), each alone or sharing an operand with a pair, where the problem has more than one tile per SM
+    (fewer, and the second warpgroup has nothing to alternate with)."""
+    out = []
+    for bm in (b for b in block_m_options if b in PINGPONG_BLOCK_MS):
+        if layout in (LAYOUT_DENSE, LAYOUT_K_GROUPED, LAYOUT_MASKED) and bm == 128 and m <= 64:
+            continue
+        for bn in block_ns(major_b):
+            if ceil_div(m, bm) * ceil_div(n, bn) <= num_sms:
+                continue
+            stages = stages_for(bm, bn, out_dtype, schedule="pingpong")
+            if stages < MIN_STAGES:
+                continue
+            for pair in (SHARE_NONE, SHARE_A, SHARE_B):
+                if pair != SHARE_NONE and (num_sms < 2 or layout not in (LAYOUT_DENSE, LAYOUT_CONTIGUOUS)):
+                    continue
+                if pair == SHARE_A and (layout != LAYOUT_DENSE or ceil_div(n, bn) < 2):
+                    continue
+                if pair == SHARE_B and ceil_div(m, bm) < 2:
+                    continue
+                try:
+                    out.append(Bf16GemmConfig(n=n, k=0 if layout == LAYOUT_K_GROUPED else k, block_m=bm, block_n=bn,
+                                              stages=stages, major_a=major_a, major_b=major_b, out_dtype=out_dtype,
+                                              with_c=with_c, layout=layout, pair=pair, schedule="pingpong"))
+                except ValueError:
+                    continue  # more accumulators than a warpgroup holds, or another unsupported combination
     return out
 
 
@@ -261,7 +328,7 @@ def split_candidates(layout: int, m: int, n: int, k: int, groups: int, num_sms: 
 
 def choose(kind: str, m: int, n: int, k: int, groups: int = 1, num_sms: int = 132, *, major_a: str = "k",
            major_b: str = "k", out_dtype: str = "bfloat16", with_c: bool = False,
-           alignment: int = CONTIGUOUS_ALIGNMENT) -> Bf16GemmConfig:
+           alignment: int = CONTIGUOUS_ALIGNMENT, pingpong: bool | None = None) -> Bf16GemmConfig:
     """The BF16 GEMM config for one problem.
 
     Args:
@@ -275,6 +342,7 @@ def choose(kind: str, m: int, n: int, k: int, groups: int = 1, num_sms: int = 13
         major_a, major_b: "k" or "mn" (dgx.kernels.bf16_gemm.FORMS names the pairs).
         out_dtype: "bfloat16" or "float32"; with_c: D = C + A.B^T (reduce-add into D).
         alignment: the prefix-sum layout's group alignment (a multiple of 64): it sets the tile height.
+        pingpong: also weigh ping-pong tiles; None (the default) reads DGX_BF16_PINGPONG (off unless set).
 
     Raises ValueError naming what is wrong when the problem has no config.
     """
@@ -283,14 +351,16 @@ def choose(kind: str, m: int, n: int, k: int, groups: int = 1, num_sms: int = 13
     for name, value in (("m", m), ("n", n), ("k", k), ("groups", groups), ("num_sms", num_sms)):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ValueError(f"choose: {name} must be a positive int; got {value!r}")
-    return _choose(kind, m, n, k, groups, num_sms, major_a, major_b, out_dtype, bool(with_c), alignment)
+    pingpong = env.bf16_pingpong() if pingpong is None else bool(pingpong)
+    return _choose(kind, m, n, k, groups, num_sms, major_a, major_b, out_dtype, bool(with_c), alignment, pingpong)
 
 
 @lru_cache(maxsize=4096)
 def _choose(kind: str, m: int, n: int, k: int, groups: int, num_sms: int, major_a: str, major_b: str, out_dtype: str,
-            with_c: bool, alignment: int) -> Bf16GemmConfig:
+            with_c: bool, alignment: int, pingpong: bool = False) -> Bf16GemmConfig:
     best: Estimate | None = None
-    for config in candidates(kind, m, n, k, groups, num_sms, major_a, major_b, out_dtype, with_c, alignment):
+    for config in candidates(kind, m, n, k, groups, num_sms, major_a, major_b, out_dtype, with_c, alignment,
+                             pingpong):
         est = estimate(config, m, k, groups, num_sms)
         if best is None or _better(est, best, num_sms):
             best = est
@@ -300,19 +370,22 @@ def _choose(kind: str, m: int, n: int, k: int, groups: int, num_sms: int, major_
     if env.print_configs():
         c = best.config
         print(f"dgx: bf16 {kind} ({c.form}) M={m} N={n} K={k} groups={groups} SMs={num_sms}: block "
-              f"{c.block_m}x{c.block_n}, {c.stages} stages, pair {c.pair}, split-K {c.split_k}, {best.units} units in "
+              f"{c.block_m}x{c.block_n}, {c.stages} stages, pair {c.pair}, split-K {c.split_k}, {c.schedule}, "
+              f"{best.units} units in "
               f"{best.waves} waves", file=sys.stderr)
     return best.config
 
 
 def warmup_configs(kind: str, n: int, k: int, groups: int = 1, max_m: int = 8192, num_sms: int = 132, *,
                    major_a: str | None = None, major_b: str | None = None, out_dtype: str | None = None,
-                   with_c: bool | None = None, alignment: int = CONTIGUOUS_ALIGNMENT) -> list[Bf16GemmConfig]:
+                   with_c: bool | None = None, alignment: int = CONTIGUOUS_ALIGNMENT,
+                   pingpong: bool | None = None) -> list[Bf16GemmConfig]:
     """Every config :func:`choose` can pick for a (kind, N, K, groups) entry over M = 1..max_m (contiguous: M_sum up
     to groups x max_m in multiples of 128, capped as dgx.enumeration caps it), distinct, in order of first use.
 
     The operand forms default to the kind's usual one: dense and the M-grouped kinds nt with a BF16 D and no C, the
-    K-grouped kind tn (A and B MN-major) with an FP32 D += A.B^T.
+    K-grouped kind tn (A and B MN-major) with an FP32 D += A.B^T. `pingpong` as for :func:`choose` (None: the
+    environment's DGX_BF16_PINGPONG).
     """
     from ..enumeration import CONTIGUOUS_SUM, PSUM, ROWS, m_values
 
@@ -328,9 +401,10 @@ def warmup_configs(kind: str, n: int, k: int, groups: int = 1, max_m: int = 8192
     seen: dict[Bf16GemmConfig, None] = {}
     for m in ms:
         seen.setdefault(choose(kind, m, n, k, groups, num_sms, major_a=major_a, major_b=major_b, out_dtype=out_dtype,
-                               with_c=with_c, alignment=alignment))
+                               with_c=with_c, alignment=alignment, pingpong=pingpong))
     return list(seen)
 
 
 __all__ = ["choose", "warmup_configs", "candidates", "estimate", "tile_cycles", "stages_for", "resident_clusters",
+           "pingpong_candidates", "pingpong_tail_cycles",
            "KIND_LAYOUTS", "CONTIGUOUS_ALIGNMENT"]

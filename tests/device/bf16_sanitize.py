@@ -3,7 +3,8 @@ warpgroups, 256-row tiles (two m64 slices per warpgroup), 2-CTA clusters sharing
 operands with 128- and 64-byte atoms), FP32 D, C added in place, split-K clusters of 2, 4 and 8 summing through
 distributed shared memory (planned for 16 SMs, so each cluster runs several tiles), masked (partial blocks stored
 from registers; split-K),
-contiguous (m_indices with a skipped block, prefix sums, N-major B), K-grouped (an empty group). Each run is checked
+contiguous (m_indices with a skipped block, prefix sums, N-major B), K-grouped (an empty group), the ping-pong
+schedule (dense in every form, masked, K-grouped; planned for 4 SMs, many tiles a CTA). Each run is checked
 against float64 and prints one line; several tiles per CTA (small grids) exercise the ring across tiles.
 
     compute-sanitizer --tool racecheck python tests/device/bf16_sanitize.py
@@ -177,6 +178,62 @@ for j, kg in enumerate(ks):
     ref = c[j].double() + a[start:start + kg].double().T @ b[start:start + kg].double()
     check(f"{cfg.kernel_name} group {j}", d[j], ref, 1e-4)
     start += kg
+
+# Ping-pong: the two math warpgroups alternate whole tiles and take turns at the tensor cores (named barriers), each
+# staging its own output tile. Planned for 4 SMs, so each CTA runs many tiles, odd and even counts, both warpgroups
+# on the shared ring; a K-grouped run whose tiles have different k-block counts; a masked one with partial blocks.
+# (form, M, N, K, block_m, block_n, stages, pair, out, with_c)
+PINGPONG = [
+    ("nt", 300, 520, 384, 64, 128, 4, 2, BF16, False),
+    ("nn", 257, 288, 320, 128, 96, 4, 1, BF16, False),
+    ("tn", 130, 264, 640, 64, 64, 4, 0, F32, True),
+    ("tt", 65, 200, 1000, 128, 64, 3, 0, F32, False),
+]
+dgx.set_num_sms(4)
+for form, m, n, k, bm, bn, stages, pair, out, with_c in PINGPONG:
+    ma, mb = FORMS[form]
+    a, b = operand(m, k, ma), operand(n, k, mb)
+    ref = a.double() @ b.double().T
+    if with_c:
+        d = torch.randn(m, n, device="cuda").to(out)
+        ref = ref + d.double()
+    else:
+        d = torch.full((m, n), float("nan"), device="cuda", dtype=out)
+    cfg = Bf16GemmConfig(n=n, k=k, block_m=bm, block_n=bn, stages=stages, major_a=ma, major_b=mb,
+                         out_dtype="float32" if out == F32 else "bfloat16", with_c=with_c, pair=pair,
+                         schedule="pingpong")
+    bf16.bf16_gemm_nt(a, b, d, c=d if with_c else None, config=cfg)
+    torch.cuda.synchronize()
+    check(cfg.kernel_name, d, ref, 3e-3 if out == BF16 else 1e-4)
+g, m_max, n, k = 3, 200, 256, 320
+a, b = randn(g, m_max, k), randn(g, n, k)
+d = torch.full((g, m_max, n), float("nan"), device="cuda", dtype=BF16)
+counts = [70, 0, 999]
+cfg = Bf16GemmConfig(n=n, k=k, block_m=64, block_n=64, stages=4, layout=LAYOUT_MASKED, schedule="pingpong")
+bf16.m_grouped_bf16_gemm_nt_masked(a, b, d, torch.tensor(counts, device="cuda", dtype=torch.int32), 64, config=cfg)
+torch.cuda.synchronize()
+for j, c in enumerate(counts):
+    rows = min(c, m_max)
+    if rows:
+        check(f"{cfg.kernel_name} group {j}", d[j, :rows], a[j, :rows].double() @ b[j].double().T, 3e-3)
+    if not torch.isnan(d[j, rows:]).all():
+        print(f"FAIL ping-pong masked group {j}: rows past the count written")
+        failures.append("ping-pong masked rows")
+ks = [384, 0, 128, 256]
+m, n = 136, 264
+a, b = randn(sum(ks), m), randn(sum(ks), n)
+d = torch.randn(len(ks), m, n, device="cuda")
+c = d.clone()
+cfg = Bf16GemmConfig(n=n, k=0, block_m=64, block_n=64, stages=4, layout=LAYOUT_K_GROUPED, major_a="mn",
+                     major_b="mn", out_dtype="float32", with_c=True, schedule="pingpong")
+bf16.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks, torch.tensor(ks, device="cuda", dtype=torch.int32), d, config=cfg)
+torch.cuda.synchronize()
+start = 0
+for j, kg in enumerate(ks):
+    ref = c[j].double() + a[start:start + kg].double().T @ b[start:start + kg].double()
+    check(f"{cfg.kernel_name} group {j}", d[j], ref, 1e-4)
+    start += kg
+dgx.set_num_sms(torch.cuda.get_device_properties(0).multi_processor_count)
 
 print(f"{len(failures)} failures: {failures}" if failures else "all ok")
 sys.exit(1 if failures else 0)

@@ -12,8 +12,8 @@ optionally the full opcode histogram and the listing. Static counts: code inside
     python tests/device/sass_kloop.py kernel.cubin dgx_fp8_gemm_nt_wgrad_n2112 [--opcodes] [--list]
     python tests/device/sass_kloop.py kernel.cubin fp8_wgrad_gemm_kernel --contains UTMALDG
 
-Kernels from a dgx config: `--config "GemmConfig(2112, 4096, 128, 104, 5, wgrad=True, defer=True)"` compiles it
-first (NVRTC, no SASS pass) instead of reading a cubin.
+Kernels from a dgx config: `--config "GemmConfig(2112, 4096, 128, 104, 5, wgrad=True, defer=True)"` (or a
+`Bf16GemmConfig(...)`) compiles it first (NVRTC, no SASS pass) instead of reading a cubin.
 """
 
 from __future__ import annotations
@@ -271,9 +271,10 @@ def report(k: Kernel, header: int, body: set[int], latch: set[int], spans: list[
 
 def compile_config(expr: str) -> tuple[bytes, str]:
     from dgx import jit
-    from dgx.kernels import fp8_gemm
+    from dgx.kernels import bf16_gemm, fp8_gemm
 
-    config = eval(expr, {n: getattr(fp8_gemm, n) for n in dir(fp8_gemm) if not n.startswith("_")})
+    names = {n: getattr(m, n) for m in (bf16_gemm, fp8_gemm) for n in dir(m) if not n.startswith("_")}
+    config = eval(expr, names)
     src = config.render()
     cubin, _ = jit.build_cubin(src, "sm_90a", jit.SassPassSettings(False))
     return cubin, src.name
@@ -283,7 +284,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("cubin", nargs="?", help="a cubin file (omit with --config)")
     ap.add_argument("kernel", nargs="?", default="", help="kernel name or a unique part of it")
-    ap.add_argument("--config", help="a dgx GemmConfig(...) expression to compile instead of reading a cubin")
+    ap.add_argument("--config", help="a dgx GemmConfig(...) or Bf16GemmConfig(...) expression to compile instead of "
+                    "reading a cubin")
     ap.add_argument("--contains", default=r"^(QGMMA|HGMMA)", help="regex on opcodes the loop must contain")
     ap.add_argument("--mma-per-kblock", type=int, default=4, help="MMA instructions per k-block (256-row: 8)")
     ap.add_argument("--no-nested", action="store_true", help="leave out loops nested in the chosen one")
