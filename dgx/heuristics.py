@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import lru_cache, wraps
 
 from . import env
 from .intmath import ceil_div
@@ -26,6 +26,7 @@ from .kernels.fp8_gemm import (
     SHARE_NONE,
     SMEM_LIMIT,
     GemmConfig,
+    runtime_n_allowed,
     scale_split_compiled_in,
     smem_bytes,
     validate_blocks,
@@ -230,6 +231,23 @@ def dense_options(m: int, n: int, k: int, num_sms: int):
         yield with_streamed_b(with_stage_rounds(with_deferred_promotion(config, units, num_sms)), m), units
 
 
+def _offers_runtime_n(choose):
+    """Wraps a cached choose_* function: under DGX_GEMM_RUNTIME_N its config takes N at run time
+    (GemmConfig.runtime_n; BF16 outputs without head splits or fused epilogues). Applied after the cache, so the
+    variable is read on every call."""
+
+    @wraps(choose)
+    def choose_with_option(*args, **kwargs) -> Choice:
+        choice = choose(*args, **kwargs)
+        if runtime_n_allowed(choice.config) and env.gemm_runtime_n():
+            return replace(choice, config=replace(choice.config, runtime_n=True))
+        return choice
+
+    choose_with_option.cache_clear = choose.cache_clear
+    return choose_with_option
+
+
+@_offers_runtime_n
 @lru_cache(maxsize=4096)
 def choose_dense(m: int, n: int, k: int, num_sms: int) -> Choice:
     """The dense FP8 GEMM config for an M x N x K problem on `num_sms` SMs."""
@@ -291,6 +309,7 @@ def _better(a: Choice, b: Choice) -> bool:
 CONTIGUOUS_ALIGNMENT = 128
 
 
+@_offers_runtime_n
 @lru_cache(maxsize=4096)
 def choose_grouped(layout: int, m: int, n: int, k: int, groups: int, num_sms: int) -> Choice:
     """The config of a grouped FP8 GEMM (Layout.CONTIGUOUS or Layout.MASKED).
@@ -392,6 +411,7 @@ def psum_config(m: int, n: int, k: int, groups: int, num_sms: int, alignment: in
     return choose_contiguous_psum(m, n, k, groups, num_sms, alignment).config
 
 
+@_offers_runtime_n
 @lru_cache(maxsize=4096)
 def choose_contiguous_psum(m: int, n: int, k: int, groups: int, num_sms: int,
                            alignment: int = CONTIGUOUS_ALIGNMENT) -> Choice:
@@ -459,7 +479,7 @@ def choose_skip_head_mid(m: int, n: int, k: int, head_splits: tuple[int, int, in
     with its output columns remapped); else the heuristic's best among the tiles whose spans do."""
     config = choose_dense(m, n, k, num_sms).config
     if not validate_head_splits(head_splits, n, config.block_n):
-        return replace(config, head_splits=head_splits)
+        return replace(config, head_splits=head_splits, runtime_n=False)  # (head splits need N compiled in)
     fitting = choose_dense_fitting(m, n, k, num_sms, lambda c: not validate_head_splits(head_splits, n, c.block_n),
                                    f"fp8_gemm_nt_skip_head_mid M={m} N={n} K={k} head_splits={head_splits}")
     return replace(fitting.config, head_splits=head_splits)

@@ -505,11 +505,11 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, const Fp8Gem
         const int n_start = tile.n_block * T::kBlockN;
         const int num_kb = Scheduler::kLayout == kLayoutKGrouped ? tile.num_kb : T::kTileKBlocks;
         // The tile's columns below `boundary` use B-scale block sfb_row0, the rest sfb_row1.
-        const auto [sfb_row0, sfb_row1] = T::sfb_rows(n_start);
+        const auto [sfb_row0, sfb_row1] = T::sfb_rows(n_start, scheduler.shape_n());
         const int boundary = (sfb_row0 + 1) * 128 - n_start;
         // (Split-K: from the tile's first k-block on.)
-        const float* sfb0 = sfb + T::sfb_index(tile.group, sfb_row0) + (T::kSplit > 1 ? tile.kb0 : 0);
-        const float* sfb1 = sfb + T::sfb_index(tile.group, sfb_row1) + (T::kSplit > 1 ? tile.kb0 : 0);
+        const float* sfb0 = sfb + T::sfb_index(tile.group, sfb_row0, scheduler.shape_n()) + (T::kSplit > 1 ? tile.kb0 : 0);
+        const float* sfb1 = sfb + T::sfb_index(tile.group, sfb_row1, scheduler.shape_n()) + (T::kSplit > 1 ? tile.kb0 : 0);
         // B scales in the stage: where k-block 0's lie in their 16-byte boxes.
         const uint32_t sfb_spot_lo = static_cast<uint32_t>(reinterpret_cast<uint64_t>(sfb0)) / 4;
         const uint32_t sfb_spot_hi = static_cast<uint32_t>(reinterpret_cast<uint64_t>(sfb1)) / 4;
@@ -523,13 +523,14 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, const Fp8Gem
             .run();
         if constexpr (T::kSplit > 1)
             reduce_split_tile<T>(tile, n_start, result, MathThread{wg, warp, lane, row_in_wg, col_in_8}, smem_d,
-                                 tile_bars, scheduler.rank, tiles++, d_ptr, ld_d, params.accumulate != 0);
+                                 tile_bars, scheduler.rank, tiles++, d_ptr, ld_d, params.accumulate != 0,
+                                 scheduler.shape_n());
         else if constexpr (T::Epi::kFused)
             T::Epi::template store<T, Scheduler>(tile, n_start, result, MathThread{wg, warp, lane, row_in_wg, col_in_8},
                                                  smem_d, params);
         else
             store_tile<T, Scheduler>(tile, n_start, result, MathThread{wg, warp, lane, row_in_wg, col_in_8}, smem_d,
-                                     params.tmap_d, d_ptr, ld_d, tile_bars, tiles++);
+                                     params.tmap_d, d_ptr, ld_d, tile_bars, tiles++, scheduler.shape_n());
     }
     if constexpr (!T::kStoreByProducer)
         if (threadIdx.x % 128 == 0) tma_store_wait_all();

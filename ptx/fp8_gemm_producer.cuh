@@ -48,7 +48,8 @@ DGX_DEVICE void sfa_times_sfb(Scheduler& scheduler, const Fp8GemmSmem& smem, uin
     uint32_t phase = 0;
     Tile tile;
     while (scheduler.next_tile(tile)) {
-        const float* sfb_tile = sfb + T::sfb_index(tile.group, T::sfb_rows(tile.n_block * T::kBlockN).lo);
+        const int n = scheduler.shape_n();
+        const float* sfb_tile = sfb + T::sfb_index(tile.group, T::sfb_rows(tile.n_block * T::kBlockN, n).lo, n);
         // This lane's rows: 4 from `first` in each run of 128. 16-byte aligned: the scales' base and row stride
         // are (TMA layout), and tiles start at multiples of 128 rows.
         const int first = tile.sfa_row + static_cast<int>(lane) * 4;
@@ -171,6 +172,7 @@ DGX_DEVICE void fp8_gemm_producer(const Fp8GemmSmem& smem, const Params& params,
     Tile tile;
     if constexpr (T::kNumMathWG == 2) setmaxnreg_dec<T::kProducerRegs>();
     Scheduler scheduler(params.m, params.grouped_layout, params.num_groups);
+    if constexpr (T::kRuntimeN) scheduler.runtime_n = params.n;
     if (warp == T::kProducerWarp && elect_one()) {
         uint32_t it = 0;  // k-blocks loaded so far
         const uint64_t b_policy = T::kStreamB ? l2_evict_first_policy() : 0;
@@ -190,9 +192,9 @@ DGX_DEVICE void fp8_gemm_producer(const Fp8GemmSmem& smem, const Params& params,
             // how far on lies the row of the block the tile ends in (0 when both are one).
             int sfb_lo = 0, sfb_hi_offset = 0;
             if constexpr (T::kSfbInStage) {
-                const auto [row0, row1] = T::sfb_rows(tile.n_block * T::kBlockN);
+                const auto [row0, row1] = T::sfb_rows(tile.n_block * T::kBlockN, scheduler.shape_n());
                 const int lead = static_cast<int>(reinterpret_cast<uint64_t>(sfb) % 16 / 4);
-                sfb_lo = lead + T::sfb_index(tile.group, row0) + (T::kSplit > 1 ? tile.kb0 : 0);
+                sfb_lo = lead + T::sfb_index(tile.group, row0, scheduler.shape_n()) + (T::kSplit > 1 ? tile.kb0 : 0);
                 sfb_hi_offset = (row1 - row0) * T::kNumKBlocks;
             }
             for (int kb = 0; kb < num_kb; ++kb, ++it) {

@@ -23,7 +23,8 @@ template <int kN_, int kK_, int kBlockM_, int kBlockN_, int kNumStages_, int kGr
 struct Fp8GemmTraits {
     using Epi = Epi_;  // the epilogue: NoFusedEpilogue, or a fused one (fp8_gemm_fused.cuh)
     // ---- The problem and the tile.
-    static constexpr int kN = kN_;
+    static constexpr int kN = kN_;  // 0: N comes at run time (the parameter `n`; GemmConfig.runtime_n)
+    static constexpr bool kRuntimeN = kN_ == 0;
     static constexpr int kK = kK_;  // 0 for the K-grouped layout (each group's K comes at run time)
     static constexpr int kBlockM = kBlockM_;
     static constexpr int kBlockN = kBlockN_;
@@ -79,7 +80,8 @@ struct Fp8GemmTraits {
     static constexpr int kHalfRowsB = kPair == kPairM && !kWholeB ? kBlockN / 2 : kBlockN;
 
     // ---- B-scale blocks (128 columns each; the weight gradient has a scale per column instead).
-    static constexpr int kNumSfbRows = (kN + 127) / 128;
+    static constexpr int kNumSfbRows = (kN + 127) / 128;  // (kRuntimeN: num_sfb_rows(n))
+    static DGX_DEVICE int num_sfb_rows(int n) { return kRuntimeN ? (n + 127) / 128 : kNumSfbRows; }
     // A tile spans one 128-column block, or at most two (validate_blocks allows no wider split).
     static constexpr bool kSingleSfb = 128 % kBlockN == 0;
     // Tiles start at multiples of BLOCK_N, so the worst offset inside a 128 block is 128 - gcd(BLOCK_N, 128).
@@ -88,12 +90,15 @@ struct Fp8GemmTraits {
         int lo, hi;
     };
     // The B-scale rows of the first and the last column of the tile starting at column n_start; clamped, as
-    // a pair's second tile may lie past N (nothing of it is stored).
-    static DGX_DEVICE SfbRows sfb_rows(int n_start) {
-        return {min(n_start / 128, kNumSfbRows - 1), min((n_start + kBlockN - 1) / 128, kNumSfbRows - 1)};
+    // a pair's second tile may lie past N (nothing of it is stored). `n`: N (read only with kRuntimeN).
+    static DGX_DEVICE SfbRows sfb_rows(int n_start, int n = kN) {
+        const int rows = num_sfb_rows(n);
+        return {min(n_start / 128, rows - 1), min((n_start + kBlockN - 1) / 128, rows - 1)};
     }
     // Index of k-block 0's B scale of block `row` of group `group` (scales laid out [groups, rows, k-blocks]).
-    static DGX_DEVICE int sfb_index(int group, int row) { return (group * kNumSfbRows + row) * kNumKBlocks; }
+    static DGX_DEVICE int sfb_index(int group, int row, int n = kN) {
+        return (group * num_sfb_rows(n) + row) * kNumKBlocks;
+    }
 
     // ---- Feature flags. Each one is a measured trade-off; docs/PERFLOG.md has the numbers.
     // Deferred promotion: a k-block is promoted after the next k-block's MMAs are issued, into a second

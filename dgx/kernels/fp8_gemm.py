@@ -52,6 +52,10 @@ INTERFACE = KernelInterface(
 )
 # The fused-epilogue kernels' struct (ptx/fp8_gemm_fused.cuh): the same members, then the epilogue's.
 FUSED_INTERFACE = KernelInterface("Fp8GemmFusedParams", INTERFACE.params + FUSED_PARAMS)
+# Kernels that take N at run time (GemmConfig.runtime_n) have one more member, last, so that every other member
+# keeps its offset: `n`, the columns of D (per group).
+RUNTIME_N_PARAM = Param("n", "int")
+INTERFACE_RUNTIME_N = KernelInterface(INTERFACE.struct_name, INTERFACE.params + (RUNTIME_N_PARAM,))
 SMEM_LIMIT = 232448  # bytes of shared memory one block may use on Hopper (227 KB)
 BARRIER_BYTES = 16  # full + empty mbarrier per stage
 TILE_BARRIER_BYTES = 16  # split-K: partials published / read; weight gradient: tile staged / read by its stores
@@ -88,6 +92,11 @@ class GemmConfig:
     head_splits: tuple[int, int, int] | None = None
     # A fused epilogue (dgx.kernels.fp8_epilogue): FP8 output with its scales, SwiGLU, row weights, alpha.
     epilogue: Epilogue | None = None
+    # N as a kernel parameter instead of a compile-time constant: one kernel serves every N of this config (K and
+    # the tile stay compiled in, so the k-loop is the same code). BF16 outputs without head splits, fused
+    # epilogues or the batched layout only. False keeps N compiled in, and the kernels exactly as they were; `n`
+    # still says the problem's N to the host side (grid, tensor maps, the parameter).
+    runtime_n: bool = False
 
     def __post_init__(self) -> None:
         # Plain ints (an enum member given here renders and hashes like its value).
@@ -116,6 +125,9 @@ class GemmConfig:
         if self.epilogue is not None:
             problems = problems or validate_epilogue(self.epilogue, self.n, self.block_m, self.block_n, self.layout,
                                                      self.wgrad, self.split_k, self.head_splits)
+        if self.runtime_n and not runtime_n_allowed(self):
+            problems = problems or ("N comes at run time for BF16 outputs without head splits, fused epilogues or "
+                                    "the batched layout only (runtime_n False)")
         if problems:
             raise ValueError(f"invalid GEMM config {self}: {problems}")
         if self.smem_bytes > SMEM_LIMIT:
@@ -123,8 +135,16 @@ class GemmConfig:
 
     @property
     def interface(self) -> KernelInterface:
-        """The kernel's parameter struct (the same for every FP8 GEMM config without a fused epilogue)."""
+        """The kernel's parameter struct: INTERFACE (FUSED_INTERFACE with a fused epilogue); a run-time N adds one
+        member, last, so that every other member keeps its offset (INTERFACE_RUNTIME_N)."""
+        if self.runtime_n:
+            return INTERFACE_RUNTIME_N
         return INTERFACE if self.epilogue is None else FUSED_INTERFACE
+
+    @property
+    def compiled_n(self) -> int:
+        """The N compiled into the kernel: `n`, or 0 where N comes at run time."""
+        return 0 if self.runtime_n else self.n
 
     @property
     def cluster(self) -> int:
@@ -209,7 +229,8 @@ class GemmConfig:
         prefix = "dgx_fp8_gemm_nt" if self.layout == LAYOUT_DENSE else f"dgx_fp8_gemm_nt_{LAYOUT_NAMES[self.layout]}"
         if self.wgrad and self.layout == LAYOUT_DENSE:
             prefix += "_wgrad"
-        name = f"{prefix}_n{self.n}_k{self.k}_bm{self.block_m}_bn{self.block_n}_s{self.stages}_g{self.group_n}_p{self.pair}"
+        shape_n = "nrt" if self.runtime_n else f"n{self.n}"
+        name = f"{prefix}_{shape_n}_k{self.k}_bm{self.block_m}_bn{self.block_n}_s{self.stages}_g{self.group_n}_p{self.pair}"
         if self.split_k > 1:
             name += f"_sk{self.split_k}"
         if self.stream_b:
@@ -236,14 +257,15 @@ class GemmConfig:
         return self.kind.value
 
     def describe(self) -> tuple[tuple[str, str], ...]:
+        optional = {"head_splits": self.head_splits is not None, "epilogue": self.epilogue is not None,
+                    "runtime_n": self.runtime_n}
         return (("family", "fp8_gemm_nt"),) + tuple((f.name, str(getattr(self, f.name))) for f in fields(self)
-                                                    if f.name not in ("head_splits", "epilogue")
-                                                    or getattr(self, f.name) is not None)
+                                                    if optional.get(f.name, True))
 
     def render(self) -> jit.KernelSource:
         # Fp8GemmTraits' template arguments; the kernel body takes the layout first, then the same.
         traits = (
-            f"{self.n}, {self.k}, {self.block_m}, {self.block_n}, {self.stages}, {self.group_n}, {self.d_span}, "
+            f"{self.compiled_n}, {self.k}, {self.block_m}, {self.block_n}, {self.stages}, {self.group_n}, {self.d_span}, "
             f"{self.pair}, {'true' if self.wgrad else 'false'}, {'true' if self.defer else 'false'}, {self.split_k}, "
             f"{'true' if self.stream_b else 'false'}"
         )
@@ -278,6 +300,14 @@ class GemmConfig:
         if self.layout == Layout.BATCHED:  # the einsum's kind names its dimensions
             return f"--shapes FILE with {{\"kind\": \"{self.warmup_kind}\", \"d\": {self.n}, \"r\": {self.k}, \"h\": H}}"
         return f"--shapes FILE with {{\"kind\": \"{self.warmup_kind}\", \"n\": {self.n}, \"k\": {self.k}}}"
+
+
+def runtime_n_allowed(config: GemmConfig) -> bool:
+    """Whether `config` may take N at run time (GemmConfig.runtime_n): BF16 outputs without head splits, fused
+    epilogues or the batched layout (the weight gradient's producer-issued stores, the head remap, the fused
+    epilogues' scale groups and the einsum's 3-D maps keep N compiled in)."""
+    return (not config.wgrad and config.head_splits is None and config.epilogue is None
+            and config.layout != LAYOUT_BATCHED)
 
 
 def d_span_bytes(block_n: int, elem_bytes: int = 2) -> int:

@@ -76,7 +76,9 @@ def pack_operands(config: GemmConfig, ops: Operands) -> runtime.ParamPack:
             # needs a valid CUtensorMap, and the A-scale map is one.
             tmap_sfb = tmap_sfa
     passed = _PASSED if epilogue is not None else _PASSED_PLAIN
+    extra = {"n": n} if config.runtime_n else {}  # INTERFACE_RUNTIME_N's last member
     return config.interface.pack(
+        **extra,
         tmap_a=tmap_a,
         tmap_b=tmap_b,
         tmap_d=tmap_d,
