@@ -38,6 +38,8 @@ VARIABLES: tuple[EnvVar, ...] = (
     EnvVar("DGX_PRINT_CONFIGS", "0", "1: print the kernel config the heuristic picks for each new shape."),
     EnvVar("DGX_GEMM_RUNTIME_N", "0", "1: FP8 GEMM kernels take N at run time, one kernel for every N of a config "
            "(fewer kernels to build and warm; each config's code timed against N compiled in by tests/device/warmup_ab.py)."),
+    EnvVar("DGX_GEMM_RUNTIME_K", "0", "1: FP8 GEMM kernels whose k-loop needs no compile-time k-block count take K at "
+           "run time too, one kernel for every K of a config (timed against K compiled in by tests/device/warmup_ab.py)."),
     EnvVar("DGX_NUM_SMS", "", f"Use this many SMs (default: all of the device's; at most {MAX_NUM_SMS})."),
     EnvVar("DGX_BF16_PINGPONG", "0", "1: the BF16 GEMM heuristic also weighs ping-pong tiles (each math warpgroup its own tiles, epilogues under the other's MMAs); off until measured on a device."),
     EnvVar("DGX_AS_DEEP_GEMM", "0", "1: `import deep_gemm` gets dgx.deep_gemm in every process of this environment (the startup hook dgx installs)."),
@@ -54,6 +56,7 @@ FLAGS = (
     "DGX_BF16_PINGPONG",
     "DGX_AS_DEEP_GEMM",
     "DGX_GEMM_RUNTIME_N",
+    "DGX_GEMM_RUNTIME_K",
 )
 
 
@@ -183,6 +186,11 @@ def bf16_pingpong() -> bool:
 def gemm_runtime_n() -> bool:
     """Whether the FP8 GEMM heuristics pick kernels that take N at run time (GemmConfig.runtime_n)."""
     return _flag("DGX_GEMM_RUNTIME_N")
+
+
+def gemm_runtime_k() -> bool:
+    """Whether the FP8 GEMM heuristics pick kernels that take K at run time where they can (GemmConfig.runtime_k)."""
+    return _flag("DGX_GEMM_RUNTIME_K")
 
 
 def num_sms_override() -> int | None:

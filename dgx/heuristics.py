@@ -26,6 +26,7 @@ from .kernels.fp8_gemm import (
     SHARE_NONE,
     SMEM_LIMIT,
     GemmConfig,
+    runtime_k_allowed,
     runtime_n_allowed,
     scale_split_compiled_in,
     smem_bytes,
@@ -233,18 +234,28 @@ def dense_options(m: int, n: int, k: int, num_sms: int):
 
 def _offers_runtime_n(choose):
     """Wraps a cached choose_* function: under DGX_GEMM_RUNTIME_N its config takes N at run time
-    (GemmConfig.runtime_n; BF16 outputs without head splits or fused epilogues). Applied after the cache, so the
-    variable is read on every call."""
+    (GemmConfig.runtime_n; BF16 outputs without head splits or fused epilogues), under DGX_GEMM_RUNTIME_K K too
+    where its k-loop needs no compile-time k-block count (GemmConfig.runtime_k). Applied after the cache, so the
+    variables are read on every call."""
 
     @wraps(choose)
     def choose_with_option(*args, **kwargs) -> Choice:
         choice = choose(*args, **kwargs)
-        if runtime_n_allowed(choice.config) and env.gemm_runtime_n():
-            return replace(choice, config=replace(choice.config, runtime_n=True))
-        return choice
+        config = with_runtime_shape(choice.config)
+        return choice if config is choice.config else replace(choice, config=config)
 
     choose_with_option.cache_clear = choose.cache_clear
     return choose_with_option
+
+
+def with_runtime_shape(config: GemmConfig) -> GemmConfig:
+    """`config` with N and K at run time as DGX_GEMM_RUNTIME_N and DGX_GEMM_RUNTIME_K ask, where it allows them
+    (unchanged with neither set)."""
+    runtime_n = env.gemm_runtime_n() and runtime_n_allowed(config)
+    runtime_k = env.gemm_runtime_k() and runtime_k_allowed(config)
+    if runtime_n == config.runtime_n and runtime_k == config.runtime_k:
+        return config
+    return replace(config, runtime_n=runtime_n or config.runtime_n, runtime_k=runtime_k or config.runtime_k)
 
 
 @_offers_runtime_n
@@ -479,7 +490,7 @@ def choose_skip_head_mid(m: int, n: int, k: int, head_splits: tuple[int, int, in
     with its output columns remapped); else the heuristic's best among the tiles whose spans do."""
     config = choose_dense(m, n, k, num_sms).config
     if not validate_head_splits(head_splits, n, config.block_n):
-        return replace(config, head_splits=head_splits, runtime_n=False)  # (head splits need N compiled in)
+        return replace(config, head_splits=head_splits, runtime_n=False, runtime_k=False)  # (N, K compiled in)
     fitting = choose_dense_fitting(m, n, k, num_sms, lambda c: not validate_head_splits(head_splits, n, c.block_n),
                                    f"fp8_gemm_nt_skip_head_mid M={m} N={n} K={k} head_splits={head_splits}")
     return replace(fitting.config, head_splits=head_splits)

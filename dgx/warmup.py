@@ -356,8 +356,9 @@ def _entry_fields(spec) -> dict[str, Any]:
 def plan_record_key(entries: Iterable[ShapeSpec | MqaSpec], *, max_m: int = DEFAULT_MAX_M,
                     num_sms: int = DEFAULT_NUM_SMS, arch: str = DEFAULT_ARCH) -> str:
     """The key of the plan record of these arguments (:mod:`dgx.plan_record`), and of the settings that change the
-    heuristics' picks (DGX_GEMM_RUNTIME_N)."""
-    options = {"gemm_runtime_n": True} if env.gemm_runtime_n() else None
+    heuristics' picks (DGX_GEMM_RUNTIME_N, DGX_GEMM_RUNTIME_K)."""
+    options = {name: True for name, on in (("gemm_runtime_n", env.gemm_runtime_n()),
+                                           ("gemm_runtime_k", env.gemm_runtime_k())) if on} or None
     return plan_record.record_key([_entry_fields(s) for s in entries], max_m=max_m, num_sms=num_sms, arch=arch,
                                   options=options)
 

@@ -50,6 +50,8 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const Params& params) {
     static_assert(!T::kHeadSplits || kLayout == kLayoutDense, "head splits are for the dense layout");
     static_assert(kLayout != kLayoutBatched || (kPair == kPairNone && !kWgrad && !T::kHeadSplits),
                   "the batched layout's 3-D maps of A and D are loaded and stored whole by each CTA, in BF16");
+    static_assert(!T::kRuntimeK || (!T::kHeadSplits && !Epi::kFused && kLayout != kLayoutBatched && kSplit == 1),
+                  "K comes at run time for the BF16 GEMMs without head splits, fused epilogues or split-K only");
     static_assert(!T::kRuntimeN || (!T::kHeadSplits && !kWgrad && !Epi::kFused && kLayout != kLayoutBatched),
                   "N comes at run time for the BF16 GEMMs without head splits (whole heads) or fused epilogues only");
 
@@ -104,6 +106,7 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const Params& params) {
         if constexpr (T::kNumMathWG == 2) setmaxnreg_inc<T::kMathRegs>();
         Scheduler scheduler(params.m, params.grouped_layout, params.num_groups);
         if constexpr (T::kRuntimeN) scheduler.runtime_n = params.n;
+        if constexpr (T::kRuntimeK) scheduler.runtime_k_blocks = (params.k + T::kBlockK - 1) / T::kBlockK;
         fp8_gemm_math<T, Scheduler>(scheduler, buffers, params, warp, lane);
     }
     // No CTA may leave while its peer can still multicast into it, arrive on its barriers or read its partial.

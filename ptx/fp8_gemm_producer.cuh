@@ -173,6 +173,7 @@ DGX_DEVICE void fp8_gemm_producer(const Fp8GemmSmem& smem, const Params& params,
     if constexpr (T::kNumMathWG == 2) setmaxnreg_dec<T::kProducerRegs>();
     Scheduler scheduler(params.m, params.grouped_layout, params.num_groups);
     if constexpr (T::kRuntimeN) scheduler.runtime_n = params.n;
+    if constexpr (T::kRuntimeK) scheduler.runtime_k_blocks = (params.k + T::kBlockK - 1) / T::kBlockK;
     if (warp == T::kProducerWarp && elect_one()) {
         uint32_t it = 0;  // k-blocks loaded so far
         const uint64_t b_policy = T::kStreamB ? l2_evict_first_policy() : 0;
@@ -183,7 +184,7 @@ DGX_DEVICE void fp8_gemm_producer(const Fp8GemmSmem& smem, const Params& params,
                 return TileStores<T>{};
         }();
         while (scheduler.next_tile(tile)) {
-            const int num_kb = kKGrouped ? tile.num_kb : T::kTileKBlocks;
+            const int num_kb = kKGrouped || T::kRuntimeK ? tile.num_kb : T::kTileKBlocks;
             const TensorMap* map_a = kKGrouped ? group_maps + 2 * tile.group : &tmap_a;
             const TensorMap* map_b = kKGrouped ? group_maps + 2 * tile.group + 1 : &tmap_b;
             const int k_first = kKGrouped ? 0 : tile.kb0;  // K restarts at 0 in each group's maps
@@ -194,8 +195,9 @@ DGX_DEVICE void fp8_gemm_producer(const Fp8GemmSmem& smem, const Params& params,
             if constexpr (T::kSfbInStage) {
                 const auto [row0, row1] = T::sfb_rows(tile.n_block * T::kBlockN, scheduler.shape_n());
                 const int lead = static_cast<int>(reinterpret_cast<uint64_t>(sfb) % 16 / 4);
-                sfb_lo = lead + T::sfb_index(tile.group, row0, scheduler.shape_n()) + (T::kSplit > 1 ? tile.kb0 : 0);
-                sfb_hi_offset = (row1 - row0) * T::kNumKBlocks;
+                sfb_lo = lead + T::sfb_index(tile.group, row0, scheduler.shape_n(), scheduler.num_k_blocks()) +
+                         (T::kSplit > 1 ? tile.kb0 : 0);
+                sfb_hi_offset = (row1 - row0) * (T::kRuntimeK ? scheduler.num_k_blocks() : T::kNumKBlocks);
             }
             for (int kb = 0; kb < num_kb; ++kb, ++it) {
                 const uint32_t s = it % T::kNumStages;

@@ -26,6 +26,10 @@ struct Fp8GemmTraits {
     static constexpr int kN = kN_;  // 0: N comes at run time (the parameter `n`; GemmConfig.runtime_n)
     static constexpr bool kRuntimeN = kN_ == 0;
     static constexpr int kK = kK_;  // 0 for the K-grouped layout (each group's K comes at run time)
+    // K at run time outside the K-grouped layout (kK 0 and not a weight gradient; the parameter `k`,
+    // GemmConfig.runtime_k): the k-loop takes its trip count from the scheduler (ShapeK), no stage rounds,
+    // straight-line whole loops or split-K, which need the k-block count at compile time.
+    static constexpr bool kRuntimeK = kK_ == 0 && !kWgrad_;
     static constexpr int kBlockM = kBlockM_;
     static constexpr int kBlockN = kBlockN_;
     static constexpr int kBlockK = 128;  // one promotion (one scale) per 128 of K
@@ -96,8 +100,9 @@ struct Fp8GemmTraits {
         return {min(n_start / 128, rows - 1), min((n_start + kBlockN - 1) / 128, rows - 1)};
     }
     // Index of k-block 0's B scale of block `row` of group `group` (scales laid out [groups, rows, k-blocks]).
-    static DGX_DEVICE int sfb_index(int group, int row, int n = kN) {
-        return (group * num_sfb_rows(n) + row) * kNumKBlocks;
+    // `num_kb`: the k-blocks of K (read only with kRuntimeK).
+    static DGX_DEVICE int sfb_index(int group, int row, int n = kN, int num_kb = kNumKBlocks) {
+        return (group * num_sfb_rows(n) + row) * (kRuntimeK ? num_kb : kNumKBlocks);
     }
 
     // ---- Feature flags. Each one is a measured trade-off; docs/PERFLOG.md has the numbers.
@@ -131,7 +136,7 @@ struct Fp8GemmTraits {
     // K-grouped: a group's K comes at run time.
     static constexpr bool kRounds =
         (kSfbInStage || (kWgrad && !kDefer && kMmaPerWG == 1 && kK > 0 && kBlockN <= 128)) &&
-        kTileKBlocks % kNumStages == 0;
+        kTileKBlocks % kNumStages == 0 && !kRuntimeK;
     // The other plain one-slice weight-gradient tiles up to 128 columns (K-grouped, whose groups' k-blocks come at
     // run time, and dense ones whose k-blocks do not fill whole rounds): the k-loop runs ring k-blocks until the
     // ring reaches stage 0, then stage rounds, then ring k-blocks for the rest (3-5% faster on five of the six

@@ -75,13 +75,31 @@ struct ShapeN<0, kNumNBlocks, kBlockN, kPair> {
     }
 };
 
+// The k-blocks of the problem and of one tile, for the scheduler: constants (static, an empty base) when K is
+// compiled in; with kRuntime the run-time count the kernel sets after construction (no split-K then).
+template <bool kRuntime, int kNumKBlocks, int kTileKBlocks>
+struct ShapeK {
+    DGX_DEVICE static constexpr int num_k_blocks() { return kNumKBlocks; }
+    DGX_DEVICE static constexpr int tile_k_blocks() { return kTileKBlocks; }
+};
+template <int kNumKBlocks, int kTileKBlocks>
+struct ShapeK<true, kNumKBlocks, kTileKBlocks> {
+    int runtime_k_blocks = 0;
+    DGX_DEVICE int num_k_blocks() const { return runtime_k_blocks; }
+    DGX_DEVICE int tile_k_blocks() const { return runtime_k_blocks; }
+};
+
 // kN 0: N comes at run time (ShapeN::runtime_n; kNumNBlocks is then 0 and unused), so one kernel serves every
 // N of its config (dgx.kernels.fp8_gemm GemmConfig.runtime_n); otherwise N and its block counts are constants.
+// kNumKBlocks 0 outside the K-grouped layout: K comes at run time (ShapeK::runtime_k_blocks; GemmConfig.runtime_k).
 template <int kLayout_, int kBlockM, int kBlockN, int kNumNBlocks, int kNumKBlocks, int kGroupN, int kPair, int kN,
           int kSplit = 1>
-struct TileScheduler : ShapeN<kN, kNumNBlocks, kBlockN, kPair> {
+struct TileScheduler : ShapeN<kN, kNumNBlocks, kBlockN, kPair>,
+                       ShapeK<kNumKBlocks == 0 && kLayout_ != kLayoutKGrouped, kNumKBlocks, kNumKBlocks / kSplit> {
     using ShapeN<kN, kNumNBlocks, kBlockN, kPair>::shape_n;
     using ShapeN<kN, kNumNBlocks, kBlockN, kPair>::num_n_units;
+    using ShapeK<kNumKBlocks == 0 && kLayout_ != kLayoutKGrouped, kNumKBlocks, kNumKBlocks / kSplit>::num_k_blocks;
+    using ShapeK<kNumKBlocks == 0 && kLayout_ != kLayoutKGrouped, kNumKBlocks, kNumKBlocks / kSplit>::tile_k_blocks;
     static constexpr int kLayout = kLayout_;  // GemmLayout
     static_assert(kGroupN >= 1, "a raster band holds at least one unit");
     static_assert(kLayout == kLayoutDense || kLayout == kLayoutContiguous || kLayout == kLayoutMasked ||
@@ -162,9 +180,9 @@ struct TileScheduler : ShapeN<kN, kNumNBlocks, kBlockN, kPair> {
             t.b_row = group * shape_n() + t.n_block * kBlockN;
             t.group = group;
             t.sfa_row = m_block * kBlockM;
-            t.sfa_kb0 = group * kNumKBlocks;
+            t.sfa_kb0 = group * num_k_blocks();
             t.kb0 = 0;
-            t.num_kb = kTileKBlocks;
+            t.num_kb = tile_k_blocks();
             return true;
         } else if constexpr (kLayout == kLayoutMasked) {
             for (;;) {
@@ -183,9 +201,9 @@ struct TileScheduler : ShapeN<kN, kNumNBlocks, kBlockN, kPair> {
             t.b_row = group * shape_n() + nu * kBlockN;
             t.group = group;
             t.sfa_row = mu * kBlockM;
-            t.sfa_kb0 = group * kNumKBlocks;
+            t.sfa_kb0 = group * num_k_blocks();
             t.kb0 = kSplit > 1 ? rank * kTileKBlocks : 0;
-            t.num_kb = kTileKBlocks;
+            t.num_kb = tile_k_blocks();
             return true;
         } else if constexpr (kLayout == kLayoutBatched) {
             // Every group has all m rows: unit u is group u / per_group's tile u % per_group. Rows count within the
@@ -227,7 +245,7 @@ struct TileScheduler : ShapeN<kN, kNumNBlocks, kBlockN, kPair> {
             t.group = group;
             t.sfa_kb0 = 0;
             t.kb0 = 0;
-            t.num_kb = kNumKBlocks;
+            t.num_kb = num_k_blocks();
             t.share = true;
             return true;
         } else if constexpr (kLayout == kLayoutKGrouped) {
@@ -287,7 +305,7 @@ struct TileScheduler : ShapeN<kN, kNumNBlocks, kBlockN, kPair> {
                 t.d_row_end = m;
                 t.sfa_kb0 = 0;
                 t.kb0 = kSplit > 1 ? rank * kTileKBlocks : 0;
-                t.num_kb = kTileKBlocks;
+                t.num_kb = tile_k_blocks();
                 t.group = 0;
                 t.share = true;
                 if constexpr (kLayout == kLayoutContiguous) {

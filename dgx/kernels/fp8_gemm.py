@@ -52,10 +52,14 @@ INTERFACE = KernelInterface(
 )
 # The fused-epilogue kernels' struct (ptx/fp8_gemm_fused.cuh): the same members, then the epilogue's.
 FUSED_INTERFACE = KernelInterface("Fp8GemmFusedParams", INTERFACE.params + FUSED_PARAMS)
-# Kernels that take N at run time (GemmConfig.runtime_n) have one more member, last, so that every other member
-# keeps its offset: `n`, the columns of D (per group).
+# Kernels that take N or K at run time (GemmConfig.runtime_n, runtime_k) have one more member each, last, so that
+# every other member keeps its offset: `n`, the columns of D (per group), then `k`, the reduction's length.
 RUNTIME_N_PARAM = Param("n", "int")
+RUNTIME_K_PARAM = Param("k", "int")
 INTERFACE_RUNTIME_N = KernelInterface(INTERFACE.struct_name, INTERFACE.params + (RUNTIME_N_PARAM,))
+INTERFACE_RUNTIME_K = KernelInterface(INTERFACE.struct_name, INTERFACE.params + (RUNTIME_K_PARAM,))
+INTERFACE_RUNTIME_NK = KernelInterface(INTERFACE.struct_name, INTERFACE.params + (RUNTIME_N_PARAM, RUNTIME_K_PARAM))
+WHOLE_LOOP_K_BLOCKS = 56  # Fp8GemmTraits::kWholeLoopKBlocks: narrow deferred tiles up to this run one chunk
 SMEM_LIMIT = 232448  # bytes of shared memory one block may use on Hopper (227 KB)
 BARRIER_BYTES = 16  # full + empty mbarrier per stage
 TILE_BARRIER_BYTES = 16  # split-K: partials published / read; weight gradient: tile staged / read by its stores
@@ -97,6 +101,10 @@ class GemmConfig:
     # epilogues or the batched layout only. False keeps N compiled in, and the kernels exactly as they were; `n`
     # still says the problem's N to the host side (grid, tensor maps, the parameter).
     runtime_n: bool = False
+    # K as a kernel parameter too (the k-loop's trip count from it): one kernel serves every K of this config. For
+    # the configs whose k-loop does not need the k-block count at compile time (runtime_k_allowed: no stage rounds,
+    # no straight-line whole loop, no split-K), with the restrictions of runtime_n. False: the kernels as they were.
+    runtime_k: bool = False
 
     def __post_init__(self) -> None:
         # Plain ints (an enum member given here renders and hashes like its value).
@@ -128,6 +136,10 @@ class GemmConfig:
         if self.runtime_n and not runtime_n_allowed(self):
             problems = problems or ("N comes at run time for BF16 outputs without head splits, fused epilogues or "
                                     "the batched layout only (runtime_n False)")
+        if self.runtime_k and not runtime_k_allowed(self):
+            problems = problems or ("K comes at run time for BF16 outputs without head splits, fused epilogues, the "
+                                    "batched layout or split-K, whose k-loop needs no compile-time k-block count "
+                                    "(runtime_k False)")
         if problems:
             raise ValueError(f"invalid GEMM config {self}: {problems}")
         if self.smem_bytes > SMEM_LIMIT:
@@ -136,15 +148,21 @@ class GemmConfig:
     @property
     def interface(self) -> KernelInterface:
         """The kernel's parameter struct: INTERFACE (FUSED_INTERFACE with a fused epilogue); a run-time N adds one
-        member, last, so that every other member keeps its offset (INTERFACE_RUNTIME_N)."""
-        if self.runtime_n:
-            return INTERFACE_RUNTIME_N
+        member each, last, so that every other member keeps its offset (INTERFACE_RUNTIME_N, _K, _NK)."""
+        if self.runtime_n or self.runtime_k:
+            return {(True, False): INTERFACE_RUNTIME_N, (False, True): INTERFACE_RUNTIME_K,
+                    (True, True): INTERFACE_RUNTIME_NK}[self.runtime_n, self.runtime_k]
         return INTERFACE if self.epilogue is None else FUSED_INTERFACE
 
     @property
     def compiled_n(self) -> int:
         """The N compiled into the kernel: `n`, or 0 where N comes at run time."""
         return 0 if self.runtime_n else self.n
+
+    @property
+    def compiled_k(self) -> int:
+        """The K compiled into the kernel: `k`, or 0 where K comes at run time (or per group: K-grouped)."""
+        return 0 if self.runtime_k else self.k
 
     @property
     def cluster(self) -> int:
@@ -212,13 +230,14 @@ class GemmConfig:
     def stage_rounds(self) -> bool:
         """Whether the k-loop runs in stage rounds (Fp8GemmTraits::kRounds): BF16 one-slice tiles, and plain
         one-slice weight-gradient tiles up to 128 columns with a compile-time K, whose k-blocks fill whole rounds."""
-        return stage_rounds(self.block_m, self.block_n, self.k, self.stages, self.wgrad, self.defer, self.split_k)
+        return stage_rounds(self.block_m, self.block_n, self.compiled_k, self.stages, self.wgrad, self.defer,
+                            self.split_k) and not self.runtime_k
 
     @property
     def sfa_times_sfb(self) -> bool:
         """Whether warps of the producer warpgroup multiply the A scales by the B scale into the stage
         (Fp8GemmTraits::kSfaTimesSfb)."""
-        return sfa_times_sfb(self.block_m, self.block_n, self.k, self.stages, self.wgrad)
+        return sfa_times_sfb(self.block_m, self.block_n, self.compiled_k, self.stages, self.wgrad)
 
     @property
     def smem_bytes(self) -> int:
@@ -230,7 +249,8 @@ class GemmConfig:
         if self.wgrad and self.layout == LAYOUT_DENSE:
             prefix += "_wgrad"
         shape_n = "nrt" if self.runtime_n else f"n{self.n}"
-        name = f"{prefix}_{shape_n}_k{self.k}_bm{self.block_m}_bn{self.block_n}_s{self.stages}_g{self.group_n}_p{self.pair}"
+        shape_k = "krt" if self.runtime_k else f"k{self.k}"
+        name = f"{prefix}_{shape_n}_{shape_k}_bm{self.block_m}_bn{self.block_n}_s{self.stages}_g{self.group_n}_p{self.pair}"
         if self.split_k > 1:
             name += f"_sk{self.split_k}"
         if self.stream_b:
@@ -258,14 +278,14 @@ class GemmConfig:
 
     def describe(self) -> tuple[tuple[str, str], ...]:
         optional = {"head_splits": self.head_splits is not None, "epilogue": self.epilogue is not None,
-                    "runtime_n": self.runtime_n}
+                    "runtime_n": self.runtime_n, "runtime_k": self.runtime_k}
         return (("family", "fp8_gemm_nt"),) + tuple((f.name, str(getattr(self, f.name))) for f in fields(self)
                                                     if optional.get(f.name, True))
 
     def render(self) -> jit.KernelSource:
         # Fp8GemmTraits' template arguments; the kernel body takes the layout first, then the same.
         traits = (
-            f"{self.compiled_n}, {self.k}, {self.block_m}, {self.block_n}, {self.stages}, {self.group_n}, {self.d_span}, "
+            f"{self.compiled_n}, {self.compiled_k}, {self.block_m}, {self.block_n}, {self.stages}, {self.group_n}, {self.d_span}, "
             f"{self.pair}, {'true' if self.wgrad else 'false'}, {'true' if self.defer else 'false'}, {self.split_k}, "
             f"{'true' if self.stream_b else 'false'}"
         )
@@ -308,6 +328,37 @@ def runtime_n_allowed(config: GemmConfig) -> bool:
     epilogues' scale groups and the einsum's 3-D maps keep N compiled in)."""
     return (not config.wgrad and config.head_splits is None and config.epilogue is None
             and config.layout != LAYOUT_BATCHED)
+
+
+def straight_line_k_loop(config: GemmConfig) -> bool:
+    """Whether `config`'s k-loop is one straight-line chunk (Fp8GemmTraits::kDeferChunk: deferred tiles at most 32
+    columns wide with at most WHOLE_LOOP_K_BLOCKS k-blocks per tile), fully unrolled over a compile-time K."""
+    tile_k_blocks = ceil_div(config.k, 128) // config.split_k if config.k > 0 else 0
+    return config.defer and config.block_n <= 32 and 0 < tile_k_blocks <= WHOLE_LOOP_K_BLOCKS
+
+
+def runtime_k_allowed(config: GemmConfig) -> bool:
+    """Whether `config` may take K at run time (GemmConfig.runtime_k): what runtime_n allows, less split-K and the
+    K-grouped layout, and only where the k-loop needs no compile-time k-block count: no stage rounds (nor the lean
+    rounds' products of scales) and no straight-line whole loop. (Such a config keeps its k-loop; with K at run
+    time a deferred tile's tail runs as one-k-block chunks.)"""
+    if not runtime_n_allowed(config) or config.split_k != 1 or config.layout == LAYOUT_K_GROUPED or config.k <= 0:
+        return False
+    k = config.k
+    return not (stage_rounds(config.block_m, config.block_n, k, config.stages, config.wgrad, config.defer,
+                             config.split_k)
+                or sfa_times_sfb(config.block_m, config.block_n, k, config.stages, config.wgrad)
+                or lean_rounds(config.block_m, config.block_n, k, config.stages)
+                or straight_line_k_loop(config))
+
+
+def lean_rounds(block_m: int, block_n: int, k: int, stages: int) -> bool:
+    """Fp8GemmTraits::kLeanRounds: 256x128 tiles over a compile-time K with at most one stage of the last round
+    unused per 32 k-blocks."""
+    if block_m != 256 or block_n != 128 or k <= 0:
+        return False
+    k_blocks = ceil_div(k, 128)
+    return k_blocks >= 32 * ((stages - k_blocks % stages) % stages)
 
 
 def d_span_bytes(block_n: int, elem_bytes: int = 2) -> int:

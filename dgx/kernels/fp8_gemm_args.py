@@ -76,7 +76,11 @@ def pack_operands(config: GemmConfig, ops: Operands) -> runtime.ParamPack:
             # needs a valid CUtensorMap, and the A-scale map is one.
             tmap_sfb = tmap_sfa
     passed = _PASSED if epilogue is not None else _PASSED_PLAIN
-    extra = {"n": n} if config.runtime_n else {}  # INTERFACE_RUNTIME_N's last member
+    extra = {}  # the run-time shape's members, last (INTERFACE_RUNTIME_N / _K / _NK)
+    if config.runtime_n:
+        extra["n"] = n
+    if config.runtime_k:
+        extra["k"] = config.k
     return config.interface.pack(
         **extra,
         tmap_a=tmap_a,

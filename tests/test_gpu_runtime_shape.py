@@ -1,6 +1,7 @@
-"""FP8 GEMM kernels that take N at run time (GemmConfig.runtime_n, DGX_GEMM_RUNTIME_N): the same output, bit for
-bit, as the kernel with N compiled in (same tile, same K, same order of every sum), on dense, masked and contiguous
-layouts, N not a multiple of the tile included; and the dense output against the float64 reference."""
+"""FP8 GEMM kernels that take N, or N and K, at run time (GemmConfig.runtime_n / runtime_k, DGX_GEMM_RUNTIME_N / _K):
+the same output, bit for bit, as the kernel with both compiled in (same tile, same order of every sum), on dense,
+masked and contiguous layouts, N not a multiple of the tile, K of one k-block, of a deferred tile's chunks and a
+tail, and of a ring that does not fill whole stages included; and the outputs against the float64 reference."""
 
 from __future__ import annotations
 
@@ -12,13 +13,20 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
 
 from dgx.torch_utils import per_block_cast_to_fp8, per_token_cast_to_fp8  # noqa: E402
+from dgx.kernels.fp8_gemm import GemmConfig  # noqa: E402
 from gpu_gemm_utils import check_dense, make_dense  # noqa: E402
 
 NUM_SMS = 132
 
 
 def _both(config):
-    return config, dataclasses.replace(config, runtime_n=True)
+    """The config as compiled today, with N at run time, and with N and K at run time where its k-loop allows."""
+    from dgx.kernels.fp8_gemm import runtime_k_allowed
+
+    variants = [config, dataclasses.replace(config, runtime_n=True)]
+    if runtime_k_allowed(config):
+        variants.append(dataclasses.replace(config, runtime_n=True, runtime_k=True))
+    return variants
 
 
 @pytest.mark.parametrize("m, n, k", [(1, 2112, 7168), (64, 576, 7168), (128, 1536, 7168), (300, 4096, 512),
@@ -28,15 +36,42 @@ def test_dense_runtime_n_matches_compiled_n(m, n, k):
     from dgx.heuristics import choose_dense
 
     a, b, a_fp8, b_fp8, _ = make_dense(m, n, k, seed=m + n + k)
-    fixed, runtime = _both(choose_dense(m, n, k, NUM_SMS).config)
+    variants = _both(choose_dense(m, n, k, NUM_SMS).config)
     outs = []
-    for config in (fixed, runtime):
+    for config in variants:
         d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
         dgx.fp8_gemm_nt(a_fp8, b_fp8, d, config=config)
         outs.append(d)
     torch.cuda.synchronize()
-    check_dense(outs[1], a, b, a_fp8, b_fp8)
-    assert torch.equal(outs[0], outs[1]), f"run-time N differs from N compiled in ({runtime.kernel_name})"
+    check_dense(outs[-1], a, b, a_fp8, b_fp8)
+    for config, out in zip(variants[1:], outs[1:]):
+        assert torch.equal(outs[0], out), f"{config.kernel_name} differs from {variants[0].kernel_name}"
+
+
+@pytest.mark.parametrize("m, n, k, config", [
+    (300, 4096, 128, GemmConfig(4096, 128, 128, 128, 5)),  # one k-block
+    (1000, 2112, 640, GemmConfig(2112, 640, 128, 96, 6)),  # 5 k-blocks on a 6-stage ring, a two-block scale split
+    (517, 7168, 7168, GemmConfig(7168, 7168, 128, 128, 5)),  # 56 k-blocks on 5 stages
+    (2048, 4096, 7168, GemmConfig(4096, 7168, 256, 112, 3)),  # two slices, the lean ring
+    (64, 4096, 1152, GemmConfig(4096, 1152, 64, 64, 8, defer=True)),  # deferred: a chunk of 8 and a tail of 1
+    (128, 4096, 16384, GemmConfig(4096, 16384, 64, 64, 8, defer=True)),  # 16 chunks of 8
+    (129, 1000, 2944, GemmConfig(1000, 2944, 128, 64, 8, stream_b=True)),  # 23 k-blocks, N past the tile
+])
+def test_dense_runtime_k_matches_compiled_k(m, n, k, config):
+    import dgx
+
+    a, b, a_fp8, b_fp8, _ = make_dense(m, n, k, seed=m + n + k)
+    variants = [config, dataclasses.replace(config, runtime_k=True),
+                dataclasses.replace(config, runtime_n=True, runtime_k=True)]
+    outs = []
+    for c in variants:
+        d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        dgx.fp8_gemm_nt(a_fp8, b_fp8, d, config=c)
+        outs.append(d)
+    torch.cuda.synchronize()
+    check_dense(outs[2], a, b, a_fp8, b_fp8)
+    for c, out in zip(variants[1:], outs[1:]):
+        assert torch.equal(outs[0], out), f"{c.kernel_name} differs from {config.kernel_name}"
 
 
 def _weights(groups, n, k):
@@ -65,11 +100,12 @@ def test_masked_runtime_n_matches_compiled_n(counts, m_max, n, k):
         dgx.m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m=expected, config=config)
         outs.append(d)
     torch.cuda.synchronize()
-    for g, c in enumerate(counts):
-        rows = min(c, m_max)
-        assert not torch.isnan(outs[1][g, :rows]).any()
-        assert torch.equal(outs[0][g, :rows], outs[1][g, :rows]), f"group {g} differs"
-        assert torch.isnan(outs[1][g, rows:]).all(), f"group {g}: rows past its count written"
+    for out in outs[1:]:
+        for g, c in enumerate(counts):
+            rows = min(c, m_max)
+            assert not torch.isnan(out[g, :rows]).any()
+            assert torch.equal(outs[0][g, :rows], out[g, :rows]), f"group {g} differs"
+            assert torch.isnan(out[g, rows:]).all(), f"group {g}: rows past its count written"
 
 
 @pytest.mark.parametrize("groups, rows_per_group, n, k", [(4, 256, 4096, 7168), (8, 128, 7168, 2048), (3, 384, 576, 512)])
@@ -91,6 +127,7 @@ def test_contiguous_runtime_n_matches_compiled_n(groups, rows_per_group, n, k):
         outs.append(d)
     torch.cuda.synchronize()
     valid = rows - 128
-    assert not torch.isnan(outs[1][:valid]).any()
-    assert torch.equal(outs[0][:valid], outs[1][:valid])
-    assert torch.isnan(outs[1][valid:]).all()
+    for out in outs[1:]:
+        assert not torch.isnan(out[:valid]).any()
+        assert torch.equal(outs[0][:valid], out[:valid])
+        assert torch.isnan(out[valid:]).all()
