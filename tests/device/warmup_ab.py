@@ -1,15 +1,20 @@
-"""Device A/B of DGX_GEMM_RUNTIME_N: every FP8 GEMM kernel the option changes in a preset, with N compiled in (today's
-kernel) against N at run time (GemmConfig.runtime_n), on the same inputs: outputs compared bit for bit (the two differ
-only in where N comes from), then timed with the benchmark's method (1 GiB flush before each call, 5 warm-ups,
-median of 30; docs/METHOD.md), the two alternating over PERF_ROUNDS rounds (default 3).
+"""Device A/B of DGX_GEMM_RUNTIME_N and DGX_GEMM_RUNTIME_K: every FP8 GEMM kernel the options change in a preset, with
+N and K compiled in (today's kernel) against the option's kernel (GemmConfig.runtime_n / runtime_k as the heuristics
+set them under the options), on the same inputs: outputs compared bit for bit (the two differ only in where N and K
+come from), then timed with the benchmark's method (1 GiB flush before each call, 5 warm-ups, median of 30;
+docs/METHOD.md), the two alternating over PERF_ROUNDS rounds (default 3).
 
-    python tests/device/warmup_ab.py --preset deepseek-v3 --json $OUT/warmup_ab.json
+    python tests/device/warmup_ab.py --preset deepseek-v3 --options nk --json $OUT/warmup_ab.json
+
+--options: n (DGX_GEMM_RUNTIME_N alone), k (DGX_GEMM_RUNTIME_K alone) or nk (both: the default, what a warm-up with
+both variables builds).
 
 For each entry of the preset of a kind the option covers (dense, m_grouped_masked, m_grouped_contiguous) every
 distinct config the heuristics pick over the entry's M range (the warm-up's M samples) is run once, at the largest M
 that picked it (masked: that expected M per group, every group full; contiguous: that M_sum in equal groups aligned
 to 128). Prints one line per (entry, config): M, both medians and run-time / compiled; then the geometric mean and
-the worst ratio. Exit status 1 if any output differs. --max-per-entry bounds the configs per entry.
+the worst ratio, over all pairs and per option kernel kind (N only, N and K). Exit status 1 if any output differs.
+--max-per-entry bounds the configs per entry.
 """
 
 from __future__ import annotations
@@ -51,6 +56,23 @@ def configs_with_m(spec, default_max_m: int) -> dict:
     return found
 
 
+def option_config(config, options: str):
+    """`config` as the heuristics return it under the options ("n", "k" or "nk"; dgx.heuristics.with_runtime_shape)."""
+    from dgx import heuristics
+
+    saved = {v: os.environ.get(v) for v in ("DGX_GEMM_RUNTIME_N", "DGX_GEMM_RUNTIME_K")}
+    os.environ["DGX_GEMM_RUNTIME_N"] = "1" if "n" in options else "0"
+    os.environ["DGX_GEMM_RUNTIME_K"] = "1" if "k" in options else "0"
+    try:
+        return heuristics.with_runtime_shape(config)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def make_call(spec, m: int):
     """A function of a config running it on fresh inputs of the entry at M, and the output it writes."""
     import torch
@@ -86,16 +108,34 @@ def main() -> int:
     ap.add_argument("--preset", default="deepseek-v3")
     ap.add_argument("--max-m", type=int, default=8192, help="M range of entries that set none (as dgx warmup)")
     ap.add_argument("--max-per-entry", type=int, default=0, help="at most this many configs per entry (0: all)")
+    ap.add_argument("--options", choices=("n", "k", "nk"), default="nk", help="which run-time shape options to time")
+    ap.add_argument("--shard", default="1/1", help="I/S: run only the I-th of S equal slices of the pairs (1-based)")
+    ap.add_argument("--list", action="store_true", help="only list the (entry, M, kernel) pairs (no GPU needed)")
     ap.add_argument("--json", help="write every row here")
     args = ap.parse_args()
+    for name in ("DGX_GEMM_RUNTIME_N", "DGX_GEMM_RUNTIME_K"):  # the heuristics pick today's kernels
+        os.environ.pop(name, None)
+
+    from dgx import warmup
+
+    if args.list:
+        pairs = [(spec.label, m, config, option_config(config, args.options))
+                 for spec in warmup.load_preset(args.preset) if spec.kind in KINDS
+                 for config, m in sorted(configs_with_m(spec, args.max_m).items(), key=lambda kv: kv[1])]
+        changed = [p for p in pairs if p[3] != p[2]]
+        for label, m, config, runtime in changed:
+            print(f"{label:45s} M {m:6d} {config.kernel_name:60s} -> {runtime.kernel_name}")
+        print(f"{len(changed)} of {len(pairs)} (entry, config) pairs change; "
+              f"{len({p[3].kernel_name for p in changed})} option kernels replace {len({p[2] for p in changed})}")
+        return 0
 
     import torch
 
-    from dgx import warmup
     from gpu_gemm_utils import bench_cold_l2
 
+    shard, shards = (int(x) for x in args.shard.split("/"))
     torch.manual_seed(0)
-    rows, mismatches, seen = [], 0, set()
+    rows, mismatches, seen, index = [], 0, set(), 0
     for spec in warmup.load_preset(args.preset):
         if spec.kind not in KINDS:
             continue
@@ -106,7 +146,12 @@ def main() -> int:
             if (spec.label, config) in seen:
                 continue
             seen.add((spec.label, config))
-            runtime = dataclasses.replace(config, runtime_n=True)
+            runtime = option_config(config, args.options)
+            if runtime == config:
+                continue  # the option leaves this kernel as it is
+            index += 1
+            if (index - 1) % shards != shard - 1:
+                continue
             call, d_fixed = make_call(spec, m)  # the same inputs for both
 
             def fixed_fn(call=call, config=config):
@@ -129,16 +174,23 @@ def main() -> int:
                     times[name].append(bench_cold_l2(fn))
             t_c, t_r = statistics.median(times["compiled"]), statistics.median(times["runtime"])
             row = {"entry": spec.label, "m": m, "kernel": config.kernel_name, "runtime_kernel": runtime.kernel_name,
+                   "runtime_n": runtime.runtime_n, "runtime_k": runtime.runtime_k,
                    "compiled_us": t_c, "runtime_us": t_r,
                    "ratio": t_r / t_c, "identical": same}
             rows.append(row)
             print(f"{spec.label:45s} M {m:6d} {config.kernel_name:60s} {row['compiled_us']:9.2f} {row['runtime_us']:9.2f} "
                   f"{row['ratio']:.3f}{'' if same else '  OUTPUT DIFFERS'}", flush=True)
-    if rows:
-        gm = math.exp(sum(math.log(r["ratio"]) for r in rows) / len(rows))
-        worst = max(rows, key=lambda r: r["ratio"])
-        print(f"{len(rows)} (entry, config) pairs: run-time N / N compiled in, geometric mean {gm:.4f}, worst "
-              f"{worst['ratio']:.3f} ({worst['entry']}, M {worst['m']}, {worst['kernel']}); {mismatches} outputs differ")
+    groups = {"all": rows, "N at run time": [r for r in rows if not r["runtime_k"]],
+              "N and K at run time": [r for r in rows if r["runtime_k"] and r["runtime_n"]],
+              "K at run time": [r for r in rows if r["runtime_k"] and not r["runtime_n"]]}
+    for name, group in groups.items():
+        if group:
+            gm = math.exp(sum(math.log(r["ratio"]) for r in group) / len(group))
+            worst = max(group, key=lambda r: r["ratio"])
+            print(f"{name}: {len(group)} (entry, config) pairs, option / compiled in: geometric mean {gm:.4f}, worst "
+                  f"{worst['ratio']:.3f} ({worst['entry']}, M {worst['m']}, {worst['kernel']}), "
+                  f"{sum(r['ratio'] > 1.02 for r in group)} slower by more than 2%")
+    print(f"{mismatches} outputs differ")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
