@@ -234,7 +234,7 @@ def dense_options(m: int, n: int, k: int, num_sms: int):
 
 def _offers_runtime_n(choose):
     """Wraps a cached choose_* function: under DGX_GEMM_RUNTIME_N its config takes N at run time
-    (GemmConfig.runtime_n; BF16 outputs without head splits or fused epilogues), under DGX_GEMM_RUNTIME_K K too
+    (GemmConfig.runtime_n; not with head splits, fused epilogues or the K-grouped layout), under DGX_GEMM_RUNTIME_K K too
     where its k-loop needs no compile-time k-block count (GemmConfig.runtime_k). Applied after the cache, so the
     variables are read on every call."""
 
@@ -364,6 +364,7 @@ def grouped_options(layout: int, m: int, n: int, k: int, groups: int, num_sms: i
         yield with_stage_rounds(with_deferred_promotion(config, units, num_sms)), units
 
 
+@_offers_runtime_n
 @lru_cache(maxsize=4096)
 def choose_wgrad(m: int, n: int, k: int, num_sms: int, layout: int = Layout.DENSE, groups: int = 1) -> Choice:
     """The config of a weight-gradient GEMM (FP32 D = C + A.B^T, both operands scaled per row): dense, or

@@ -117,16 +117,15 @@ struct TileOut {
 };
 
 // Span `span` of warpgroup `wg`'s slice of the staged weight-gradient tile out to D with TMA: a reduce-add with
-// `accumulate` (D += tile; D holds C), else a store. Spans wholly past the rows to store or past N are skipped.
+// `accumulate` (D += tile; D holds C), else a store. Spans wholly past the rows to store or past N (`n`) are skipped.
 template <typename T>
 DGX_DEVICE void store_span(const TensorMap& tmap_d, const uint8_t* smem_d, const TileOut& out, int wg, int span,
-                           bool accumulate) {
-    static_assert(!T::kRuntimeN, "the weight gradient's stores need N compiled in");
+                           bool accumulate, int n) {
     static_assert(T::kWgrad, "FP32 spans of the weight gradient's staged tile");
     constexpr int kSpanCols = T::kDSpan / 4;
     const int wg_row = out.d_row + wg * T::kWGRows;
     const int col = out.n_start + span * kSpanCols;
-    if (wg_row < out.d_row_end && col < T::kN) {
+    if (wg_row < out.d_row_end && col < n) {
         const uint8_t* src = smem_d + (wg * T::kBlockN * 4 / T::kDSpan + span) * T::kWGRows * T::kDSpan;
         if (accumulate)
             tma_reduce_add_2d(&tmap_d, src, col, wg_row);

@@ -382,10 +382,12 @@ struct Fp8GemmKLoop {
     // the unused stages.
     template <int kFormer>
     DGX_DEVICE void k_loop_rounds() {
-        constexpr int kTail = T::kTileKBlocks % T::kNumStages;
+        // (K at run time: whole rounds only, GemmConfig.stage_rounds.)
+        constexpr int kTail = T::kRuntimeK ? 0 : T::kTileKBlocks % T::kNumStages;
+        const int tile_k_blocks = T::kRuntimeK ? num_kb : T::kTileKBlocks;
         int kb = 0;
 #pragma unroll 1
-        for (; kb + T::kNumStages <= T::kTileKBlocks; kb += T::kNumStages) {
+        for (; kb + T::kNumStages <= tile_k_blocks; kb += T::kNumStages) {
             static_for<0, T::kNumStages>([&](auto j) { round_block<kFormer, decltype(j)::value>(kb + decltype(j)::value); });
             if constexpr (!T::kLean) phase ^= 1;  // the lean k-block flips it before probing the next stage
         }

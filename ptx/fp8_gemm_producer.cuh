@@ -106,17 +106,18 @@ struct TileStores {
     // Before a tile's loads: how far apart its k-blocks take the spans.
     DGX_DEVICE void before_tile(int num_kb) { every = max(1, (num_kb - T::kNumStages) / T::kStoreSpans); }
 
-    // After k-block `kb` of the tile has been loaded: a span of the staged tile, if one is due.
-    DGX_DEVICE void after_load(int kb) {
-        if (pending && next < T::kStoreSpans && kb >= T::kNumStages + next * every) issue_next();
+    // After k-block `kb` of the tile has been loaded: a span of the staged tile, if one is due. `n`: N (the
+    // scheduler's shape_n: a constant unless N comes at run time), past which spans are not stored.
+    DGX_DEVICE void after_load(int kb, int n = T::kN) {
+        if (pending && next < T::kStoreSpans && kb >= T::kNumStages + next * every) issue_next(n);
     }
 
-    DGX_DEVICE void issue_next() {
+    DGX_DEVICE void issue_next(int n) {
         // Loading k-block kNumStages of a tile waited for its first k-block's stage, so the math warps have
         // staged the tile before it: this wait returns at once unless the tile is shorter.
         if (next == 0) mbarrier_wait(&smem.tile_bars[0], staged & 1);
         constexpr int kWGSpans = T::kStoreSpans / T::kNumMathWG;  // spans of one warpgroup's slice
-        store_span<T>(tmap_d, smem.d, out, next / kWGSpans, next % kWGSpans, accumulate);
+        store_span<T>(tmap_d, smem.d, out, next / kWGSpans, next % kWGSpans, accumulate, n);
         tma_store_commit();
         ++next;
     }
@@ -124,9 +125,9 @@ struct TileStores {
     // At the end of a tile's loads: the rest of the staged tile's spans, and once they have read it, the staged
     // tile handed back; then `tile`'s place is kept for its stores. The math warps stage `tile` only after they
     // have had the stages this tile's loads wait for, so the hand-back comes before any later wait of ours.
-    DGX_DEVICE void after_tile(const TileOut& tile) {
+    DGX_DEVICE void after_tile(const TileOut& tile, int n = T::kN) {
         if (pending) {
-            while (next < T::kStoreSpans) issue_next();
+            while (next < T::kStoreSpans) issue_next(n);
             tma_store_wait_read();
             mbarrier_arrive(&smem.tile_bars[1]);
             ++staged;
@@ -137,9 +138,9 @@ struct TileStores {
     }
 
     // After the last tile's loads: its spans, complete before the CTA leaves.
-    DGX_DEVICE void finish() {
+    DGX_DEVICE void finish(int n = T::kN) {
         if (pending)
-            while (next < T::kStoreSpans) issue_next();
+            while (next < T::kStoreSpans) issue_next(n);
         tma_store_wait_all();
     }
 };
@@ -228,10 +229,10 @@ DGX_DEVICE void fp8_gemm_producer(const Fp8GemmSmem& smem, const Params& params,
                     if constexpr (!T::kSingleSfb)
                         tma_load_2d(&tmap_sfb, &smem.full[s], slot + 128, (sfb_lo + kb + sfb_hi_offset) & ~3, 0);
                 }
-                if constexpr (T::kStoreByProducer) stores.after_load(kb);
+                if constexpr (T::kStoreByProducer) stores.after_load(kb, scheduler.shape_n());
             }
             if constexpr (T::kStoreByProducer)
-                stores.after_tile(TileOut{tile.d_row, tile.d_row_end, tile.n_block * T::kBlockN});
+                stores.after_tile(TileOut{tile.d_row, tile.d_row_end, tile.n_block * T::kBlockN}, scheduler.shape_n());
             // Lean rounds start every tile at stage 0: the stages this tile's last round leaves unused are
             // completed with a bare arrival (no bytes) once the math warps have handed them back.
             if constexpr (T::kLeanRounds) {
@@ -242,7 +243,7 @@ DGX_DEVICE void fp8_gemm_producer(const Fp8GemmSmem& smem, const Params& params,
                 }
             }
         }
-        if constexpr (T::kStoreByProducer) stores.finish();
+        if constexpr (T::kStoreByProducer) stores.finish(scheduler.shape_n());
     } else if (warp > T::kProducerWarp && warp <= T::kProducerWarp + T::kNumStages) {
         if constexpr (T::kSfaTimesSfb)
             sfa_times_sfb<T, Scheduler>(scheduler, smem, warp - T::kProducerWarp - 1, params.sfa, params.sfa_rows,

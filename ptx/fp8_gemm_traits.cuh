@@ -19,7 +19,7 @@ struct NoFusedEpilogue {
 
 template <int kN_, int kK_, int kBlockM_, int kBlockN_, int kNumStages_, int kGroupN_, int kDSpan_, int kPair_,
           bool kWgrad_, bool kDeferred_, int kSplit_ = 1, bool kStreamB_ = false, int kHeadLeft_ = 0,
-          int kHeadMid_ = 0, int kHeadRight_ = 0, typename Epi_ = NoFusedEpilogue>
+          int kHeadMid_ = 0, int kHeadRight_ = 0, typename Epi_ = NoFusedEpilogue, bool kRuntimeKRounds_ = false>
 struct Fp8GemmTraits {
     using Epi = Epi_;  // the epilogue: NoFusedEpilogue, or a fused one (fp8_gemm_fused.cuh)
     // ---- The problem and the tile.
@@ -27,9 +27,11 @@ struct Fp8GemmTraits {
     static constexpr bool kRuntimeN = kN_ == 0;
     static constexpr int kK = kK_;  // 0 for the K-grouped layout (each group's K comes at run time)
     // K at run time outside the K-grouped layout (kK 0 and not a weight gradient; the parameter `k`,
-    // GemmConfig.runtime_k): the k-loop takes its trip count from the scheduler (ShapeK), no stage rounds,
-    // straight-line whole loops or split-K, which need the k-block count at compile time.
+    // GemmConfig.runtime_k): the k-loop takes its trip count from the scheduler (ShapeK); no lean rounds,
+    // straight-line whole loops or split-K, which need the k-block count at compile time, and stage rounds only
+    // where the host promises whole rounds for every K (kRuntimeKRounds_: GemmConfig.stage_rounds).
     static constexpr bool kRuntimeK = kK_ == 0 && !kWgrad_;
+    static_assert(!kRuntimeKRounds_ || kRuntimeK, "stage rounds over a run-time K: a kernel that takes K at run time");
     static constexpr int kBlockM = kBlockM_;
     static constexpr int kBlockN = kBlockN_;
     static constexpr int kBlockK = 128;  // one promotion (one scale) per 128 of K
@@ -134,9 +136,10 @@ struct Fp8GemmTraits {
     // the stage too (128x128: 166 instead of 197 instructions a k-block, 2-8% faster on 10 of DeepGEMM's 12
     // weight-gradient shapes; PERFLOG 2026-11-24 fifth session), up to 128 columns (128x152 spilled). Not
     // K-grouped: a group's K comes at run time.
+    // With K at run time the host says whether every K the kernel serves fills whole rounds (kRuntimeKRounds_).
     static constexpr bool kRounds =
         (kSfbInStage || (kWgrad && !kDefer && kMmaPerWG == 1 && kK > 0 && kBlockN <= 128)) &&
-        kTileKBlocks % kNumStages == 0 && !kRuntimeK;
+        (kRuntimeK ? kRuntimeKRounds_ : kTileKBlocks % kNumStages == 0);
     // The other plain one-slice weight-gradient tiles up to 128 columns (K-grouped, whose groups' k-blocks come at
     // run time, and dense ones whose k-blocks do not fill whole rounds): the k-loop runs ring k-blocks until the
     // ring reaches stage 0, then stage rounds, then ring k-blocks for the rest (3-5% faster on five of the six

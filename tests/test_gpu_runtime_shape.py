@@ -56,6 +56,8 @@ def test_dense_runtime_n_matches_compiled_n(m, n, k):
     (64, 4096, 1152, GemmConfig(4096, 1152, 64, 64, 8, defer=True)),  # deferred: a chunk of 8 and a tail of 1
     (128, 4096, 16384, GemmConfig(4096, 16384, 64, 64, 8, defer=True)),  # 16 chunks of 8
     (129, 1000, 2944, GemmConfig(1000, 2944, 128, 64, 8, stream_b=True)),  # 23 k-blocks, N past the tile
+    (640, 4096, 2048, GemmConfig(4096, 2048, 128, 160, 4)),  # stage rounds over a run-time K: 4 rounds of 4
+    (200, 2112, 1536, GemmConfig(2112, 1536, 64, 144, 6)),  # 2 rounds of 6, a run-time scale split
 ])
 def test_dense_runtime_k_matches_compiled_k(m, n, k, config):
     import dgx
@@ -131,3 +133,29 @@ def test_contiguous_runtime_n_matches_compiled_n(groups, rows_per_group, n, k):
         assert not torch.isnan(out[:valid]).any()
         assert torch.equal(outs[0][:valid], out[:valid])
         assert torch.isnan(out[valid:]).all()
+
+
+@pytest.mark.parametrize("m, n, k", [(7168, 2112, 4096), (1536, 2048, 8192), (129, 136, 576), (1000, 576, 7168),
+                                     (4096, 32768, 4096)])
+def test_wgrad_runtime_n_matches_compiled_n(m, n, k):
+    """The dense weight gradient (FP32 D = C + A.B^T, N past the tile included): N at run time, bit for bit."""
+    import dgx
+    from dgx.heuristics import choose_wgrad
+    from dgx.torch_utils import dequantize
+
+    g = torch.Generator(device="cuda").manual_seed(m + n + k)
+    a = per_token_cast_to_fp8(torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g))
+    b = per_token_cast_to_fp8(torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g))
+    c = torch.randn(m, n, device="cuda", dtype=torch.float32, generator=g)
+    variants = _both(choose_wgrad(m, n, k, NUM_SMS).config)
+    assert len(variants) == 2  # (no K at run time for the weight gradient)
+    outs = []
+    for config in variants:
+        d = torch.full((m, n), float("nan"), device="cuda")
+        dgx.fp8_gemm_nt(a, b, d, c=c, config=config)
+        outs.append(d)
+    torch.cuda.synchronize()
+    ref = dequantize(*a, 1).double() @ dequantize(*b, 1).double().T + c.double()
+    assert not torch.isnan(outs[1]).any()
+    assert float((outs[1].double() - ref).norm() / ref.norm()) <= 5e-4
+    assert torch.equal(outs[0], outs[1]), f"{variants[1].kernel_name} differs from {variants[0].kernel_name}"

@@ -40,13 +40,15 @@ def test_runtime_n_shares_one_kernel_across_n():
     assert jit.kernel_key(fixed.render(), "sm_90a") != jit.kernel_key(one.render(), "sm_90a")
 
 
-@pytest.mark.parametrize("extra", [{"wgrad": True}, {"head_splits": (128, 64, 64)}, {"epilogue": Epilogue()},
+@pytest.mark.parametrize("extra", [{"wgrad": True, "layout": int(Layout.K_GROUPED), "k": 0},
+                                   {"head_splits": (128, 64, 64)}, {"epilogue": Epilogue()},
                                    {"layout": int(Layout.BATCHED)}])
 def test_runtime_n_refused_where_n_must_be_compiled_in(extra):
     base = dict(n=3072, k=4096, block_m=128, block_n=128, stages=4)  # (N: 16 heads of 128 + 64)
-    GemmConfig(**base, **extra)  # valid without the option
+    base = {**base, **extra}
+    GemmConfig(**base)  # valid without the option
     with pytest.raises(ValueError, match="runtime_n"):
-        GemmConfig(**base, **extra, runtime_n=True)
+        GemmConfig(**base, runtime_n=True)
 
 
 def test_runtime_k_shares_one_kernel_across_k_and_n():
@@ -64,7 +66,6 @@ def test_runtime_k_shares_one_kernel_across_k_and_n():
 
 
 @pytest.mark.parametrize("config, why", [
-    (GemmConfig(4096, 7168, 128, 128, 4), "stage rounds: 56 k-blocks in rounds of 4"),
     (GemmConfig(4096, 7168, 256, 128, 3), "lean rounds of a 256x128 tile (sfa x sfb)"),
     (GemmConfig(2112, 7168, 64, 32, 6, defer=True), "the whole k-loop one straight-line chunk"),
     (GemmConfig(2112, 7168, 64, 32, 6, split_k=2), "split-K"),
@@ -87,7 +88,18 @@ def test_runtime_k_refused_where_the_k_loop_needs_k(config, why):
 def test_runtime_k_allowed_where_the_k_loop_runs_on_a_count(config):
     assert runtime_k_allowed(config)
     runtime = dataclasses.replace(config, runtime_k=True, runtime_n=True)
-    assert not runtime.stage_rounds and not runtime.sfa_times_sfb
+    assert not runtime.stage_rounds and not runtime.sfa_times_sfb and "_krt_" in runtime.kernel_name
+
+
+def test_runtime_k_in_stage_rounds_serves_the_k_that_fill_whole_rounds():
+    rounds = GemmConfig(4096, 7168, 128, 160, 4, layout=int(Layout.CONTIGUOUS), runtime_n=True, runtime_k=True)
+    assert rounds.stage_rounds and "_krtr_" in rounds.kernel_name  # 56 k-blocks: 14 rounds of 4
+    assert "dgx::NoFusedEpilogue, true>" in rounds.render().source
+    other_k = dataclasses.replace(rounds, n=7168, k=2048)  # 16 k-blocks: 4 rounds
+    assert other_k.render().source == rounds.render().source
+    ring = dataclasses.replace(rounds, k=2944)  # 23 k-blocks: not whole rounds, the plain ring
+    assert not ring.stage_rounds and "_krt_" in ring.kernel_name
+    assert jit.kernel_key(ring.render(), "sm_90a") != jit.kernel_key(rounds.render(), "sm_90a")
 
 
 def test_heuristics_switch(monkeypatch):
@@ -100,7 +112,9 @@ def test_heuristics_switch(monkeypatch):
     assert on == dataclasses.replace(off, runtime_n=True)
     assert heuristics.choose_grouped(Layout.MASKED, 64, 4096, 7168, 8, 132).config.runtime_n
     assert heuristics.choose_contiguous_psum(8192, 4096, 7168, 8, 132).config.runtime_n
-    assert not heuristics.choose_wgrad(4096, 2112, 4096, 132).config.runtime_n  # the weight gradient keeps N
+    wgrad = heuristics.choose_wgrad(4096, 2112, 4096, 132).config
+    assert wgrad.runtime_n and not wgrad.runtime_k  # the weight gradient: N only
+    assert not heuristics.choose_wgrad(4096, 2112, 4096, 132, Layout.K_GROUPED, 4).config.runtime_n
     shm = heuristics.choose_skip_head_mid(4096, 24576, 1536, (128, 64, 64), 132)
     assert shm.head_splits == (128, 64, 64) and not shm.runtime_n
     assert not on.runtime_k
@@ -156,6 +170,8 @@ def test_plan_with_the_options_merges_n_and_k(monkeypatch):
     GemmConfig(4096, 7168, 128, 128, 5, runtime_n=True, runtime_k=True),
     GemmConfig(4096, 7168, 64, 64, 6, layout=int(Layout.MASKED), pair=1, runtime_n=True, runtime_k=True),
     GemmConfig(4096, 16384, 64, 64, 8, defer=True, runtime_k=True),
+    GemmConfig(4096, 7168, 128, 160, 4, layout=int(Layout.CONTIGUOUS), runtime_n=True, runtime_k=True),  # rounds
+    GemmConfig(2112, 4096, 128, 128, 4, wgrad=True, runtime_n=True),  # the producer's stores bounded by N
 ])
 def test_runtime_shape_kernel_compiles_without_spills(config):
     pytest.importorskip("cuda.bindings.nvrtc")

@@ -96,14 +96,15 @@ class GemmConfig:
     head_splits: tuple[int, int, int] | None = None
     # A fused epilogue (dgx.kernels.fp8_epilogue): FP8 output with its scales, SwiGLU, row weights, alpha.
     epilogue: Epilogue | None = None
-    # N as a kernel parameter instead of a compile-time constant: one kernel serves every N of this config (K and
-    # the tile stay compiled in, so the k-loop is the same code). BF16 outputs without head splits, fused
-    # epilogues or the batched layout only. False keeps N compiled in, and the kernels exactly as they were; `n`
+    # N as a kernel parameter instead of a compile-time constant: one kernel serves every N of this config (the
+    # tile stays compiled in, so the k-loop is the same code). Not with head splits, fused epilogues, the batched
+    # or K-grouped layout (runtime_n_allowed). False keeps N compiled in, and the kernels exactly as they were; `n`
     # still says the problem's N to the host side (grid, tensor maps, the parameter).
     runtime_n: bool = False
-    # K as a kernel parameter too (the k-loop's trip count from it): one kernel serves every K of this config. For
-    # the configs whose k-loop does not need the k-block count at compile time (runtime_k_allowed: no stage rounds,
-    # no straight-line whole loop, no split-K), with the restrictions of runtime_n. False: the kernels as they were.
+    # K as a kernel parameter too (the k-loop's trip count from it): one kernel serves every K of this config (in
+    # stage rounds: every K that fills whole rounds). For the configs whose k-loop does not need the k-block count
+    # at compile time (runtime_k_allowed: no lean rounds, no straight-line whole loop, no split-K), with the
+    # restrictions of runtime_n. False: the kernels as they were.
     runtime_k: bool = False
 
     def __post_init__(self) -> None:
@@ -134,11 +135,11 @@ class GemmConfig:
             problems = problems or validate_epilogue(self.epilogue, self.n, self.block_m, self.block_n, self.layout,
                                                      self.wgrad, self.split_k, self.head_splits)
         if self.runtime_n and not runtime_n_allowed(self):
-            problems = problems or ("N comes at run time for BF16 outputs without head splits, fused epilogues or "
-                                    "the batched layout only (runtime_n False)")
+            problems = problems or ("N comes at run time for GEMMs without head splits, fused epilogues, the batched "
+                                    "or the K-grouped layout only (runtime_n False)")
         if self.runtime_k and not runtime_k_allowed(self):
             problems = problems or ("K comes at run time for BF16 outputs without head splits, fused epilogues, the "
-                                    "batched layout or split-K, whose k-loop needs no compile-time k-block count "
+                                    "batched layout, split-K, lean rounds or a straight-line k-loop only "
                                     "(runtime_k False)")
         if problems:
             raise ValueError(f"invalid GEMM config {self}: {problems}")
@@ -229,9 +230,9 @@ class GemmConfig:
     @property
     def stage_rounds(self) -> bool:
         """Whether the k-loop runs in stage rounds (Fp8GemmTraits::kRounds): BF16 one-slice tiles, and plain
-        one-slice weight-gradient tiles up to 128 columns with a compile-time K, whose k-blocks fill whole rounds."""
-        return stage_rounds(self.block_m, self.block_n, self.compiled_k, self.stages, self.wgrad, self.defer,
-                            self.split_k) and not self.runtime_k
+        one-slice weight-gradient tiles up to 128 columns with a compile-time K, whose k-blocks fill whole rounds.
+        With K at run time the kernel serves only K that fill whole rounds (it says so: kRuntimeKRounds)."""
+        return stage_rounds(self.block_m, self.block_n, self.k, self.stages, self.wgrad, self.defer, self.split_k)
 
     @property
     def sfa_times_sfb(self) -> bool:
@@ -249,7 +250,8 @@ class GemmConfig:
         if self.wgrad and self.layout == LAYOUT_DENSE:
             prefix += "_wgrad"
         shape_n = "nrt" if self.runtime_n else f"n{self.n}"
-        shape_k = "krt" if self.runtime_k else f"k{self.k}"
+        # K at run time: "krt", or "krtr" for a kernel in stage rounds (every K it serves fills whole rounds).
+        shape_k = ("krtr" if self.stage_rounds else "krt") if self.runtime_k else f"k{self.k}"
         name = f"{prefix}_{shape_n}_{shape_k}_bm{self.block_m}_bn{self.block_n}_s{self.stages}_g{self.group_n}_p{self.pair}"
         if self.split_k > 1:
             name += f"_sk{self.split_k}"
@@ -293,6 +295,8 @@ class GemmConfig:
             traits += ", {}, {}, {}".format(*self.head_splits)
         if self.epilogue is not None:
             traits += (", 0, 0, 0" if self.head_splits is None else "") + f", {self.epilogue.render()}"
+        elif self.runtime_k and self.stage_rounds:  # (no head splits, no fused epilogue with K at run time)
+            traits += ", 0, 0, 0, dgx::NoFusedEpilogue, true"
         body = f"dgx::fp8_gemm_nt_body<{self.layout}, {traits}>"
         source = (
             ('#include "fp8_gemm.cuh"\n' if self.epilogue is None else '#include "fp8_gemm_fused.cuh"\n')
@@ -323,11 +327,11 @@ class GemmConfig:
 
 
 def runtime_n_allowed(config: GemmConfig) -> bool:
-    """Whether `config` may take N at run time (GemmConfig.runtime_n): BF16 outputs without head splits, fused
-    epilogues or the batched layout (the weight gradient's producer-issued stores, the head remap, the fused
-    epilogues' scale groups and the einsum's 3-D maps keep N compiled in)."""
-    return (not config.wgrad and config.head_splits is None and config.epilogue is None
-            and config.layout != LAYOUT_BATCHED)
+    """Whether `config` may take N at run time (GemmConfig.runtime_n): GEMMs without head splits, fused epilogues,
+    the batched or the K-grouped layout (the head remap, the fused epilogues' scale groups, the einsum's 3-D maps
+    and the K-grouped weight gradient, not timed with it, keep N compiled in)."""
+    return (config.head_splits is None and config.epilogue is None
+            and config.layout not in (LAYOUT_BATCHED, LAYOUT_K_GROUPED))
 
 
 def straight_line_k_loop(config: GemmConfig) -> bool:
@@ -339,15 +343,13 @@ def straight_line_k_loop(config: GemmConfig) -> bool:
 
 def runtime_k_allowed(config: GemmConfig) -> bool:
     """Whether `config` may take K at run time (GemmConfig.runtime_k): what runtime_n allows, less split-K and the
-    K-grouped layout, and only where the k-loop needs no compile-time k-block count: no stage rounds (nor the lean
-    rounds' products of scales) and no straight-line whole loop. (Such a config keeps its k-loop; with K at run
-    time a deferred tile's tail runs as one-k-block chunks.)"""
-    if not runtime_n_allowed(config) or config.split_k != 1 or config.layout == LAYOUT_K_GROUPED or config.k <= 0:
+    weight gradient, and only where the k-loop needs no compile-time k-block count: no lean rounds (nor their
+    products of scales) and no straight-line whole loop. Stage rounds stay (the kernel then serves the K that fill
+    whole rounds, GemmConfig.stage_rounds); with K at run time a deferred tile's tail runs as one-k-block chunks."""
+    if not runtime_n_allowed(config) or config.wgrad or config.split_k != 1 or config.k <= 0:
         return False
     k = config.k
-    return not (stage_rounds(config.block_m, config.block_n, k, config.stages, config.wgrad, config.defer,
-                             config.split_k)
-                or sfa_times_sfb(config.block_m, config.block_n, k, config.stages, config.wgrad)
+    return not (sfa_times_sfb(config.block_m, config.block_n, k, config.stages, config.wgrad)
                 or lean_rounds(config.block_m, config.block_n, k, config.stages)
                 or straight_line_k_loop(config))
 

@@ -9,7 +9,7 @@ docs/METHOD.md), the two alternating over PERF_ROUNDS rounds (default 3).
 --options: n (DGX_GEMM_RUNTIME_N alone), k (DGX_GEMM_RUNTIME_K alone) or nk (both: the default, what a warm-up with
 both variables builds).
 
-For each entry of the preset of a kind the option covers (dense, m_grouped_masked, m_grouped_contiguous) every
+For each entry of the preset of a kind the options cover (dense, m_grouped_masked, m_grouped_contiguous, wgrad) every
 distinct config the heuristics pick over the entry's M range (the warm-up's M samples) is run once, at the largest M
 that picked it (masked: that expected M per group, every group full; contiguous: that M_sum in equal groups aligned
 to 128). Prints one line per (entry, config): M, both medians and run-time / compiled; then the geometric mean and
@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 NUM_SMS = 132
 ROUNDS = int(os.environ.get("PERF_ROUNDS", "3"))
-KINDS = ("dense", "m_grouped_masked", "m_grouped_contiguous")
+KINDS = ("dense", "m_grouped_masked", "m_grouped_contiguous", "wgrad")
 
 
 def configs_with_m(spec, default_max_m: int) -> dict:
@@ -49,6 +49,8 @@ def configs_with_m(spec, default_max_m: int) -> dict:
     for m in ms:
         if spec.kind == "dense":
             config = heuristics.choose_dense(m, spec.n, spec.k, NUM_SMS).config
+        elif spec.kind == "wgrad":
+            config = heuristics.choose_wgrad(m, spec.n, spec.k, NUM_SMS).config
         else:
             layout = Layout.MASKED if spec.kind == "m_grouped_masked" else Layout.CONTIGUOUS
             config = heuristics.choose_grouped(layout, m, spec.n, spec.k, spec.groups, NUM_SMS).config
@@ -86,6 +88,12 @@ def make_call(spec, m: int):
         b = per_block_cast_to_fp8(torch.randn(n, k, device="cuda", dtype=torch.bfloat16))
         d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         return (lambda config: dgx.fp8_gemm_nt(a, b, d, config=config)), d
+    if spec.kind == "wgrad":  # FP32 D = C + A.B^T, both operands scaled per row (C apart from D: calls repeat alike)
+        a = per_token_cast_to_fp8(torch.randn(m, k, device="cuda", dtype=torch.bfloat16))
+        b = per_token_cast_to_fp8(torch.randn(n, k, device="cuda", dtype=torch.bfloat16))
+        c = torch.randn(m, n, device="cuda", dtype=torch.float32)
+        d = torch.empty(m, n, device="cuda", dtype=torch.float32)
+        return (lambda config: dgx.fp8_gemm_nt(a, b, d, c=c, config=config)), d
     groups = spec.groups
     bq = [per_block_cast_to_fp8(torch.randn(n, k, device="cuda", dtype=torch.bfloat16)) for _ in range(groups)]
     b = (torch.stack([x for x, _ in bq]), torch.stack([s for _, s in bq]))
