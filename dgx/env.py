@@ -38,6 +38,8 @@ VARIABLES: tuple[EnvVar, ...] = (
     EnvVar("DGX_PRINT_CONFIGS", "0", "1: print the kernel config the heuristic picks for each new shape."),
     EnvVar("DGX_GEMM_RUNTIME_N", "0", "1: FP8 GEMM kernels take N at run time, one kernel for every N of a config "
            "(fewer kernels to build and warm; each config's code timed against N compiled in by tests/device/warmup_ab.py)."),
+    EnvVar("DGX_GEMM_RUNTIME_STREAM_B", "0", "1: dense FP8 GEMM kernels take B's L2 policy (evict-first or normal) at run "
+           "time, one kernel for both (timed against the policy compiled in by tests/device/warmup_ab.py)."),
     EnvVar("DGX_GEMM_RUNTIME_K", "0", "1: FP8 GEMM kernels whose k-loop needs no compile-time k-block count take K at "
            "run time too, one kernel for every K of a config (timed against K compiled in by tests/device/warmup_ab.py)."),
     EnvVar("DGX_NUM_SMS", "", f"Use this many SMs (default: all of the device's; at most {MAX_NUM_SMS})."),
@@ -57,6 +59,7 @@ FLAGS = (
     "DGX_AS_DEEP_GEMM",
     "DGX_GEMM_RUNTIME_N",
     "DGX_GEMM_RUNTIME_K",
+    "DGX_GEMM_RUNTIME_STREAM_B",
 )
 
 
@@ -186,6 +189,11 @@ def bf16_pingpong() -> bool:
 def gemm_runtime_n() -> bool:
     """Whether the FP8 GEMM heuristics pick kernels that take N at run time (GemmConfig.runtime_n)."""
     return _flag("DGX_GEMM_RUNTIME_N")
+
+
+def gemm_runtime_stream_b() -> bool:
+    """Whether the dense FP8 GEMM heuristic picks kernels that take B's L2 policy at run time."""
+    return _flag("DGX_GEMM_RUNTIME_STREAM_B")
 
 
 def gemm_runtime_k() -> bool:

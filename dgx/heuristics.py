@@ -28,6 +28,7 @@ from .kernels.fp8_gemm import (
     GemmConfig,
     runtime_k_allowed,
     runtime_n_allowed,
+    runtime_stream_b_allowed,
     scale_split_compiled_in,
     smem_bytes,
     validate_blocks,
@@ -235,7 +236,8 @@ def dense_options(m: int, n: int, k: int, num_sms: int):
 def _offers_runtime_n(choose):
     """Wraps a cached choose_* function: under DGX_GEMM_RUNTIME_N its config takes N at run time
     (GemmConfig.runtime_n; not with head splits, fused epilogues or the K-grouped layout), under DGX_GEMM_RUNTIME_K K too
-    where its k-loop needs no compile-time k-block count (GemmConfig.runtime_k). Applied after the cache, so the
+    where its k-loop needs no compile-time k-block count (GemmConfig.runtime_k), under DGX_GEMM_RUNTIME_STREAM_B
+    B's L2 policy too (GemmConfig.runtime_stream_b, dense). Applied after the cache, so the
     variables are read on every call."""
 
     @wraps(choose)
@@ -249,13 +251,15 @@ def _offers_runtime_n(choose):
 
 
 def with_runtime_shape(config: GemmConfig) -> GemmConfig:
-    """`config` with N and K at run time as DGX_GEMM_RUNTIME_N and DGX_GEMM_RUNTIME_K ask, where it allows them
-    (unchanged with neither set)."""
+    """`config` with N, K and B's L2 policy at run time as DGX_GEMM_RUNTIME_N, DGX_GEMM_RUNTIME_K and
+    DGX_GEMM_RUNTIME_STREAM_B ask, where it allows them (unchanged with none set)."""
     runtime_n = env.gemm_runtime_n() and runtime_n_allowed(config)
     runtime_k = env.gemm_runtime_k() and runtime_k_allowed(config)
-    if runtime_n == config.runtime_n and runtime_k == config.runtime_k:
+    runtime_stream_b = env.gemm_runtime_stream_b() and runtime_stream_b_allowed(config)
+    if not (runtime_n or runtime_k or runtime_stream_b):
         return config
-    return replace(config, runtime_n=runtime_n or config.runtime_n, runtime_k=runtime_k or config.runtime_k)
+    return replace(config, runtime_n=runtime_n or config.runtime_n, runtime_k=runtime_k or config.runtime_k,
+                   runtime_stream_b=runtime_stream_b or config.runtime_stream_b)
 
 
 @_offers_runtime_n
@@ -491,7 +495,8 @@ def choose_skip_head_mid(m: int, n: int, k: int, head_splits: tuple[int, int, in
     with its output columns remapped); else the heuristic's best among the tiles whose spans do."""
     config = choose_dense(m, n, k, num_sms).config
     if not validate_head_splits(head_splits, n, config.block_n):
-        return replace(config, head_splits=head_splits, runtime_n=False, runtime_k=False)  # (N, K compiled in)
+        return replace(config, head_splits=head_splits, runtime_n=False, runtime_k=False,
+                       runtime_stream_b=False)  # (N, K and the policy compiled in)
     fitting = choose_dense_fitting(m, n, k, num_sms, lambda c: not validate_head_splits(head_splits, n, c.block_n),
                                    f"fp8_gemm_nt_skip_head_mid M={m} N={n} K={k} head_splits={head_splits}")
     return replace(fitting.config, head_splits=head_splits)

@@ -37,12 +37,12 @@ namespace dgx {
 // `tmap_sfa` maps (its base, floats per row, row stride in floats), for the A-scale warps' plain loads.
 template <int kLayout, int kN, int kK, int kBlockM, int kBlockN, int kNumStages, int kGroupN, int kDSpan, int kPair,
           bool kWgrad, bool kDefer, int kSplit, bool kStreamB, int kHeadLeft = 0, int kHeadMid = 0, int kHeadRight = 0,
-          typename Epi = NoFusedEpilogue, bool kRuntimeKRounds = false, typename Params>
+          typename Epi = NoFusedEpilogue, bool kRuntimeKRounds = false, bool kRuntimeStreamB = false, typename Params>
 __device__ __forceinline__ void fp8_gemm_nt_body(const Params& params) {
     // `params` holds the kernel's parameters by name (dgx.kernels.fp8_gemm.INTERFACE lists them and renders the
     // struct); every role takes it whole.
     using T = Fp8GemmTraits<kN, kK, kBlockM, kBlockN, kNumStages, kGroupN, kDSpan, kPair, kWgrad, kDefer, kSplit,
-                            kStreamB, kHeadLeft, kHeadMid, kHeadRight, Epi, kRuntimeKRounds>;
+                            kStreamB, kHeadLeft, kHeadMid, kHeadRight, Epi, kRuntimeKRounds, kRuntimeStreamB>;
     // (A fused SwiGLU epilogue walks units of two tiles; otherwise this is TileScheduler.)
     using Scheduler = typename Epi::template Scheduler<kLayout, kBlockM, kBlockN, T::kNumNBlocks, T::kNumKBlocks,
                                                        kGroupN, kPair, kN, kSplit>;

@@ -150,6 +150,20 @@ struct TileStores {
 template <typename T>
 struct TileStores<T, false> {};
 
+// kRuntimeStreamB: B's L2 policy as the parameter `stream_b` says, evict-first or the normal priority (a hint that
+// changes nothing). (Other kernels keep their expression in the producer: through this function it moved their SASS.)
+template <typename T, typename Params>
+DGX_DEVICE uint64_t runtime_b_policy(const Params& params) {
+    if constexpr (T::kRuntimeStreamB) {
+        if (params.stream_b) return l2_evict_first_policy();
+        uint64_t policy;
+        asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(policy));
+        return policy;
+    } else {
+        return 0;
+    }
+}
+
 // The producer warpgroup. One elected thread of its first warp issues every TMA load: for each k-block of each
 // tile it waits for the next stage of the ring to be handed back and loads A, B and the scales that travel with
 // the stage into it; with T::kStoreByProducer it also issues the weight gradient's stores (TileStores). The ring
@@ -177,7 +191,8 @@ DGX_DEVICE void fp8_gemm_producer(const Fp8GemmSmem& smem, const Params& params,
     if constexpr (T::kRuntimeK) scheduler.runtime_k_blocks = (params.k + T::kBlockK - 1) / T::kBlockK;
     if (warp == T::kProducerWarp && elect_one()) {
         uint32_t it = 0;  // k-blocks loaded so far
-        const uint64_t b_policy = T::kStreamB ? l2_evict_first_policy() : 0;
+        const uint64_t b_policy =
+            T::kRuntimeStreamB ? runtime_b_policy<T>(params) : T::kStreamB ? l2_evict_first_policy() : 0;
         auto stores = [&] {  // (built only where used)
             if constexpr (T::kStoreByProducer)
                 return TileStores<T>{smem, params.tmap_d, params.accumulate != 0};
@@ -212,9 +227,9 @@ DGX_DEVICE void fp8_gemm_producer(const Fp8GemmSmem& smem, const Params& params,
                 else
                     load_operand<T>(scheduler, map_a, &smem.full[s], smem.a + s * T::kSmemA, k0, tile.a_row,
                                     T::kHalfRowsA, T::kPair == kPairN, tile.share);
-                load_operand<T, T::kWholeB, T::kStreamB>(scheduler, map_b, &smem.full[s], smem.b + s * T::kSmemB, k0,
-                                                         tile.b_row, T::kHalfRowsB, T::kPair == kPairM, tile.share,
-                                                         b_policy);
+                load_operand<T, T::kWholeB, T::kStreamB || T::kRuntimeStreamB>(
+                    scheduler, map_b, &smem.full[s], smem.b + s * T::kSmemB, k0, tile.b_row, T::kHalfRowsB,
+                    T::kPair == kPairM, tile.share, b_policy);
                 // A scales are per row, so each CTA of a pair loads its own (never multicast).
                 if constexpr (!T::kSfaTimesSfb)
                     tma_load_2d(&tmap_sfa, &smem.full[s], smem.sfa + s * T::kSmemSfa, tile.sfa_row,

@@ -19,7 +19,8 @@ struct NoFusedEpilogue {
 
 template <int kN_, int kK_, int kBlockM_, int kBlockN_, int kNumStages_, int kGroupN_, int kDSpan_, int kPair_,
           bool kWgrad_, bool kDeferred_, int kSplit_ = 1, bool kStreamB_ = false, int kHeadLeft_ = 0,
-          int kHeadMid_ = 0, int kHeadRight_ = 0, typename Epi_ = NoFusedEpilogue, bool kRuntimeKRounds_ = false>
+          int kHeadMid_ = 0, int kHeadRight_ = 0, typename Epi_ = NoFusedEpilogue, bool kRuntimeKRounds_ = false,
+          bool kRuntimeStreamB_ = false>
 struct Fp8GemmTraits {
     using Epi = Epi_;  // the epilogue: NoFusedEpilogue, or a fused one (fp8_gemm_fused.cuh)
     // ---- The problem and the tile.
@@ -49,6 +50,10 @@ struct Fp8GemmTraits {
     static constexpr int kNumNBlocks = (kN + kBlockN - 1) / kBlockN;
     // B's loads carry the L2 evict-first policy (tma.cuh): decode tiles read each B tile once.
     static constexpr bool kStreamB = kStreamB_;
+    // B's L2 policy chosen per launch instead (the parameter `stream_b`; GemmConfig.runtime_stream_b): every B load
+    // carries a policy, evict-first or normal.
+    static constexpr bool kRuntimeStreamB = kRuntimeStreamB_;
+    static_assert(!kRuntimeStreamB || !kStreamB, "B's L2 policy comes at run time or is compiled in, not both");
     // Skip-head-mid output (dgx.skip_head_mid): the N columns are heads of kHeadLeft + kHeadRight columns, and D
     // holds each head as kHeadLeft columns, kHeadMid columns the kernel leaves untouched, then kHeadRight columns.
     // Only the column coordinate of each TMA store span changes; without head splits it is the identity.

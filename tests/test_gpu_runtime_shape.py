@@ -159,3 +159,25 @@ def test_wgrad_runtime_n_matches_compiled_n(m, n, k):
     assert not torch.isnan(outs[1]).any()
     assert float((outs[1].double() - ref).norm() / ref.norm()) <= 5e-4
     assert torch.equal(outs[0], outs[1]), f"{variants[1].kernel_name} differs from {variants[0].kernel_name}"
+
+
+@pytest.mark.parametrize("m, n, k", [(1, 2112, 7168), (64, 4096, 7168), (128, 7168, 2048), (32, 24576, 1536)])
+def test_dense_runtime_stream_b_matches_compiled_policy(m, n, k):
+    """B's L2 policy at run time (GemmConfig.runtime_stream_b), evict-first and normal, against the kernel with the
+    heuristic's policy compiled in: the same output, bit for bit."""
+    import dgx
+    from dgx.heuristics import choose_dense
+
+    a, b, a_fp8, b_fp8, _ = make_dense(m, n, k, seed=m + n + k)
+    config = choose_dense(m, n, k, NUM_SMS).config
+    variants = [config] + [dataclasses.replace(config, stream_b=sb, runtime_n=True, runtime_stream_b=True)
+                           for sb in (True, False)]
+    outs = []
+    for c in variants:
+        d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        dgx.fp8_gemm_nt(a_fp8, b_fp8, d, config=c)
+        outs.append(d)
+    torch.cuda.synchronize()
+    check_dense(outs[1], a, b, a_fp8, b_fp8)
+    for c, out in zip(variants[1:], outs[1:]):
+        assert torch.equal(outs[0], out), f"{c.kernel_name} (stream_b {c.stream_b}) differs from {config.kernel_name}"

@@ -14,7 +14,7 @@ import pytest
 from dgx import heuristics, jit, warmup
 from dgx.kernels.fp8_epilogue import Epilogue
 from dgx.kernels.fp8_gemm import (INTERFACE, INTERFACE_RUNTIME_K, INTERFACE_RUNTIME_N, INTERFACE_RUNTIME_NK,
-                                  GemmConfig, runtime_k_allowed)
+                                  GemmConfig, runtime_k_allowed, runtime_stream_b_allowed)
 from dgx.kinds import Layout
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,10 +91,26 @@ def test_runtime_k_allowed_where_the_k_loop_runs_on_a_count(config):
     assert not runtime.stage_rounds and not runtime.sfa_times_sfb and "_krt_" in runtime.kernel_name
 
 
+def test_runtime_stream_b_shares_one_kernel_for_both_policies():
+    streamed = GemmConfig(4096, 7168, 64, 32, 13, defer=True, stream_b=True)
+    plain = dataclasses.replace(streamed, stream_b=False)
+    one, other = (dataclasses.replace(c, runtime_n=True, runtime_stream_b=True) for c in (streamed, plain))
+    assert one.render().source == other.render().source and "_sbrt" in one.kernel_name
+    assert [p.name for p in one.interface.params[-2:]] == ["n", "stream_b"]
+    assert one.interface.offsets[:-2] == INTERFACE.offsets
+    assert "dgx::NoFusedEpilogue, false, true>" in one.render().source  # (no rounds; the policy at run time)
+    assert jit.kernel_key(streamed.render(), "sm_90a") != jit.kernel_key(plain.render(), "sm_90a")
+    for config in (GemmConfig(4096, 7168, 64, 64, 6, layout=int(Layout.MASKED)),
+                   GemmConfig(2112, 4096, 128, 128, 4, wgrad=True)):
+        assert not runtime_stream_b_allowed(config)
+        with pytest.raises(ValueError, match="runtime_stream_b"):
+            dataclasses.replace(config, runtime_stream_b=True)
+
+
 def test_runtime_k_in_stage_rounds_serves_the_k_that_fill_whole_rounds():
     rounds = GemmConfig(4096, 7168, 128, 160, 4, layout=int(Layout.CONTIGUOUS), runtime_n=True, runtime_k=True)
     assert rounds.stage_rounds and "_krtr_" in rounds.kernel_name  # 56 k-blocks: 14 rounds of 4
-    assert "dgx::NoFusedEpilogue, true>" in rounds.render().source
+    assert "dgx::NoFusedEpilogue, true, false>" in rounds.render().source  # (rounds; the policy compiled in)
     other_k = dataclasses.replace(rounds, n=7168, k=2048)  # 16 k-blocks: 4 rounds
     assert other_k.render().source == rounds.render().source
     ring = dataclasses.replace(rounds, k=2944)  # 23 k-blocks: not whole rounds, the plain ring
@@ -105,6 +121,7 @@ def test_runtime_k_in_stage_rounds_serves_the_k_that_fill_whole_rounds():
 def test_heuristics_switch(monkeypatch):
     monkeypatch.delenv("DGX_GEMM_RUNTIME_N", raising=False)
     monkeypatch.delenv("DGX_GEMM_RUNTIME_K", raising=False)
+    monkeypatch.delenv("DGX_GEMM_RUNTIME_STREAM_B", raising=False)
     off = heuristics.choose_dense(64, 2112, 7168, 132).config
     assert not off.runtime_n
     monkeypatch.setenv("DGX_GEMM_RUNTIME_N", "1")
@@ -141,12 +158,15 @@ def test_plan_record_key_covers_the_options(monkeypatch):
     entries = warmup.parse_shapes([{"kind": "dense", "n": 2112, "k": 7168, "max_m": 64}])
     monkeypatch.delenv("DGX_GEMM_RUNTIME_N", raising=False)
     monkeypatch.delenv("DGX_GEMM_RUNTIME_K", raising=False)
+    monkeypatch.delenv("DGX_GEMM_RUNTIME_STREAM_B", raising=False)
     off = warmup.plan_record_key(entries, max_m=64)
     monkeypatch.setenv("DGX_GEMM_RUNTIME_N", "1")
     only_n = warmup.plan_record_key(entries, max_m=64)
     monkeypatch.setenv("DGX_GEMM_RUNTIME_K", "1")
     both = warmup.plan_record_key(entries, max_m=64)
-    assert len({off, only_n, both}) == 3
+    monkeypatch.setenv("DGX_GEMM_RUNTIME_STREAM_B", "1")
+    three = warmup.plan_record_key(entries, max_m=64)
+    assert len({off, only_n, both, three}) == 4
 
 
 def test_plan_with_the_options_merges_n_and_k(monkeypatch):
@@ -154,6 +174,7 @@ def test_plan_with_the_options_merges_n_and_k(monkeypatch):
                                    for n, k in ((2112, 7168), (4096, 7168), (7168, 2048), (7168, 4096))])
     monkeypatch.delenv("DGX_GEMM_RUNTIME_N", raising=False)
     monkeypatch.delenv("DGX_GEMM_RUNTIME_K", raising=False)
+    monkeypatch.delenv("DGX_GEMM_RUNTIME_STREAM_B", raising=False)
     off = warmup.plan(entries, max_m=4096)
     monkeypatch.setenv("DGX_GEMM_RUNTIME_N", "1")
     on = warmup.plan(entries, max_m=4096)
@@ -163,6 +184,10 @@ def test_plan_with_the_options_merges_n_and_k(monkeypatch):
     both = warmup.plan(entries, max_m=4096)
     assert len(both.kernels) < len(on.kernels)
     assert any("_krt_" in k.source.name for k in both.kernels)
+    monkeypatch.setenv("DGX_GEMM_RUNTIME_STREAM_B", "1")
+    three = warmup.plan(entries, max_m=4096)
+    assert len(three.kernels) < len(both.kernels)
+    assert not any("_sb_" in k.source.name or k.source.name.endswith("_sb") for k in three.kernels)
 
 
 @pytest.mark.parametrize("config", [
@@ -172,6 +197,7 @@ def test_plan_with_the_options_merges_n_and_k(monkeypatch):
     GemmConfig(4096, 16384, 64, 64, 8, defer=True, runtime_k=True),
     GemmConfig(4096, 7168, 128, 160, 4, layout=int(Layout.CONTIGUOUS), runtime_n=True, runtime_k=True),  # rounds
     GemmConfig(2112, 4096, 128, 128, 4, wgrad=True, runtime_n=True),  # the producer's stores bounded by N
+    GemmConfig(4096, 2048, 128, 64, 8, stream_b=True, runtime_n=True, runtime_k=True, runtime_stream_b=True),
 ])
 def test_runtime_shape_kernel_compiles_without_spills(config):
     pytest.importorskip("cuda.bindings.nvrtc")

@@ -117,10 +117,11 @@ def test_the_sweep_finds_a_kernel_missing_from_the_cache(warmed, monkeypatch):
 
 
 def test_with_the_run_time_shape_options_every_m_is_served_too(monkeypatch):
-    """DGX_GEMM_RUNTIME_N and DGX_GEMM_RUNTIME_K set at warm-up and at serve time: fewer kernels, the same coverage
-    (the heuristics are the same functions on both sides)."""
+    """DGX_GEMM_RUNTIME_N, _K and _STREAM_B set at warm-up and at serve time: fewer kernels, the same coverage (the
+    heuristics are the same functions on both sides)."""
     monkeypatch.setenv("DGX_GEMM_RUNTIME_N", "1")
     monkeypatch.setenv("DGX_GEMM_RUNTIME_K", "1")
+    monkeypatch.setenv("DGX_GEMM_RUNTIME_STREAM_B", "1")
     specs = warmup.load_preset(PRESET)
     keys = {pk.key for pk in warmup.plan(specs, jobs=2).kernels}
     assert len(keys) < 150  # (331 without the options)

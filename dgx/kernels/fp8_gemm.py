@@ -54,11 +54,19 @@ INTERFACE = KernelInterface(
 FUSED_INTERFACE = KernelInterface("Fp8GemmFusedParams", INTERFACE.params + FUSED_PARAMS)
 # Kernels that take N or K at run time (GemmConfig.runtime_n, runtime_k) have one more member each, last, so that
 # every other member keeps its offset: `n`, the columns of D (per group), then `k`, the reduction's length.
+# (Then `stream_b`, for kernels that take B's L2 policy at run time: GemmConfig.runtime_stream_b.)
 RUNTIME_N_PARAM = Param("n", "int")
 RUNTIME_K_PARAM = Param("k", "int")
+RUNTIME_STREAM_B_PARAM = Param("stream_b", "int")
 INTERFACE_RUNTIME_N = KernelInterface(INTERFACE.struct_name, INTERFACE.params + (RUNTIME_N_PARAM,))
 INTERFACE_RUNTIME_K = KernelInterface(INTERFACE.struct_name, INTERFACE.params + (RUNTIME_K_PARAM,))
 INTERFACE_RUNTIME_NK = KernelInterface(INTERFACE.struct_name, INTERFACE.params + (RUNTIME_N_PARAM, RUNTIME_K_PARAM))
+# The structs by (runtime_n, runtime_k, runtime_stream_b), one object each.
+_RUNTIME_INTERFACES = {(True, False, False): INTERFACE_RUNTIME_N, (False, True, False): INTERFACE_RUNTIME_K,
+                       (True, True, False): INTERFACE_RUNTIME_NK}
+for _flags in ((False, False, True), (True, False, True), (False, True, True), (True, True, True)):
+    _RUNTIME_INTERFACES[_flags] = KernelInterface(INTERFACE.struct_name, INTERFACE.params + tuple(
+        p for on, p in zip(_flags, (RUNTIME_N_PARAM, RUNTIME_K_PARAM, RUNTIME_STREAM_B_PARAM)) if on))
 WHOLE_LOOP_K_BLOCKS = 56  # Fp8GemmTraits::kWholeLoopKBlocks: narrow deferred tiles up to this run one chunk
 SMEM_LIMIT = 232448  # bytes of shared memory one block may use on Hopper (227 KB)
 BARRIER_BYTES = 16  # full + empty mbarrier per stage
@@ -106,6 +114,9 @@ class GemmConfig:
     # at compile time (runtime_k_allowed: no lean rounds, no straight-line whole loop, no split-K), with the
     # restrictions of runtime_n. False: the kernels as they were.
     runtime_k: bool = False
+    # B's L2 policy (stream_b) as a kernel parameter: one kernel for both policies of a dense BF16 tile (every B
+    # load then carries a policy, evict-first or normal). `stream_b` still says which policy the call uses.
+    runtime_stream_b: bool = False
 
     def __post_init__(self) -> None:
         # Plain ints (an enum member given here renders and hashes like its value).
@@ -137,6 +148,9 @@ class GemmConfig:
         if self.runtime_n and not runtime_n_allowed(self):
             problems = problems or ("N comes at run time for GEMMs without head splits, fused epilogues, the batched "
                                     "or the K-grouped layout only (runtime_n False)")
+        if self.runtime_stream_b and not runtime_stream_b_allowed(self):
+            problems = problems or ("B's L2 policy comes at run time for dense BF16 outputs without head splits or "
+                                    "fused epilogues only (runtime_stream_b False)")
         if self.runtime_k and not runtime_k_allowed(self):
             problems = problems or ("K comes at run time for BF16 outputs without head splits, fused epilogues, the "
                                     "batched layout, split-K, lean rounds or a straight-line k-loop only "
@@ -150,9 +164,8 @@ class GemmConfig:
     def interface(self) -> KernelInterface:
         """The kernel's parameter struct: INTERFACE (FUSED_INTERFACE with a fused epilogue); a run-time N adds one
         member each, last, so that every other member keeps its offset (INTERFACE_RUNTIME_N, _K, _NK)."""
-        if self.runtime_n or self.runtime_k:
-            return {(True, False): INTERFACE_RUNTIME_N, (False, True): INTERFACE_RUNTIME_K,
-                    (True, True): INTERFACE_RUNTIME_NK}[self.runtime_n, self.runtime_k]
+        if self.runtime_n or self.runtime_k or self.runtime_stream_b:
+            return _RUNTIME_INTERFACES[self.runtime_n, self.runtime_k, self.runtime_stream_b]
         return INTERFACE if self.epilogue is None else FUSED_INTERFACE
 
     @property
@@ -255,7 +268,9 @@ class GemmConfig:
         name = f"{prefix}_{shape_n}_{shape_k}_bm{self.block_m}_bn{self.block_n}_s{self.stages}_g{self.group_n}_p{self.pair}"
         if self.split_k > 1:
             name += f"_sk{self.split_k}"
-        if self.stream_b:
+        if self.runtime_stream_b:
+            name += "_sbrt"  # (B's policy at run time)
+        elif self.stream_b:
             name += "_sb"
         if self.head_splits is not None:
             name += "_hs{}_{}_{}".format(*self.head_splits)
@@ -280,7 +295,8 @@ class GemmConfig:
 
     def describe(self) -> tuple[tuple[str, str], ...]:
         optional = {"head_splits": self.head_splits is not None, "epilogue": self.epilogue is not None,
-                    "runtime_n": self.runtime_n, "runtime_k": self.runtime_k}
+                    "runtime_n": self.runtime_n, "runtime_k": self.runtime_k,
+                    "runtime_stream_b": self.runtime_stream_b}
         return (("family", "fp8_gemm_nt"),) + tuple((f.name, str(getattr(self, f.name))) for f in fields(self)
                                                     if optional.get(f.name, True))
 
@@ -289,14 +305,15 @@ class GemmConfig:
         traits = (
             f"{self.compiled_n}, {self.compiled_k}, {self.block_m}, {self.block_n}, {self.stages}, {self.group_n}, {self.d_span}, "
             f"{self.pair}, {'true' if self.wgrad else 'false'}, {'true' if self.defer else 'false'}, {self.split_k}, "
-            f"{'true' if self.stream_b else 'false'}"
+            f"{'true' if self.stream_b and not self.runtime_stream_b else 'false'}"
         )
         if self.head_splits is not None:
             traits += ", {}, {}, {}".format(*self.head_splits)
         if self.epilogue is not None:
             traits += (", 0, 0, 0" if self.head_splits is None else "") + f", {self.epilogue.render()}"
-        elif self.runtime_k and self.stage_rounds:  # (no head splits, no fused epilogue with K at run time)
-            traits += ", 0, 0, 0, dgx::NoFusedEpilogue, true"
+        elif (self.runtime_k and self.stage_rounds) or self.runtime_stream_b:  # (no head splits, no fused epilogue)
+            rounds = "true" if self.runtime_k and self.stage_rounds else "false"
+            traits += f", 0, 0, 0, dgx::NoFusedEpilogue, {rounds}, {'true' if self.runtime_stream_b else 'false'}"
         body = f"dgx::fp8_gemm_nt_body<{self.layout}, {traits}>"
         source = (
             ('#include "fp8_gemm.cuh"\n' if self.epilogue is None else '#include "fp8_gemm_fused.cuh"\n')
@@ -339,6 +356,12 @@ def straight_line_k_loop(config: GemmConfig) -> bool:
     columns wide with at most WHOLE_LOOP_K_BLOCKS k-blocks per tile), fully unrolled over a compile-time K."""
     tile_k_blocks = ceil_div(config.k, 128) // config.split_k if config.k > 0 else 0
     return config.defer and config.block_n <= 32 and 0 < tile_k_blocks <= WHOLE_LOOP_K_BLOCKS
+
+
+def runtime_stream_b_allowed(config: GemmConfig) -> bool:
+    """Whether `config` may take B's L2 policy at run time (GemmConfig.runtime_stream_b): the dense BF16 GEMMs that
+    runtime_n allows (the layout whose heuristic streams B: dgx.heuristics.with_streamed_b)."""
+    return runtime_n_allowed(config) and config.layout == LAYOUT_DENSE and not config.wgrad
 
 
 def runtime_k_allowed(config: GemmConfig) -> bool:

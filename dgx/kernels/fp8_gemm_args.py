@@ -81,6 +81,8 @@ def pack_operands(config: GemmConfig, ops: Operands) -> runtime.ParamPack:
         extra["n"] = n
     if config.runtime_k:
         extra["k"] = config.k
+    if config.runtime_stream_b:
+        extra["stream_b"] = int(config.stream_b)
     return config.interface.pack(
         **extra,
         tmap_a=tmap_a,

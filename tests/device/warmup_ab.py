@@ -1,13 +1,13 @@
-"""Device A/B of DGX_GEMM_RUNTIME_N and DGX_GEMM_RUNTIME_K: every FP8 GEMM kernel the options change in a preset, with
-N and K compiled in (today's kernel) against the option's kernel (GemmConfig.runtime_n / runtime_k as the heuristics
-set them under the options), on the same inputs: outputs compared bit for bit (the two differ only in where N and K
-come from), then timed with the benchmark's method (1 GiB flush before each call, 5 warm-ups, median of 30;
+"""Device A/B of DGX_GEMM_RUNTIME_N, _K and _STREAM_B: every FP8 GEMM kernel the options change in a preset, with N, K
+and B's L2 policy compiled in (today's kernel) against the option's kernel (GemmConfig.runtime_n / runtime_k /
+runtime_stream_b as the heuristics set them under the options), on the same inputs: outputs compared bit for bit (the
+two differ only in where N, K and the policy come from), then timed with the benchmark's method (1 GiB flush before each call, 5 warm-ups, median of 30;
 docs/METHOD.md), the two alternating over PERF_ROUNDS rounds (default 3).
 
-    python tests/device/warmup_ab.py --preset deepseek-v3 --options nk --json $OUT/warmup_ab.json
+    python tests/device/warmup_ab.py --preset deepseek-v3 --options nks --json $OUT/warmup_ab.json
 
---options: n (DGX_GEMM_RUNTIME_N alone), k (DGX_GEMM_RUNTIME_K alone) or nk (both: the default, what a warm-up with
-both variables builds).
+--options: letters of n (DGX_GEMM_RUNTIME_N), k (DGX_GEMM_RUNTIME_K), s (DGX_GEMM_RUNTIME_STREAM_B); the default,
+nks, is what a warm-up with all three variables builds.
 
 For each entry of the preset of a kind the options cover (dense, m_grouped_masked, m_grouped_contiguous, wgrad) every
 distinct config the heuristics pick over the entry's M range (the warm-up's M samples) is run once, at the largest M
@@ -58,13 +58,16 @@ def configs_with_m(spec, default_max_m: int) -> dict:
     return found
 
 
+OPTION_VARIABLES = {"n": "DGX_GEMM_RUNTIME_N", "k": "DGX_GEMM_RUNTIME_K", "s": "DGX_GEMM_RUNTIME_STREAM_B"}
+
+
 def option_config(config, options: str):
-    """`config` as the heuristics return it under the options ("n", "k" or "nk"; dgx.heuristics.with_runtime_shape)."""
+    """`config` as the heuristics return it under the options (letters of "nks"; dgx.heuristics.with_runtime_shape)."""
     from dgx import heuristics
 
-    saved = {v: os.environ.get(v) for v in ("DGX_GEMM_RUNTIME_N", "DGX_GEMM_RUNTIME_K")}
-    os.environ["DGX_GEMM_RUNTIME_N"] = "1" if "n" in options else "0"
-    os.environ["DGX_GEMM_RUNTIME_K"] = "1" if "k" in options else "0"
+    saved = {v: os.environ.get(v) for v in OPTION_VARIABLES.values()}
+    for letter, name in OPTION_VARIABLES.items():
+        os.environ[name] = "1" if letter in options else "0"
     try:
         return heuristics.with_runtime_shape(config)
     finally:
@@ -116,12 +119,15 @@ def main() -> int:
     ap.add_argument("--preset", default="deepseek-v3")
     ap.add_argument("--max-m", type=int, default=8192, help="M range of entries that set none (as dgx warmup)")
     ap.add_argument("--max-per-entry", type=int, default=0, help="at most this many configs per entry (0: all)")
-    ap.add_argument("--options", choices=("n", "k", "nk"), default="nk", help="which run-time shape options to time")
+    ap.add_argument("--options", default="nks", help="which run-time options to time: letters of n (N), k (K), s (B's "
+                    "L2 policy); default all three")
     ap.add_argument("--shard", default="1/1", help="I/S: run only the I-th of S equal slices of the pairs (1-based)")
     ap.add_argument("--list", action="store_true", help="only list the (entry, M, kernel) pairs (no GPU needed)")
     ap.add_argument("--json", help="write every row here")
     args = ap.parse_args()
-    for name in ("DGX_GEMM_RUNTIME_N", "DGX_GEMM_RUNTIME_K"):  # the heuristics pick today's kernels
+    if not args.options or set(args.options) - set(OPTION_VARIABLES):
+        ap.error(f"--options: letters of {''.join(OPTION_VARIABLES)}; got {args.options!r}")
+    for name in OPTION_VARIABLES.values():  # the heuristics pick today's kernels
         os.environ.pop(name, None)
 
     from dgx import warmup
@@ -183,14 +189,15 @@ def main() -> int:
             t_c, t_r = statistics.median(times["compiled"]), statistics.median(times["runtime"])
             row = {"entry": spec.label, "m": m, "kernel": config.kernel_name, "runtime_kernel": runtime.kernel_name,
                    "runtime_n": runtime.runtime_n, "runtime_k": runtime.runtime_k,
+                   "runtime_stream_b": runtime.runtime_stream_b,
                    "compiled_us": t_c, "runtime_us": t_r,
                    "ratio": t_r / t_c, "identical": same}
             rows.append(row)
             print(f"{spec.label:45s} M {m:6d} {config.kernel_name:60s} {row['compiled_us']:9.2f} {row['runtime_us']:9.2f} "
                   f"{row['ratio']:.3f}{'' if same else '  OUTPUT DIFFERS'}", flush=True)
-    groups = {"all": rows, "N at run time": [r for r in rows if not r["runtime_k"]],
-              "N and K at run time": [r for r in rows if r["runtime_k"] and r["runtime_n"]],
-              "K at run time": [r for r in rows if r["runtime_k"] and not r["runtime_n"]]}
+    groups = {"all": rows, "K compiled in": [r for r in rows if not r["runtime_k"]],
+              "K at run time": [r for r in rows if r["runtime_k"]],
+              "B's policy at run time": [r for r in rows if r["runtime_stream_b"]]}
     for name, group in groups.items():
         if group:
             gm = math.exp(sum(math.log(r["ratio"]) for r in group) / len(group))

@@ -2,7 +2,8 @@
 
     python tests/device/warmup_census.py --preset deepseek-v3
 
-For the options off, N at run time (DGX_GEMM_RUNTIME_N), and N and K at run time (with DGX_GEMM_RUNTIME_K): the
+For the options off, N at run time (DGX_GEMM_RUNTIME_N), N and K (with DGX_GEMM_RUNTIME_K), and N, K and B's L2
+policy (with DGX_GEMM_RUNTIME_STREAM_B) at run time: the
 kernels of the plan and their predicted NVRTC CPU seconds (dgx/compile_cost.py), in all and per class of FP8 GEMM
 kernel: a straight-line k-loop (narrow deferred decode tiles, K compiled in by nature), the weight gradient, K at
 run time, K compiled in (lean rounds, split-K, head splits, fused epilogues, or the option off). The measured
@@ -21,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 OPTION_SETS = {"off": {}, "n": {"DGX_GEMM_RUNTIME_N": "1"},
-               "nk": {"DGX_GEMM_RUNTIME_N": "1", "DGX_GEMM_RUNTIME_K": "1"}}
+               "nk": {"DGX_GEMM_RUNTIME_N": "1", "DGX_GEMM_RUNTIME_K": "1"},
+               "nks": {"DGX_GEMM_RUNTIME_N": "1", "DGX_GEMM_RUNTIME_K": "1", "DGX_GEMM_RUNTIME_STREAM_B": "1"}}
 
 
 def kernel_class(summary: dict) -> str:
@@ -41,7 +43,7 @@ def kernel_class(summary: dict) -> str:
 def census(preset: str, options: dict, max_m: int, jobs: int) -> tuple[int, float, dict]:
     from dgx import compile_cost, warmup
 
-    for name in ("DGX_GEMM_RUNTIME_N", "DGX_GEMM_RUNTIME_K"):
+    for name in ("DGX_GEMM_RUNTIME_N", "DGX_GEMM_RUNTIME_K", "DGX_GEMM_RUNTIME_STREAM_B"):
         os.environ.pop(name, None)
     os.environ.update(options)
     plan = warmup.plan(warmup.load_preset(preset), max_m=max_m, jobs=jobs)
