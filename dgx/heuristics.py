@@ -233,12 +233,10 @@ def dense_options(m: int, n: int, k: int, num_sms: int):
         yield with_streamed_b(with_stage_rounds(with_deferred_promotion(config, units, num_sms)), m), units
 
 
-def _offers_runtime_n(choose):
-    """Wraps a cached choose_* function: under DGX_GEMM_RUNTIME_N its config takes N at run time
-    (GemmConfig.runtime_n; not with head splits, fused epilogues or the K-grouped layout), under DGX_GEMM_RUNTIME_K K too
-    where its k-loop needs no compile-time k-block count (GemmConfig.runtime_k), under DGX_GEMM_RUNTIME_STREAM_B
-    B's L2 policy too (GemmConfig.runtime_stream_b, dense). Applied after the cache, so the
-    variables are read on every call."""
+def _offers_runtime_shape(choose):
+    """Wraps a cached choose_* function: its config as with_runtime_shape makes it (N, K and B's L2 policy at run
+    time under DGX_GEMM_RUNTIME_N, _K and _STREAM_B). Applied after the cache, so the variables are read on every
+    call."""
 
     @wraps(choose)
     def choose_with_option(*args, **kwargs) -> Choice:
@@ -252,7 +250,9 @@ def _offers_runtime_n(choose):
 
 def with_runtime_shape(config: GemmConfig) -> GemmConfig:
     """`config` with N, K and B's L2 policy at run time as DGX_GEMM_RUNTIME_N, DGX_GEMM_RUNTIME_K and
-    DGX_GEMM_RUNTIME_STREAM_B ask, where it allows them (unchanged with none set)."""
+    DGX_GEMM_RUNTIME_STREAM_B ask, where it allows them (GemmConfig.runtime_n / runtime_k / runtime_stream_b: not
+    with head splits or fused epilogues; K where the k-loop needs no compile-time k-block count; the policy for the
+    dense layout). Unchanged with none set."""
     runtime_n = env.gemm_runtime_n() and runtime_n_allowed(config)
     runtime_k = env.gemm_runtime_k() and runtime_k_allowed(config)
     runtime_stream_b = env.gemm_runtime_stream_b() and runtime_stream_b_allowed(config)
@@ -262,7 +262,7 @@ def with_runtime_shape(config: GemmConfig) -> GemmConfig:
                    runtime_stream_b=runtime_stream_b or config.runtime_stream_b)
 
 
-@_offers_runtime_n
+@_offers_runtime_shape
 @lru_cache(maxsize=4096)
 def choose_dense(m: int, n: int, k: int, num_sms: int) -> Choice:
     """The dense FP8 GEMM config for an M x N x K problem on `num_sms` SMs."""
@@ -324,7 +324,7 @@ def _better(a: Choice, b: Choice) -> bool:
 CONTIGUOUS_ALIGNMENT = 128
 
 
-@_offers_runtime_n
+@_offers_runtime_shape
 @lru_cache(maxsize=4096)
 def choose_grouped(layout: int, m: int, n: int, k: int, groups: int, num_sms: int) -> Choice:
     """The config of a grouped FP8 GEMM (Layout.CONTIGUOUS or Layout.MASKED).
@@ -368,7 +368,7 @@ def grouped_options(layout: int, m: int, n: int, k: int, groups: int, num_sms: i
         yield with_stage_rounds(with_deferred_promotion(config, units, num_sms)), units
 
 
-@_offers_runtime_n
+@_offers_runtime_shape
 @lru_cache(maxsize=4096)
 def choose_wgrad(m: int, n: int, k: int, num_sms: int, layout: int = Layout.DENSE, groups: int = 1) -> Choice:
     """The config of a weight-gradient GEMM (FP32 D = C + A.B^T, both operands scaled per row): dense, or
@@ -427,7 +427,7 @@ def psum_config(m: int, n: int, k: int, groups: int, num_sms: int, alignment: in
     return choose_contiguous_psum(m, n, k, groups, num_sms, alignment).config
 
 
-@_offers_runtime_n
+@_offers_runtime_shape
 @lru_cache(maxsize=4096)
 def choose_contiguous_psum(m: int, n: int, k: int, groups: int, num_sms: int,
                            alignment: int = CONTIGUOUS_ALIGNMENT) -> Choice:

@@ -207,3 +207,29 @@ def test_runtime_shape_kernel_compiles_without_spills(config):
     cubin, _ = jit.build_cubin(src, "sm_90a", jit.SassPassSettings(False))
     kernel = Cubin(cubin).kernel(src.name)
     assert kernel.local_bytes == 0 and kernel.instruction_count > 0
+
+
+def test_pack_operands_fills_the_run_time_members(monkeypatch):
+    """The parameter struct of a kernel with N, K and B's policy at run time: today's members where they were, then
+    n, k and stream_b with the call's values (tensor maps stubbed: no driver needed)."""
+    import struct
+
+    from cuda.bindings import driver
+
+    from dgx import runtime
+    from dgx.kernels import fp8_gemm_args
+    from dgx.layout import SfaTma
+
+    monkeypatch.setattr(runtime, "encode_tensor_map_2d", lambda *a, **k: driver.CUtensorMap())
+    config = GemmConfig(2112, 2944, 128, 64, 8, stream_b=True, runtime_n=True, runtime_k=True,
+                        runtime_stream_b=True)
+    ops = fp8_gemm_args.Operands(a=1 << 20, a_rows=256, lda=2944, b=2 << 20, b_rows=2112, ldb=2944, d=3 << 20,
+                                 d_rows=256, ldd=2112, sfa_layout=SfaTma(256, 23, 1024), sfa=4 << 20, sfb=5 << 20,
+                                 m=256)
+    image = fp8_gemm_args.pack_operands(config, ops).image()
+    offsets = dict(zip((p.name for p in config.interface.params), config.interface.offsets))
+    assert offsets["n"] > offsets["group_maps"] and offsets["k"] == offsets["n"] + 4
+    assert struct.unpack_from("<iii", image, offsets["n"]) == (2112, 2944, 1)
+    assert struct.unpack_from("<i", image, offsets["m"]) == (256,)
+    plain = dataclasses.replace(config, stream_b=False)
+    assert struct.unpack_from("<i", fp8_gemm_args.pack_operands(plain, ops).image(), offsets["stream_b"]) == (0,)

@@ -76,7 +76,7 @@ def pack_operands(config: GemmConfig, ops: Operands) -> runtime.ParamPack:
             # needs a valid CUtensorMap, and the A-scale map is one.
             tmap_sfb = tmap_sfa
     passed = _PASSED if epilogue is not None else _PASSED_PLAIN
-    extra = {}  # the run-time shape's members, last (INTERFACE_RUNTIME_N / _K / _NK)
+    extra = {}  # the members of what comes at run time, last (GemmConfig.interface)
     if config.runtime_n:
         extra["n"] = n
     if config.runtime_k:

@@ -1,8 +1,8 @@
 """Device A/B of DGX_GEMM_RUNTIME_N, _K and _STREAM_B: every FP8 GEMM kernel the options change in a preset, with N, K
 and B's L2 policy compiled in (today's kernel) against the option's kernel (GemmConfig.runtime_n / runtime_k /
 runtime_stream_b as the heuristics set them under the options), on the same inputs: outputs compared bit for bit (the
-two differ only in where N, K and the policy come from), then timed with the benchmark's method (1 GiB flush before each call, 5 warm-ups, median of 30;
-docs/METHOD.md), the two alternating over PERF_ROUNDS rounds (default 3).
+two differ only in where N, K and the policy come from), then timed with the benchmark's method (1 GiB flush before
+each call, 5 warm-ups, median of 30; docs/METHOD.md), the two alternating over PERF_ROUNDS rounds (default 3).
 
     python tests/device/warmup_ab.py --preset deepseek-v3 --options nks --json $OUT/warmup_ab.json
 
