@@ -157,6 +157,12 @@ def silu_mul_quant(x, *, masked_m=None, swiglu_limit: float | None = None, use_u
 
     Raises TypeError/ValueError naming the argument before anything is launched. M = 0 (or G = 0) launches nothing.
     """
+    return _silu_mul_quant(x, masked_m, swiglu_limit, use_ue8m0, packed_ue8m0, out, out_scales, stream, None)
+
+
+def _silu_mul_quant(x, masked_m, swiglu_limit, use_ue8m0, packed_ue8m0, out, out_scales, stream, config):
+    """silu_mul_quant with the kernel's config given (`config`, for device A/B runs: it must match the clamp and the
+    scales asked for) or chosen by the heuristic (None)."""
     limit = _limit(swiglu_limit)
     ue8m0 = _flag(use_ue8m0, "use_ue8m0")
     packed = _flag(packed_ue8m0, "packed_ue8m0")
@@ -205,7 +211,11 @@ def silu_mul_quant(x, *, masked_m=None, swiglu_limit: float | None = None, use_u
         raise ValueError("out_scales: must not overlap out")
     if rows == 0 or groups == 0:
         return out, out_scales
-    config = choose_config(rows, blocks, groups, get_num_sms(device), limit is not None, mode)
+    if config is None:
+        config = choose_config(rows, blocks, groups, get_num_sms(device), limit is not None, mode)
+    elif config.clamp != (limit is not None) or config.scale_mode != mode:
+        raise ValueError(f"config: expected clamp={limit is not None} and scale_mode={mode!r} for these arguments; "
+                         f"got {config}")
     grid = config.grid(rows, blocks, groups)
     mptr = views[1].ptr if masked else 0
     key = (config, device, xv.ptr, yv.ptr, sv.ptr, mptr, x_row, x_group, y_strides[1], y_strides[0], sf_ld, sf_group,
