@@ -2,12 +2,12 @@
 
     gate, up = x[..., :I], x[..., I:]                   (vLLM's and SGLang's order)
     gate, up = min(gate, L), clamp(up, -L, L)            (only with swiglu_limit L; in FP32)
-    h        = silu(gate) * up                           (FP32: gate / (1 + exp(-gate)) * up)
-    sf       = max(amax |h|, 1e-4) / 448 per row and 128 channels (use_ue8m0: the next power of two)
-    y        = FP8 e4m3 of h * (1 / sf)                  (nearest even)
+    h        = silu(gate) * up                           (FP32, fast forms: gate * rcp(1 + 2^(-gate log2e)) * up)
+    sf       = max(amax |h|, 1e-4) * RN(1 / 448) per row and 128 channels (use_ue8m0: the next power of two)
+    y        = FP8 e4m3 of h * RN(1 / sf)                (nearest even)
 
-which is DeepGEMM's ``per_token_cast_to_fp8`` on the FP32 h, bit for bit (dgx.deep_gemm.utils.per_token_cast_to_fp8
-takes the same steps). The scales come in the layout the FP8 GEMMs read A's scales in, so ``(y, sf)`` is the next
+h is within a few ulps of torch's silu(gate) * up; sf and y are DeepGEMM's ``per_token_cast_to_fp8`` of the kernel's
+FP32 h bit for bit, as torch computes it on the GPU (its ``amax / 448.0`` multiplies by the rounded reciprocal). The scales come in the layout the FP8 GEMMs read A's scales in, so ``(y, sf)`` is the next
 GEMM's A as it is: TMA-aligned M-major FP32, or with ``packed_ue8m0`` the packed int32 layout of
 get_mn_major_tma_aligned_packed_ue8m0_tensor. One kernel reads x once and writes y and sf once.
 """
