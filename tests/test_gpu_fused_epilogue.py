@@ -388,3 +388,27 @@ def test_unprepared_gate_up_weight_is_refused_on_the_gpu():
         p.call((b[0].clone(), b[1]), (d, sf), swiglu=True)
     with pytest.raises(ValueError, match="prepare_gate_up"):
         p.call(p.weight_for(False), (d, sf), swiglu=True)
+
+
+@pytest.mark.parametrize("block_m", [64, 128])
+def test_masked_swiglu_of_either_tile_height_decodes_to_the_float64_result(block_m):
+    """The heuristic takes 128-row SwiGLU units for narrow masked groups (one round of the SMs) and 64-row ones
+    elsewhere: both heights, forced, decode within FP8 rounding of float64, rows past the counts untouched."""
+    from dgx import heuristics
+    from dgx.kernels.fp8_epilogue import Epilogue
+
+    p = Problem("masked", exact=False, seed=6)
+    epilogue = Epilogue(swiglu=True, clamp=True, row_weight=True)
+    config = heuristics.choose_fused("m_grouped_masked", 128, N, K, p.groups, torch.cuda.get_device_properties(0)
+                                     .multi_processor_count, epilogue, block_m=block_m).config
+    d, sf = alloc_out(p.lead, INTER, "fp32")
+    p.call(p.weight_for(True), (d, sf), swiglu=True, swiglu_limit=LIMIT, row_weight=p.weights, config=config)
+    torch.cuda.synchronize()
+    valid = p.valid.cuda()
+    ref = (silu_mul(p.accumulators(), LIMIT) * p.weights.reshape(-1).double().unsqueeze(1))[valid]
+    got_sf = flat(sf, p.rows)[valid].double()
+    got = flat(d, p.rows).float()[valid].double() * got_sf.repeat_interleave(128, dim=1)
+    scale = got_sf.repeat_interleave(128, dim=1)
+    tol = (ref.abs() * 2.0**-4 + scale * 2.0**-9) * (1 + 1e-3) + scale * 448 * ACC_ERR
+    assert float(((got - ref).abs() / tol).max()) <= 1.0
+    assert (flat(d, p.rows).view(torch.uint8)[~valid] == 0x7F).all(), "rows past masked_m were written"
