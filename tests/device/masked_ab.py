@@ -13,14 +13,13 @@ Candidates (docs/notes/moeperf2.md says why each; names are stable, the JSON kee
 shapes (expected rows per group <= 128) built from 64-row tiles:
   default          the heuristic (called without a config)
   w128             64x128, stages capped by today's 168 KiB ring (6)
-  w128_s8          64x128, 8 stages (a 192 KiB ring, DeepGEMM's)
+  w128_s8          64x128, 8 stages (a 194 KiB ring, DeepGEMM's)
   w128_s8_pm       64x128 s8, B shared by pairs along M (DeepGEMM 2.6.1's pick; not deferred, as F2 measured it)
   w128_s8_pm_d     the same, deferred promotion
   w128_s8_pm_sb    the same as w128_s8_pm, B loads L2 evict-first
-  w192_s6          64x192, 6 stages (192 KiB ring)
+  w192_s6          64x192, 6 stages (194 KiB ring)
   w192_sb          64x192 as the heuristic runs it, B loads L2 evict-first
   w128_sk2         64x128, split-K over 2-CTA clusters
-  w256_pm          64x256, pairs along M
   tall / tall_sb   128x128 (one m-block per group of up to 128 rows: B read once per group), plain / evict-first
   tall_pm          128x128, B shared by pairs along M (groups past 128 rows read B once)
 and for the others (128-row tiles): default, pn (128x128, A shared by pairs along N: DeepGEMM's), sk2 (the default
@@ -30,7 +29,8 @@ Each candidate is checked on NaN-poisoned outputs against the FP32 reference (ca
 unwritten) before it is timed (docs/METHOD.md: 1 GiB zeroed before each call, CUDA events, 5 warm-ups, median of
 --reps, --rounds rounds alternating the order). Each shape's read floor (dgx.bench.read_floor: a read-only kernel over
 the shape's bytes_moved, same timer and flush) is timed in the same rounds; `floor` = floor µs / µs. `model` is
-the fluid makespan estimate below, with the bandwidth the shape's read floor measured (CPU --predict: --bw).
+the fluid makespan estimate below (memory-bound shapes only), with the bandwidth the shape's read floor measured
+(CPU --predict: --bw), for a group's repeated B reads all from L2 - all from HBM.
 
 Prints per shape and writes $OUT/masked_ab.json (or --json). Run from the repository root with it on PYTHONPATH.
 """
@@ -60,7 +60,7 @@ from moe_compare import dgx_choice, shapes as compare_shapes  # noqa: E402
 
 NUM_SMS = 132
 DECODE_MAX_M = 128  # expected rows per group up to this: a decode shape, memory-bound on B
-RING_192K = 192 * 1024  # DeepGEMM's 8 x 24 KiB for 64x128
+RING_DG = smem_bytes(64, 128, 8) - smem_bytes(64, 128, 0)  # DeepGEMM's eight 64x128 stages (194 KiB)
 
 # The MoE block's masked cases whose GEMMs the A/B times (experts, expected tokens per expert), and its two GEMMs.
 MOE_CASES = ((32, 16), (32, 64), (32, 256), (16, 64), (8, 128))
@@ -107,7 +107,7 @@ def candidates(shape: Shape, num_sms: int = NUM_SMS) -> dict[str, GemmConfig | N
         return c
 
     if is_decode(shape):
-        s8 = stages_within(64, 128, RING_192K)
+        s8 = stages_within(64, 128, RING_DG)
         wanted = {
             "w128": lambda: cfg(64, 128, pipeline_stages(64, 128)),
             "w128_s8": lambda: cfg(64, 128, s8),
@@ -116,8 +116,7 @@ def candidates(shape: Shape, num_sms: int = NUM_SMS) -> dict[str, GemmConfig | N
             "w128_s8_pm_sb": lambda: cfg(64, 128, s8, SHARE_B, stream_b=True, defer=False),
             "w192_s6": lambda: cfg(64, 192, min(6, max_stages(64, 192))),
             "w192_sb": lambda: cfg(64, 192, pipeline_stages(64, 192), stream_b=True),
-            "w128_sk2": lambda: cfg(64, 128, stages_within(64, 128, RING_192K, 2), split_k=2),
-            "w256_pm": lambda: cfg(64, 256, stages_within(64, 256, RING_192K), SHARE_B),
+            "w128_sk2": lambda: cfg(64, 128, stages_within(64, 128, RING_DG, 2), split_k=2),
             "tall": lambda: cfg(128, 128, pipeline_stages(128, 128)),
             "tall_sb": lambda: cfg(128, 128, pipeline_stages(128, 128), stream_b=True),
             "tall_pm": lambda: cfg(128, 128, pipeline_stages(128, 128), SHARE_B),
@@ -154,10 +153,11 @@ SPLIT_REDUCE_US = 0.5  # a split-K tile's partial sums through distributed share
 H200_STREAM_BW = 3.9e12  # bytes/s a read-only kernel reaches on H200 under the benchmark's flush (guess; --bw)
 
 
-def unit_work(shape: Shape, config: GemmConfig, group_rows: int) -> list[tuple[float, float]]:
+def unit_work(shape: Shape, config: GemmConfig, group_rows: int, repeat_hbm: float) -> list[tuple[float, float]]:
     """(HBM bytes, least seconds) of each scheduler unit of one group: B's tile (a pair along M reads it once, along
-    N both tiles' B), A's rows once per m-block (L2 serves the other n-blocks), and the chain of k-blocks one CTA
-    runs (tile_cycles), which caps how fast a unit streams."""
+    N both tiles' B; a group's second and later m-units read it again, from HBM for the share `repeat_hbm`, from L2
+    for the rest), A's rows once per m-block (L2 serves the other n-blocks), and the chain of k-blocks one CTA runs
+    (tile_cycles), which caps how fast a unit streams."""
     bm, bn, k = config.block_m, config.block_n, shape.k
     m_blocks = ceil_div(group_rows, bm)
     n_blocks = ceil_div(shape.n, bn)
@@ -168,13 +168,16 @@ def unit_work(shape: Shape, config: GemmConfig, group_rows: int) -> list[tuple[f
     secs = CHAIN_SCALE * tile_cycles(bm, bn, k // config.split_k, config.pair, False, config.defer) / CLOCK_HZ
     if config.split_k > 1:
         secs += SPLIT_REDUCE_US * 1e-6
-    return [(b_bytes + a_bytes, secs)] * (m_units * n_units)
+    return [(b_bytes * (1.0 if mu == 0 else repeat_hbm) + a_bytes, secs)
+            for mu in range(m_units) for _ in range(n_units)]
 
 
-def predict_us(shape: Shape, config: GemmConfig, num_sms: int = NUM_SMS, bw: float = H200_STREAM_BW) -> float:
+def predict_us(shape: Shape, config: GemmConfig, num_sms: int = NUM_SMS, bw: float = H200_STREAM_BW,
+               repeat_hbm: float = 1.0) -> float:
     """Makespan of the grid dgx launches (sized on M_max, as dgx.grouped does): units go round-robin to clusters;
-    at every moment the running units share `bw` equally, each capped by its chain (water-filling)."""
-    units = [u for rows in shape.group_ms if rows > 0 for u in unit_work(shape, config, rows)]
+    at every moment the running units share `bw` equally, each capped by its chain (water-filling). Within a unit
+    bytes stream at a constant rate: no L2 bandwidth limit, so compute-bound shapes are not modelled."""
+    units = [u for rows in shape.group_ms if rows > 0 for u in unit_work(shape, config, rows, repeat_hbm)]
     if not units:
         return LAUNCH_US
     slots = config.grid(config.units(shape.max_m) * shape.groups, num_sms) // config.cluster
@@ -208,11 +211,12 @@ def predict(only: set[str], bw: float) -> list[dict]:
     rows = []
     for source, shape in ab_shapes(only):
         floor = shape.bytes_moved / bw * 1e6
-        pred = {name: predict_us(shape, config_of(shape, c), NUM_SMS, bw) for name, c in candidates(shape).items()}
-        rows.append({"source": source, "label": shape.label, "floor_us": floor, "model_us": pred})
-        best = min(pred, key=pred.get)
+        pred = {name: [predict_us(shape, config_of(shape, c), NUM_SMS, bw, r) for r in (0.0, 1.0)]
+                for name, c in candidates(shape).items()}
+        rows.append({"source": source, "label": shape.label, "floor_us": floor, "model_us_l2_to_hbm": pred})
+        best = min(pred, key=lambda n: sum(pred[n]))
         print(f"{source:>5} {shape.label:<22} floor {floor:6.1f} us  " + "  ".join(
-            f"{n} {v:.1f}{'*' if n == best else ''}" for n, v in pred.items()))
+            f"{n} {lo:.0f}-{hi:.0f}{'*' if n == best else ''}" for n, (lo, hi) in pred.items()))
     return rows
 
 
@@ -282,7 +286,7 @@ def run_shape(source: str, shape: Shape, deep_gemm, flush, rounds: int, reps: in
         e["tflops"] = shape.flops / e["us"] / 1e6
         e["floor_share"] = rec["floor_us"] / e["us"]
     for name, config in candidates(shape).items():
-        rec["impls"][name]["model_us"] = predict_us(shape, config_of(shape, config), NUM_SMS, bw)
+        rec["impls"][name]["model_us"] = [predict_us(shape, config_of(shape, config), NUM_SMS, bw, r) for r in (0.0, 1.0)]
     p.free()
     torch.cuda.empty_cache()
     return rec
@@ -298,7 +302,7 @@ def print_record(rec: dict) -> None:
             continue
         vs_default = f"{base / e['us']:.3f}x default" if base else ""
         vs_dg = f"{dg / e['us']:.3f}x DeepGEMM" if dg else ""
-        model = f"model {e['model_us']:6.1f}" if "model_us" in e else " " * 12
+        model = f"model {e['model_us'][0]:4.0f}-{e['model_us'][1]:4.0f}" if "model_us" in e else " " * 15
         same = "" if name in ("default", "deepgemm") else ("bitwise=default" if e.get("bitwise_equal_default") else "differs")
         print(f"  {name:>14}: {e['us']:8.1f} us {e['tflops']:5.0f} TF  floor {100 * e['floor_share']:4.0f}%  "
               f"{vs_default:>15} {vs_dg:>16}  {model}  rounds {[round(x, 1) for x in e['rounds_us']]}  {same}  "
