@@ -321,8 +321,40 @@ def choose_grouped(layout: int, m: int, n: int, k: int, groups: int, num_sms: in
     return best
 
 
+# Masked decode GEMMs (expected rows per group up to MASKED_DECODE_MAX_M) are memory-bound on B, the experts'
+# weights. Their groups' counts spread around the expected M, so a 64-row tile runs two m-blocks on many groups and
+# reads their B twice, unless the tile holds the group ("tall": 128-row tiles, one m-block for up to 128 rows) or two
+# CTAs share B ("pair_m": 64x128 pairs along M with eight stages, 194 KiB, DeepGEMM 2.6.1's pick). None keeps the cycle
+# model's pick. The rule to flip once tests/device/masked_ab.py has measured it (issue 44; docs/notes/moeperf2.md).
+MASKED_DECODE_RULE: str | None = None
+MASKED_DECODE_RULES = ("tall", "pair_m")
+MASKED_DECODE_MAX_M = 128
+MASKED_DECODE_PAIR_STAGES = 8
+
+
+def masked_decode_options(rule: str, m: int, n: int, k: int, groups: int, num_sms: int):
+    """(config, scheduler units) a masked decode GEMM weighs under MASKED_DECODE_RULE `rule`."""
+    if rule not in MASKED_DECODE_RULES:
+        raise ValueError(f"MASKED_DECODE_RULE must be None or one of {MASKED_DECODE_RULES}; got {rule!r}")
+    if rule == "pair_m" and num_sms >= 2:
+        stages = min(max_stages(64, 128), MASKED_DECODE_PAIR_STAGES)
+        config = GemmConfig(n, k, 64, 128, stages, pair=SHARE_B, layout=Layout.MASKED)
+        yield config, config.units(m) * groups
+        return
+    block_m = 128 if rule == "tall" else 64
+    for bm, bn, pair in candidates(max(m, 65), n):  # (candidates drops 128-row tiles for M <= 64)
+        if bm != block_m or pair != SHARE_NONE:
+            continue
+        config = GemmConfig(n, k, bm, bn, pipeline_stages(bm, bn), layout=Layout.MASKED)
+        units = config.units(m) * groups
+        yield with_deferred_promotion(config, units, num_sms), units
+
+
 def grouped_options(layout: int, m: int, n: int, k: int, groups: int, num_sms: int):
     """(config, scheduler units) of every M-grouped kernel choose_grouped weighs."""
+    if layout == Layout.MASKED and MASKED_DECODE_RULE is not None and m <= MASKED_DECODE_MAX_M:
+        yield from masked_decode_options(MASKED_DECODE_RULE, m, n, k, groups, num_sms)
+        return
     for bm, bn, pair in candidates(m, n):
         if CONTIGUOUS_ALIGNMENT % bm:
             continue
