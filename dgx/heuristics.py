@@ -326,8 +326,12 @@ def choose_grouped(layout: int, m: int, n: int, k: int, groups: int, num_sms: in
 # reads their B twice, unless the tile holds the group ("tall": 128-row tiles, one m-block for up to 128 rows) or two
 # CTAs share B ("pair_m": 64x128 pairs along M with eight stages, 194 KiB, DeepGEMM 2.6.1's pick). None keeps the cycle
 # model's pick. The rule to flip once tests/device/masked_ab.py has measured it (issue 44; docs/notes/moeperf2.md).
-MASKED_DECODE_RULE: str | None = None
+MASKED_DECODE_RULE: str | None = "tall"
 MASKED_DECODE_RULES = ("tall", "pair_m")
+# Measured (H200, tests/device/masked_ab.py, one run against DeepGEMM 2.6.1): "tall" 1.16x today's pick over the
+# decode shapes (1.24-1.32x at 16-64 rows a group), 1.03-1.10x DeepGEMM, 91-93% of the read floor; at 16 rows a
+# group level with the model's 64-row pick (0.99-1.00x), so it starts above that.
+MASKED_DECODE_MIN_M = 17
 MASKED_DECODE_MAX_M = 128
 MASKED_DECODE_PAIR_STAGES = 8
 
@@ -352,7 +356,7 @@ def masked_decode_options(rule: str, m: int, n: int, k: int, groups: int, num_sm
 
 def grouped_options(layout: int, m: int, n: int, k: int, groups: int, num_sms: int):
     """(config, scheduler units) of every M-grouped kernel choose_grouped weighs."""
-    if layout == Layout.MASKED and MASKED_DECODE_RULE is not None and m <= MASKED_DECODE_MAX_M:
+    if layout == Layout.MASKED and MASKED_DECODE_RULE is not None and MASKED_DECODE_MIN_M <= m <= MASKED_DECODE_MAX_M:
         yield from masked_decode_options(MASKED_DECODE_RULE, m, n, k, groups, num_sms)
         return
     for bm, bn, pair in candidates(m, n):

@@ -304,14 +304,18 @@ def _masked_decode(monkeypatch, rule, m, n=4096, k=7168, groups=16):
         h.choose_grouped.cache_clear()
 
 
-def test_masked_decode_rule_is_off_by_default():
+def test_masked_decode_rule_is_tall_above_16_rows():
     import dgx.heuristics as h
 
-    assert h.MASKED_DECODE_RULE is None
+    assert h.MASKED_DECODE_RULE == "tall" and (h.MASKED_DECODE_MIN_M, h.MASKED_DECODE_MAX_M) == (17, 128)
+    for m in (17, 64, 128):  # measured: 1.16x the model's pick over the decode shapes
+        c = choose_grouped(LAYOUT_MASKED, m, 4096, 7168, 16, 132).config
+        assert (c.block_m, c.block_n, c.pair) == (128, 128, 0), (m, c)
+    assert choose_grouped(LAYOUT_MASKED, 16, 4096, 7168, 32, 132).config.block_m == 64  # level there: the model
 
 
 def test_masked_decode_rule_tall(monkeypatch):
-    for m, n, k in ((16, 4096, 7168), (64, 4096, 7168), (64, 7168, 2048), (128, 7168, 2048)):
+    for m, n, k in ((17, 4096, 7168), (64, 4096, 7168), (64, 7168, 2048), (128, 7168, 2048)):
         c = _masked_decode(monkeypatch, "tall", m, n, k)
         assert (c.block_m, c.block_n, c.pair) == (128, 128, 0), (m, n, k, c)
 

@@ -105,11 +105,12 @@ def _render(config: SiluMulQuantConfig) -> jit.KernelSource:
                             warmup_hint=WARMUP_HINT)
 
 
-# Units (row x 128 channels) per SM up to which a smaller unroll wins: one unit per half-warp fits 8 CTAs of 256
-# threads an SM (27 registers), so up to 128 units an SM run in one wave with the most warps sharing the math and the
-# load latency; two units a half-warp up to 4 such waves' worth; past that four (more bytes in flight per thread).
-ONE_UNIT_UP_TO = 128
-TWO_UNITS_UP_TO = 512
+# Units (row x 128 channels) per SM up to which a smaller unroll would win. Measured (H200, tests/device/smq_ab.py, 13
+# masked and contiguous cases from 1024 to 65536 rows): one unit a half-warp was the fastest on every case, 94-100% of
+# the read floor with the fast SiLU; two and four units ran 1.7-5.6% slower. So one unit everywhere; the wider unrolls
+# stay valid configs for A/Bs.
+ONE_UNIT_UP_TO = float("inf")
+TWO_UNITS_UP_TO = float("inf")
 
 
 def choose_config(rows: int, blocks: int, groups: int, num_sms: int, clamp: bool = False,
@@ -125,9 +126,15 @@ def choose_config(rows: int, blocks: int, groups: int, num_sms: int, clamp: bool
     return SiluMulQuantConfig(clamp, scale_mode, unroll)
 
 
+def chosen_unrolls() -> tuple[int, ...]:
+    """The unrolls choose_config can return (its thresholds decide which)."""
+    return tuple(u for u, reachable in ((1, True), (2, ONE_UNIT_UP_TO < TWO_UNITS_UP_TO),
+                                         (4, TWO_UNITS_UP_TO != float("inf"))) if reachable)
+
+
 def warmup_configs(clamps=(False, True), scale_modes=SCALE_MODES) -> list[SiluMulQuantConfig]:
     """Every kernel a call can pick for these variants (shape-independent)."""
-    return [SiluMulQuantConfig(c, m, u) for c in clamps for m in scale_modes for u in UNROLLS]
+    return [SiluMulQuantConfig(c, m, u) for c in clamps for m in scale_modes for u in chosen_unrolls()]
 
 
 _launchers: dict[tuple, runtime.Launcher] = {}
