@@ -325,7 +325,7 @@ def choose_grouped(layout: int, m: int, n: int, k: int, groups: int, num_sms: in
 # weights. Their groups' counts spread around the expected M, so a 64-row tile runs two m-blocks on many groups and
 # reads their B twice, unless the tile holds the group ("tall": 128-row tiles, one m-block for up to 128 rows) or two
 # CTAs share B ("pair_m": 64x128 pairs along M with eight stages, 194 KiB, DeepGEMM 2.6.1's pick). None keeps the cycle
-# model's pick. The rule to flip once tests/device/masked_ab.py has measured it (issue 44; docs/notes/moeperf2.md).
+# model's pick. tests/device/masked_ab.py measures the rules (issue 44; docs/PERFORMANCE.md): "tall" is on.
 MASKED_DECODE_RULE: str | None = "tall"
 MASKED_DECODE_RULES = ("tall", "pair_m")
 # Measured (H200, tests/device/masked_ab.py, one run against DeepGEMM 2.6.1): "tall" 1.16x today's pick over the

@@ -9,7 +9,7 @@ Shapes: the masked suite (dgx/bench/suites.py, M_max 4096) plus 16g·64×4096×7
 block (dgx/bench/moe_suites.py: 32 experts x 16/64/256 tokens, 16 x 64, 8 x 128; the block's own `masked_m` and
 M_max) at GEMM1's N 4096 K 7168 and GEMM2's N 7168 K 2048.
 
-Candidates (docs/notes/moeperf2.md says why each; names are stable, the JSON keeps the kernel names), for decode
+Candidates (what the run decided: docs/PERFORMANCE.md; names are stable, the JSON keeps the kernel names), for decode
 shapes (expected rows per group <= 128) built from 64-row tiles:
   default          the heuristic (called without a config)
   w128             64x128, stages capped by today's 168 KiB ring (6)
