@@ -15,7 +15,7 @@ caller's stream (torch's current stream by default), PDL included (dgx.set_pdl),
 
 from __future__ import annotations
 
-from . import launch, runtime, scales
+from . import env, launch, runtime, scales
 from .bf16_prepare import copy_into, zero_rows
 from .checks import views_on_one_device
 from .device import get_num_sms
@@ -145,10 +145,11 @@ def _batched(expr: str, xv: TensorView, yv: TensorView, zv: TensorView, stream, 
         _zero_3d(zv, launch_stream)
         return
     num_sms = get_num_sms(device)
-    key = (expr, batch, heads, n, k, device, num_sms, config)
+    pingpong = env.bf16_pingpong()
+    key = (expr, batch, heads, n, k, device, num_sms, config, pingpong)
     plan = _batched_plans.get(key)
     if plan is None:
-        chosen = choose_batched(expr, batch, heads, n, k, num_sms)
+        chosen = choose_batched(expr, batch, heads, n, k, num_sms, pingpong)
         if config is not None:
             _expect_config(config, chosen, expr)
             chosen = config

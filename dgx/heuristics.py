@@ -277,12 +277,13 @@ def choose_dense_fitting(m: int, n: int, k: int, num_sms: int, fits, what: str =
     return _best(what or f"fp8_gemm_nt M={m} N={n} K={k}", options, k, num_sms)
 
 
-def _best(what: str, options, k: int, num_sms: int) -> Choice:
+def _best(what: str, options, k: int, num_sms: int, tiles_per_unit: int = 1) -> Choice:
     """The (config, scheduler units) option with the fewest estimated cycles (ties: larger tiles, then no
-    cluster); printed to stderr under DGX_PRINT_CONFIGS. `what` names the problem in messages."""
+    cluster); printed to stderr under DGX_PRINT_CONFIGS. `what` names the problem in messages. `tiles_per_unit`:
+    tiles one CTA runs back to back per unit (a SwiGLU unit: its gate and up tiles), which the waves count in."""
     best: Choice | None = None
     for config, units in options:
-        waves = ceil_div(units, num_sms // config.cluster)
+        waves = tiles_per_unit * ceil_div(units, num_sms // config.cluster)
         # The plain weight gradient (per-column B scales) ran non-power-of-two BLOCK_N slower (128x96 and
         # 128x112 4-8% behind 128x128; deferred, they lead); masked groups ran 128x160 18% slower than 128x128
         # on 2 of the 3 N=7168 anchors (their counts vary around expected_m, so the wave count the model sees
@@ -354,8 +355,44 @@ def choose_grouped(layout: int, m: int, n: int, k: int, groups: int, num_sms: in
     return best
 
 
+# Masked decode GEMMs (expected rows per group up to MASKED_DECODE_MAX_M) are memory-bound on B, the experts'
+# weights. Their groups' counts spread around the expected M, so a 64-row tile runs two m-blocks on many groups and
+# reads their B twice, unless the tile holds the group ("tall": 128-row tiles, one m-block for up to 128 rows) or two
+# CTAs share B ("pair_m": 64x128 pairs along M with eight stages, 194 KiB, DeepGEMM 2.6.1's pick). None keeps the cycle
+# model's pick. tests/device/masked_ab.py measures the rules (issue 44; docs/PERFORMANCE.md): "tall" is on.
+MASKED_DECODE_RULE: str | None = "tall"
+MASKED_DECODE_RULES = ("tall", "pair_m")
+# Measured (H200, tests/device/masked_ab.py, one run against DeepGEMM 2.6.1): "tall" 1.16x today's pick over the
+# decode shapes (1.24-1.32x at 16-64 rows a group), 1.03-1.10x DeepGEMM, 91-93% of the read floor; at 16 rows a
+# group level with the model's 64-row pick (0.99-1.00x), so it starts above that.
+MASKED_DECODE_MIN_M = 17
+MASKED_DECODE_MAX_M = 128
+MASKED_DECODE_PAIR_STAGES = 8
+
+
+def masked_decode_options(rule: str, m: int, n: int, k: int, groups: int, num_sms: int):
+    """(config, scheduler units) a masked decode GEMM weighs under MASKED_DECODE_RULE `rule`."""
+    if rule not in MASKED_DECODE_RULES:
+        raise ValueError(f"MASKED_DECODE_RULE must be None or one of {MASKED_DECODE_RULES}; got {rule!r}")
+    if rule == "pair_m" and num_sms >= 2:
+        stages = min(max_stages(64, 128), MASKED_DECODE_PAIR_STAGES)
+        config = GemmConfig(n, k, 64, 128, stages, pair=SHARE_B, layout=Layout.MASKED)
+        yield config, config.units(m) * groups
+        return
+    block_m = 128 if rule == "tall" else 64
+    for bm, bn, pair in candidates(max(m, 65), n):  # (candidates drops 128-row tiles for M <= 64)
+        if bm != block_m or pair != SHARE_NONE:
+            continue
+        config = GemmConfig(n, k, bm, bn, pipeline_stages(bm, bn), layout=Layout.MASKED)
+        units = config.units(m) * groups
+        yield with_deferred_promotion(config, units, num_sms), units
+
+
 def grouped_options(layout: int, m: int, n: int, k: int, groups: int, num_sms: int):
     """(config, scheduler units) of every M-grouped kernel choose_grouped weighs."""
+    if layout == Layout.MASKED and MASKED_DECODE_RULE is not None and MASKED_DECODE_MIN_M <= m <= MASKED_DECODE_MAX_M:
+        yield from masked_decode_options(MASKED_DECODE_RULE, m, n, k, groups, num_sms)
+        return
     for bm, bn, pair in candidates(m, n):
         if CONTIGUOUS_ALIGNMENT % bm:
             continue
@@ -461,19 +498,22 @@ def fused_stages(config: GemmConfig, epilogue: Epilogue) -> int:
 
 @lru_cache(maxsize=4096)
 def choose_fused(kind: str, m: int, n: int, k: int, groups: int, num_sms: int, epilogue: Epilogue,
-                 alignment: int = CONTIGUOUS_ALIGNMENT) -> Choice:
+                 alignment: int = CONTIGUOUS_ALIGNMENT, block_m: int | None = None) -> Choice:
     """The config of a GEMM of `kind` ('dense', 'm_grouped_contiguous', 'm_grouped_masked' or
     'm_grouped_contiguous_psum'; M as their heuristics take it) with a fused `epilogue`: the same model over the
     tiles that can run it (FP8 output: 128 columns, one quantisation group; SwiGLU: 64 or 128 rows, its stash in
     shared memory), with as many stages as fit beside the epilogue's output tile. Scheduler units are counted in
-    tiles for the model (a SwiGLU unit is a gate and an up tile)."""
+    whole units: a SwiGLU unit is a gate and an up tile one CTA runs, and masked groups' units follow the spread of
+    their counts around `m` (masked_units). `block_m`: only tiles of that many rows (device A/Bs)."""
     _require_positive("choose_fused", m=m, n=n, k=k, groups=groups, num_sms=num_sms)
+    masked = kind == "m_grouped_masked"
     if kind == "dense":
         options = dense_options(m, n, k, num_sms)
     elif kind == "m_grouped_contiguous":
         options = grouped_options(Layout.CONTIGUOUS, m, n, k, groups, num_sms)
-    elif kind == "m_grouped_masked":
-        options = grouped_options(Layout.MASKED, m, n, k, groups, num_sms)
+    elif masked:
+        # The tiles the groups' largest counts can use (128 rows for expected M 64: counts reach 83).
+        options = grouped_options(Layout.MASKED, ceil_div(m * MASKED_SPREAD[1], 1), n, k, groups, num_sms)
     elif kind == "m_grouped_contiguous_psum":
         options = psum_options(m, n, k, num_sms, alignment)
     else:
@@ -484,10 +524,28 @@ def choose_fused(kind: str, m: int, n: int, k: int, groups: int, num_sms: int, e
         for config, units in options:
             if config.split_k != 1 or epilogue.validate_tile(config.block_m, config.block_n, n):
                 continue
+            if block_m is not None and config.block_m != block_m:
+                continue  # (device A/Bs: the best tile of another height)
             layout = int(Layout.CONTIGUOUS_PSUM) if kind == "m_grouped_contiguous_psum" else config.layout
-            yield replace(config, stages=fused_stages(config, epilogue), layout=layout, epilogue=epilogue), units
+            fused = replace(config, stages=fused_stages(config, epilogue), layout=layout, epilogue=epilogue)
+            # In scheduler units (SwiGLU: gate + up tile pairs, which one CTA runs: the last wave is whole pairs).
+            yield fused, (masked_units(fused, m, groups) if masked else fused.units(m) if epilogue.swiglu else units)
 
-    return _best(f"fused {epilogue.tag} {kind} M={m} N={n} K={k} groups={groups}", fitting(), k, num_sms)
+    return _best(f"fused {epilogue.tag} {kind} M={m} N={n} K={k} groups={groups}", fitting(), k, num_sms,
+                 tiles_per_unit=2 if epilogue.swiglu else 1)
+
+
+# Masked groups' counts around expected_m: uniform over this range of it (DeepGEMM's tests and dgx's MoE bench).
+MASKED_SPREAD = (0.7, 1.3)
+
+
+def masked_units(config: GemmConfig, m: int, groups: int) -> int:
+    """Scheduler units of `groups` masked groups whose counts spread over MASKED_SPREAD x m: the expected number of
+    row blocks per group (not those of exactly m rows: counts past a block boundary add a block to their group)."""
+    lo, hi = MASKED_SPREAD
+    samples = [max(1, round(m * (lo + (hi - lo) * (i + 0.5) / 32))) for i in range(32)]
+    blocks = sum(ceil_div(c, config.block_m) for c in samples) / len(samples)
+    return max(1, round(blocks * groups)) * (config.units(config.block_m))
 
 
 def choose_skip_head_mid(m: int, n: int, k: int, head_splits: tuple[int, int, int], num_sms: int) -> GemmConfig:

@@ -2,12 +2,12 @@
 
     gate, up = x[..., :I], x[..., I:]                   (vLLM's and SGLang's order)
     gate, up = min(gate, L), clamp(up, -L, L)            (only with swiglu_limit L; in FP32)
-    h        = silu(gate) * up                           (FP32: gate / (1 + exp(-gate)) * up)
-    sf       = max(amax |h|, 1e-4) / 448 per row and 128 channels (use_ue8m0: the next power of two)
-    y        = FP8 e4m3 of h * (1 / sf)                  (nearest even)
+    h        = silu(gate) * up                           (FP32, fast forms: gate * rcp(1 + 2^(-gate log2e)) * up)
+    sf       = max(amax |h|, 1e-4) * RN(1 / 448) per row and 128 channels (use_ue8m0: the next power of two)
+    y        = FP8 e4m3 of h * RN(1 / sf)                (nearest even)
 
-which is DeepGEMM's ``per_token_cast_to_fp8`` on the FP32 h, bit for bit (dgx.deep_gemm.utils.per_token_cast_to_fp8
-takes the same steps). The scales come in the layout the FP8 GEMMs read A's scales in, so ``(y, sf)`` is the next
+h is within a few ulps of torch's silu(gate) * up; sf and y are DeepGEMM's ``per_token_cast_to_fp8`` of the kernel's
+FP32 h bit for bit, as torch computes it on the GPU (its ``amax / 448.0`` multiplies by the rounded reciprocal). The scales come in the layout the FP8 GEMMs read A's scales in, so ``(y, sf)`` is the next
 GEMM's A as it is: TMA-aligned M-major FP32, or with ``packed_ue8m0`` the packed int32 layout of
 get_mn_major_tma_aligned_packed_ue8m0_tensor. One kernel reads x once and writes y and sf once.
 """
@@ -157,6 +157,12 @@ def silu_mul_quant(x, *, masked_m=None, swiglu_limit: float | None = None, use_u
 
     Raises TypeError/ValueError naming the argument before anything is launched. M = 0 (or G = 0) launches nothing.
     """
+    return _silu_mul_quant(x, masked_m, swiglu_limit, use_ue8m0, packed_ue8m0, out, out_scales, stream, None)
+
+
+def _silu_mul_quant(x, masked_m, swiglu_limit, use_ue8m0, packed_ue8m0, out, out_scales, stream, config):
+    """silu_mul_quant with the kernel's config given (`config`, for device A/B runs: it must match the clamp and the
+    scales asked for) or chosen by the heuristic (None)."""
     limit = _limit(swiglu_limit)
     ue8m0 = _flag(use_ue8m0, "use_ue8m0")
     packed = _flag(packed_ue8m0, "packed_ue8m0")
@@ -205,7 +211,11 @@ def silu_mul_quant(x, *, masked_m=None, swiglu_limit: float | None = None, use_u
         raise ValueError("out_scales: must not overlap out")
     if rows == 0 or groups == 0:
         return out, out_scales
-    config = choose_config(rows, blocks, groups, get_num_sms(device), limit is not None, mode)
+    if config is None:
+        config = choose_config(rows, blocks, groups, get_num_sms(device), limit is not None, mode)
+    elif config.clamp != (limit is not None) or config.scale_mode != mode:
+        raise ValueError(f"config: expected clamp={limit is not None} and scale_mode={mode!r} for these arguments; "
+                         f"got {config}")
     grid = config.grid(rows, blocks, groups)
     mptr = views[1].ptr if masked else 0
     key = (config, device, xv.ptr, yv.ptr, sv.ptr, mptr, x_row, x_group, y_strides[1], y_strides[0], sf_ld, sf_group,

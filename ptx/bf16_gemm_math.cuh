@@ -1,6 +1,7 @@
 // The math warpgroups of the BF16 GEMM kernel (ptx/bf16_gemm.cuh): per k-block, wgmma m64nNk16 (bf16 x bf16 ->
-// f32) into FP32 accumulators that run over the whole of K (no promotion: BF16 products are exact in FP32); per
-// tile, the epilogue (bf16_gemm_epilogue.cuh).
+// f32) into FP32 accumulators that run over the whole of K (no promotion: BF16 products are exact in FP32, and K
+// chains are short), except the batch-sum layout's long (s, k) ranges (bf16_promoted_kloop); per tile, the epilogue
+// (bf16_gemm_epilogue.cuh).
 #pragma once
 #include "bf16_gemm_epilogue.cuh"
 #include "bf16_gemm_pingpong.cuh"
@@ -47,6 +48,36 @@ DGX_DEVICE void bf16_mma_block(float (&acc)[T::kMmaPerWG][T::kAccum], uint64_t d
         for (int i = 0; i < T::kAccum; ++i) fence_operand(acc[mm][i]);
 }
 
+// The promoted k-loop (T::kPromote: the batch-sum layout's long (s, k) ranges): per k-block, the MMAs overwrite
+// `part`, the warpgroup waits for them, hands the stage back and adds `part` into `acc` with round-to-nearest FP32
+// adds, so the tensor cores' truncating accumulation never chains past one k-block. The wait costs the overlap of
+// the next k-block's MMAs with this one's, which a memory-bound stream does not miss.
+template <typename T>
+DGX_DEVICE void bf16_promoted_kloop(float (&acc)[T::kMmaPerWG][T::kAccum], const Bf16GemmSmem& smem, uint64_t desc_a0,
+                                    uint64_t desc_b0, int num_kb, uint32_t& it, uint32_t lane) {
+    float part[T::kMmaPerWG][T::kAccum];
+#pragma unroll
+    for (int mm = 0; mm < T::kMmaPerWG; ++mm)
+#pragma unroll
+        for (int i = 0; i < T::kAccum; ++i) acc[mm][i] = 0.0f;
+#pragma unroll 1
+    for (int kb = 0; kb < num_kb; ++kb, ++it) {
+        const uint32_t s = it % T::kNumStages;
+        mbarrier_wait(&smem.full[s], (it / T::kNumStages) & 1);
+        bf16_mma_block<T>(part, desc_a0 + s * (T::kSmemA >> 4), desc_b0 + s * (T::kSmemB >> 4), true);
+        wgmma_wait<0>();
+#pragma unroll
+        for (int mm = 0; mm < T::kMmaPerWG; ++mm)
+#pragma unroll
+            for (int i = 0; i < T::kAccum; ++i) fence_operand(part[mm][i]);
+        bf16_release<T>(smem.empty, s, lane);
+#pragma unroll
+        for (int mm = 0; mm < T::kMmaPerWG; ++mm)
+#pragma unroll
+            for (int i = 0; i < T::kAccum; ++i) acc[mm][i] = __fadd_rn(acc[mm][i], part[mm][i]);
+    }
+}
+
 // The math warpgroups' role: every tile of the scheduler, k-loop then epilogue. The k-loop keeps one k-block's MMAs
 // in flight: once k-block kb's are issued it waits for kb - 1's (wgmma.wait_group 1) and hands that stage back, so
 // the tensor cores always have the next group queued. The ring runs on across tiles. Split-K: the k-loop covers
@@ -83,23 +114,27 @@ DGX_DEVICE void bf16_gemm_math(const Params& params) {
             }
             pingpong_wait_turn(wg);
         }
-        uint32_t held = 0;  // the previous k-block's stage, handed back once its MMAs are done
+        if constexpr (T::kPromote) {
+            bf16_promoted_kloop<T>(acc, smem, desc_a0, desc_b0, num_kb, it, lane);
+        } else {
+            uint32_t held = 0;  // the previous k-block's stage, handed back once its MMAs are done
 #pragma unroll 1
-        for (int kb = 0; kb < num_kb; ++kb, ++it) {
-            const uint32_t s = it % T::kNumStages;
-            mbarrier_wait(&smem.full[s], (it / T::kNumStages) & 1);
-            bf16_mma_block<T>(acc, desc_a0 + s * (T::kSmemA >> 4), desc_b0 + s * (T::kSmemB >> 4), kb == 0);
-            wgmma_wait<1>();
-            if (kb > 0) bf16_release<T>(smem.empty, held, lane);
-            held = s;
+            for (int kb = 0; kb < num_kb; ++kb, ++it) {
+                const uint32_t s = it % T::kNumStages;
+                mbarrier_wait(&smem.full[s], (it / T::kNumStages) & 1);
+                bf16_mma_block<T>(acc, desc_a0 + s * (T::kSmemA >> 4), desc_b0 + s * (T::kSmemB >> 4), kb == 0);
+                wgmma_wait<1>();
+                if (kb > 0) bf16_release<T>(smem.empty, held, lane);
+                held = s;
+            }
+            if constexpr (T::kPingPong) pingpong_pass_turn(wg);
+            wgmma_wait<0>();
+#pragma unroll
+            for (int mm = 0; mm < T::kMmaPerWG; ++mm)
+#pragma unroll
+                for (int i = 0; i < T::kAccum; ++i) fence_operand(acc[mm][i]);
+            if (num_kb > 0) bf16_release<T>(smem.empty, held, lane);
         }
-        if constexpr (T::kPingPong) pingpong_pass_turn(wg);
-        wgmma_wait<0>();
-#pragma unroll
-        for (int mm = 0; mm < T::kMmaPerWG; ++mm)
-#pragma unroll
-            for (int i = 0; i < T::kAccum; ++i) fence_operand(acc[mm][i]);
-        if (num_kb > 0) bf16_release<T>(smem.empty, held, lane);
         if constexpr (T::kSplit > 1)
             reduce_split_tile<T>(tile, tile.n_block * T::kBlockN, acc, me, smem.d, smem.tile_bars, scheduler.rank,
                                  tiles++, params.d_ptr, params.ld_d, T::kReduce);

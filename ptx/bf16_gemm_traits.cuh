@@ -150,6 +150,11 @@ struct Bf16GemmTraits {
     // whose reduction runs over (s, k) in ranges given by the scheduler (tile.kb0, tile.num_kb).
     static constexpr bool kBatched = kLayout == kLayoutBatched;
     static constexpr bool kBatchSum = kLayout == kLayoutBatchSum;
+    // Promotion: each k-block's MMAs start a fresh accumulator that the CUDA cores add into the tile's sum. The
+    // tensor cores' FP32 accumulation truncates each k16 step's sum toward zero (not IEEE round-to-nearest), an
+    // error that grows linearly with the chain of steps; a batch-sum range chains thousands of them (normwise ~3e-8
+    // per step), so there the chain is cut at every k-block and the adds round to nearest.
+    static constexpr bool kPromote = kBatchSum;
     // Split-K (memory-bound decode shapes): the kSplit CTAs of a cluster run one tile each over its own
     // kTileKBlocks k-blocks and sum their FP32 partial tiles through distributed shared memory in rank order
     // (fp8_gemm_epilogue.cuh reduce_split_tile: deterministic, no workspace), so wide tiles still fill the SMs and
@@ -221,6 +226,9 @@ struct Bf16GemmTraits {
     static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 256, "BLOCK_M is 64, 128 or 256");
     static_assert(kBlockN % 8 == 0 && kBlockN >= 8 && kBlockN <= 256, "wgmma bf16 takes N = 8..256 by 8");
     static_assert(kMmaPerWG * kAccum <= 160, "at most 160 accumulators per math thread (232 registers)");
+    static_assert(!kPromote || 2 * kMmaPerWG * kAccum <= 192,
+                  "promotion keeps a second accumulator set: at most 2 x 96 per math thread (232 registers)");
+    static_assert(!kPromote || !kPingPong, "the promoted k-loop runs the cooperative schedule");
     static_assert(kNumStages >= 2, "a k-block's stage is handed back after the next one's MMAs are issued");
     static_assert(kSmemD % 1024 == 0 && kSmemA % 1024 == 0 && kSmemB % 1024 == 0,
                   "stages start 1024-byte aligned, as the 128-byte swizzle needs");

@@ -6,9 +6,11 @@
 //   the gate half leaves silu(gate) in shared memory (FP32, each thread its own values), the up half multiplies
 //   it in and quantises, so every CTA writes whole 128-channel groups and no BF16 intermediate exists;
 // - a run-time `alpha` on any output, and a per-row weight (MoE top-k weights) on the FP8 ones.
-// Quantisation matches dgx's torch helpers bit for bit on the same FP32 values: amax clamped to 1e-4, scale
-// amax / 448 (rounded up to a power of two for UE8M0), value * (448 / amax) (UE8M0: value / scale), e4m3 with
-// round-to-nearest-even and saturation.
+// Quantisation matches dgx's torch helpers bit for bit on the same FP32 values, in the operations torch runs on the
+// GPU: amax clamped to 1e-4; scale `amax / 448.0`, which torch computes as amax * fl(1/448) (a division by a scalar
+// is a multiplication by its rounded reciprocal), rounded up to a power of two for UE8M0; value * `(448.0 / amax)`,
+// which torch computes as fl(1/amax) * 448 (Tensor.__rtruediv__ is reciprocal() * other), UE8M0: value * (1 /
+// scale), exact; e4m3 with round-to-nearest-even and saturation.
 #pragma once
 #include "fp8_gemm.cuh"
 
@@ -25,11 +27,15 @@ struct Select<false, A, B> {
 
 enum FusedScaleFormat : int { kSfFloat = 0, kSfUe8m0 = 1, kSfPacked = 2 };
 
-DGX_DEVICE float div_rn(float a, float b) {
+// 1 / x rounded once (IEEE), as torch's reciprocal().
+DGX_DEVICE float rcp_rn(float x) {
     float r;
-    asm("div.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    asm("rcp.rn.f32 %0, %1;" : "=f"(r) : "f"(x));
     return r;
 }
+
+// fl(1/448): what torch multiplies by for `x / 448.0` on the GPU.
+constexpr float kInvFp8Max = 1.0f / 448.0f;
 
 // silu(x) = x / (1 + e^-x), with the approximate exp2 and reciprocal (a few ulp; the FP8 rounding that follows
 // is 2^-4 relative).
@@ -183,12 +189,13 @@ struct FusedEpilogue {
                 amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
                 amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
                 amax = fmaxf(amax, 1e-4f);
-                float sf = div_rn(amax, 448.0f), mul;
+                // Two roundings each, as torch's `amax / 448.0` and `448.0 / amax` (see the top of this file).
+                float sf = amax * kInvFp8Max, mul;
                 if constexpr (kSfFormat == kSfFloat) {
-                    mul = div_rn(448.0f, amax);
+                    mul = rcp_rn(amax) * 448.0f;
                 } else {
                     sf = ceil_pow2(sf);
-                    mul = div_rn(1.0f, sf);  // exact: a power of two
+                    mul = rcp_rn(sf);  // exact: a power of two
                 }
                 scales[mm][h] = sf;
 #pragma unroll

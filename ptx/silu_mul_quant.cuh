@@ -1,8 +1,10 @@
 // The standalone SwiGLU + FP8 quantisation between an MoE expert's two GEMMs:
 //   x BF16 [rows, 2I] (gate = x[:, :I], up = x[:, I:]), optionally clamped (gate <= L, -L <= up <= L);
-//   h = silu(gate) * up in FP32;
-//   per row and 128 channels: sf = max(amax |h|, 1e-4) / 448 (UE8M0: rounded up to a power of two), y = h * (1 / sf)
-//   as FP8 e4m3 (nearest even), the rounding torch takes for per_token_cast_to_fp8 on the same FP32 h.
+//   h = silu(gate) * up in FP32 (fast forms: exp as ex2.approx of a log2e prescale, the division as rcp.approx; the
+//   precise expf and IEEE division are kept as a variant for A/B runs);
+//   per row and 128 channels: sf = max(amax |h|, 1e-4) * RN(1 / 448) (UE8M0: rounded up to a power of two),
+//   y = h * RN(1 / sf) as FP8 e4m3 (nearest even): the steps torch takes on the GPU for per_token_cast_to_fp8 of the
+//   same FP32 h (its `amax / 448.0` multiplies by the rounded reciprocal of a scalar divisor), so those are exact.
 // sf goes straight into the layout the FP8 GEMM reads A's scales in: M-major FP32 (sf[kb * ld + row]) or packed
 // UE8M0 (byte kb % 4 of the int32 at [kb / 4 * ld + row]).
 //
@@ -48,8 +50,30 @@ DGX_DEVICE uint32_t pack_e4m3x2(float lo, float hi) {
     return packed;
 }
 
-// silu(g) * u in FP32 with torch's operation order for silu: g / (1 + exp(-g)), IEEE division.
-DGX_DEVICE float silu_mul(float g, float u) { return __fdiv_rn(g, 1.0f + expf(-g)) * u; }
+DGX_DEVICE float ex2_approx_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+DGX_DEVICE float rcp_approx_ftz(float x) {
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// silu(g) * u in FP32. Fast: g * (1 / (1 + 2^(-g log2e))) * u, two MUFU ops and four FP32 ops (the precise expf and
+// IEEE division cost ~40 instructions an element, which made the kernel compute-bound on an H200); h is then within
+// a few ulps of torch's silu * up. Precise: torch's order, g / (1 + expf(-g)) with IEEE division.
+template <bool kFast>
+DGX_DEVICE float silu_mul(float g, float u) {
+    if constexpr (kFast) {
+        constexpr float kMinusLog2e = -1.4426950408889634f;
+        return g * rcp_approx_ftz(1.0f + ex2_approx_ftz(g * kMinusLog2e)) * u;
+    } else {
+        return __fdiv_rn(g, 1.0f + expf(-g)) * u;
+    }
+}
 
 // The biased exponent of the smallest power of two at or above sf (sf > 0), kept to the normal range 1..254: what
 // dgx.ue8m0.ceil_to_ue8m0 computes.
@@ -59,12 +83,13 @@ DGX_DEVICE uint32_t ue8m0_exponent(float sf) {
     return min(max(e, 1u), 254u);
 }
 
-template <int kThreads_, int kUnroll_, bool kClamp_, int kScaleMode_>
+template <int kThreads_, int kUnroll_, bool kClamp_, int kScaleMode_, bool kFastSilu_ = true>
 struct SmqTraits {
     static constexpr int kThreads = kThreads_;
     static constexpr int kUnroll = kUnroll_;          // units a half-warp loads before its first math
     static constexpr bool kClamp = kClamp_;           // swiglu_limit given
     static constexpr int kScaleMode = kScaleMode_;
+    static constexpr bool kFastSilu = kFastSilu_;    // ex2.approx / rcp.approx (false: expf and IEEE division)
     static constexpr int kBlock = 128;                // channels per scale
     static constexpr int kLanes = 16;                 // a half-warp per unit: 8 channels a lane
     static constexpr int kPerLane = kBlock / kLanes;
@@ -118,13 +143,16 @@ DGX_DEVICE void silu_mul_quant_body(const Params& p) {
     const uint16_t* x = p.x + g * p.x_group;
 
     SmqWords gate[T::kUnroll], up[T::kUnroll];
+    // Each unit's row and k-block, divided once (unsigned: no sign fix-ups) and kept for the stores.
+    uint32_t rows_of[T::kUnroll], kbs_of[T::kUnroll];
 #pragma unroll
     for (int j = 0; j < T::kUnroll; ++j) {
         const int u = first + j * T::kHalfWarps;
+        rows_of[j] = static_cast<uint32_t>(u) / static_cast<uint32_t>(p.blocks);
+        kbs_of[j] = static_cast<uint32_t>(u) - rows_of[j] * static_cast<uint32_t>(p.blocks);
         if (u < units) {
-            const int row = u / p.blocks;
-            const int kb = u - row * p.blocks;
-            const uint16_t* at = x + static_cast<int64_t>(row) * p.x_row + kb * T::kBlock + lane * T::kPerLane;
+            const uint16_t* at = x + static_cast<int64_t>(rows_of[j]) * p.x_row + kbs_of[j] * T::kBlock +
+                                 lane * T::kPerLane;
             gate[j] = ld_global_stream_v4(at);
             up[j] = ld_global_stream_v4(at + half);
         } else {
@@ -145,13 +173,16 @@ DGX_DEVICE void silu_mul_quant_body(const Params& p) {
                 gi = fminf(gi, p.limit);
                 ui = fminf(fmaxf(ui, -p.limit), p.limit);
             }
-            h[i] = silu_mul(gi, ui);
+            h[i] = silu_mul<T::kFastSilu>(gi, ui);
             amax = fmaxf(amax, fabsf(h[i]));
         }
         // The block's 16 lanes are one half of the warp: xor offsets below 16 stay inside it.
 #pragma unroll
         for (int offset = 8; offset >= 1; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
-        float sf = __fdiv_rn(fmaxf(amax, 1e-4f), 448.0f);
+        // torch on the GPU divides by a scalar as a product with its rounded reciprocal: amax / 448.0 is
+        // RN(amax * RN(1 / 448)), not RN(amax / 448) (they differ in the last bit for some amax).
+        constexpr float kInvFp8Max = 1.0f / 448.0f;
+        float sf = fmaxf(amax, 1e-4f) * kInvFp8Max;
         uint32_t exponent = 0;
         if constexpr (T::kScaleMode != kSmqScaleFp32) {
             exponent = ue8m0_exponent(sf);
@@ -159,8 +190,8 @@ DGX_DEVICE void silu_mul_quant_body(const Params& p) {
         }
         const float inv = __frcp_rn(sf);  // torch: x * (1.0 / sf), the reciprocal rounded once
         if (u >= units) continue;
-        const int row = u / p.blocks;
-        const int kb = u - row * p.blocks;
+        const int row = static_cast<int>(rows_of[j]);
+        const int kb = static_cast<int>(kbs_of[j]);
         uint32_t lo = pack_e4m3x2(h[0] * inv, h[1] * inv) | (pack_e4m3x2(h[2] * inv, h[3] * inv) << 16);
         uint32_t hi = pack_e4m3x2(h[4] * inv, h[5] * inv) | (pack_e4m3x2(h[6] * inv, h[7] * inv) << 16);
         uint8_t* y = p.y + g * p.y_group + static_cast<int64_t>(row) * p.y_row + kb * T::kBlock;

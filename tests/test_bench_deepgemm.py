@@ -311,3 +311,14 @@ def test_run_suite_finds_deepgemm_and_records_it(monkeypatch):
     monkeypatch.setattr(deepgemm, "find_deep_gemm", lambda: pytest.fail("looked for DeepGEMM with --no-peers"))
     res = runner.run_suite(shapes=[make_shape("dense", 64, 256, 512)], peers=False, host=False)
     assert res.env["deep_gemm"].startswith("not timed: peers off")
+
+
+def test_the_deepgemm_peer_runs_on_the_gemm_and_mqa_suites_only():
+    """The MoE block has its own DeepGEMM impl (deepgemm_unfused): the GEMM peer there would find no D to write."""
+    from dgx.bench.peers import DeepGemm
+    from dgx.bench.suites import GEMM_SUITES
+    from dgx.bench.mqa_suites import MQA_SUITES
+
+    peer = DeepGemm(info=None)
+    assert all(peer.runs_on(s) for s in GEMM_SUITES + MQA_SUITES)
+    assert not peer.runs_on("moe")

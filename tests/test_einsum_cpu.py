@@ -377,3 +377,34 @@ def test_dgx_inspect_reports_the_einsum_kernels_hgmma_and_no_spills(tmp_cache):
         assert re.search(r"HGMMA\s+[1-9]", result.output) and "0 bytes, 0 LDL/STL" in result.output
     result = CliRunner().invoke(cli.main, ["inspect", "--kind", "einsum_bmk_bnk_mn", "--gemm", "256", "12", "256"])
     assert result.exit_code == 1 and "--gemm N: expected a multiple of 8" in result.output
+
+
+# --- promotion (batch-sum) and ping-pong tiles (batched) ---------------------------------------------------------
+
+
+def test_batch_sum_keeps_two_accumulator_sets_in_registers():
+    from dgx.kernels.bf16_gemm_config import LAYOUT_BATCH_SUM, Bf16GemmConfig
+    from dgx.kernels.einsum import batch_sum_candidates
+
+    assert all(c.block_n <= 192 and c.schedule == "cooperative" for c in batch_sum_candidates(128, 512, 256))
+    with pytest.raises(ValueError, match="two accumulator sets"):
+        Bf16GemmConfig(n=512, k=256, block_m=128, block_n=256, stages=2, out_dtype="float32",
+                       layout=LAYOUT_BATCH_SUM)
+    with pytest.raises(ValueError, match="cooperative"):
+        Bf16GemmConfig(n=512, k=256, block_m=64, block_n=128, stages=3, out_dtype="float32",
+                       layout=LAYOUT_BATCH_SUM, schedule="pingpong")
+
+
+def test_batched_pingpong_is_weighed_only_when_asked(monkeypatch):
+    from dgx.kernels.einsum import batched_candidates, choose_batched
+
+    monkeypatch.delenv("DGX_BF16_PINGPONG", raising=False)
+    for b in (4, 4096):
+        assert choose_batched("bhd,hdr->bhr", b, 128, 512, 128, 132).schedule == "cooperative"
+        assert choose_batched("bhd,hdr->bhr", b, 128, 512, 128, 132) == \
+            choose_batched("bhd,hdr->bhr", b, 128, 512, 128, 132, pingpong=False)
+    both = batched_candidates(4096, 512, 128, "mn", 128, 132, pingpong=True)
+    assert any(c.schedule == "pingpong" for c in both)
+    assert all(c.block_m in (64, 128) for c in both if c.schedule == "pingpong")
+    # one tile per SM or fewer: nothing for a second warpgroup to alternate with
+    assert not any(c.schedule == "pingpong" for c in batched_candidates(4, 128, 512, "k", 1, 132, pingpong=True))

@@ -110,6 +110,28 @@ def test_heuristic_picks_valid_tiles(kind, epilogue, m):
         assert c.block_n == 128 and c.block_m <= 128
 
 
+def test_swiglu_waves_count_whole_units():
+    """A SwiGLU unit (gate + up tile) runs on one CTA: 133 units on 132 SMs are two rounds of two tiles."""
+    c = GemmConfig(4096, 7168, 128, 128, 4, epilogue=Epilogue(swiglu=True))
+    assert heuristics._best("t", [(c, 132)], 7168, 132, tiles_per_unit=2).waves == 2
+    assert heuristics._best("t", [(c, 133)], 7168, 132, tiles_per_unit=2).waves == 4
+
+
+def test_masked_units_follow_the_count_spread():
+    swiglu = Epilogue(swiglu=True)
+    c64 = GemmConfig(4096, 7168, 64, 128, 6, layout=LAYOUT_MASKED, epilogue=swiglu)
+    c128 = GemmConfig(4096, 7168, 128, 128, 4, layout=LAYOUT_MASKED, epilogue=swiglu)
+    # Expected M 64: counts 45..83, half past one 64-row block; all within one 128-row block.
+    assert heuristics.masked_units(c64, 64, 8) == 12 * 16
+    assert heuristics.masked_units(c128, 64, 8) == 8 * 16
+
+
+def test_narrow_masked_swiglu_takes_one_round_of_128_row_units():
+    """8 experts x 64 tokens (DeepSeek-V3 gate-up): 64-row units need two rounds of the 132 SMs, 128-row ones one."""
+    choice = heuristics.choose_fused("m_grouped_masked", 64, 4096, 7168, 8, 132, Epilogue(swiglu=True))
+    assert (choice.config.block_m, choice.num_tiles, choice.waves) == (128, 128, 2)
+
+
 @pytest.mark.parametrize("kind", ["wgrad", "k_grouped", "nope"])
 def test_heuristic_refuses_kinds_without_epilogues(kind):
     with pytest.raises(ValueError, match="fused epilogues are for the dense and M-grouped"):

@@ -288,3 +288,48 @@ def test_contiguous_takes_the_wide_shared_b_tile_only_where_the_model_picks_128x
     # masked never swaps
     for m in (64, 256, 1024):
         assert choose_grouped(LAYOUT_MASKED, m, 7168, 2048, 4, 132).config.block_n != CONTIGUOUS_WIDE_BLOCK_N
+
+
+# ---- the masked decode rule behind dgx.heuristics.MASKED_DECODE_RULE (issue 44) ----------------------------------
+
+def _masked_decode(monkeypatch, rule, m, n=4096, k=7168, groups=16):
+    import dgx.heuristics as h
+    from dgx.kinds import Layout
+
+    monkeypatch.setattr(h, "MASKED_DECODE_RULE", rule)
+    h.choose_grouped.cache_clear()
+    try:
+        return h.choose_grouped(Layout.MASKED, m, n, k, groups, 132).config
+    finally:
+        h.choose_grouped.cache_clear()
+
+
+def test_masked_decode_rule_is_tall_above_16_rows():
+    import dgx.heuristics as h
+
+    assert h.MASKED_DECODE_RULE == "tall" and (h.MASKED_DECODE_MIN_M, h.MASKED_DECODE_MAX_M) == (17, 128)
+    for m in (17, 64, 128):  # measured: 1.16x the model's pick over the decode shapes
+        c = choose_grouped(LAYOUT_MASKED, m, 4096, 7168, 16, 132).config
+        assert (c.block_m, c.block_n, c.pair) == (128, 128, 0), (m, c)
+    assert choose_grouped(LAYOUT_MASKED, 16, 4096, 7168, 32, 132).config.block_m == 64  # level there: the model
+
+
+def test_masked_decode_rule_tall(monkeypatch):
+    for m, n, k in ((17, 4096, 7168), (64, 4096, 7168), (64, 7168, 2048), (128, 7168, 2048)):
+        c = _masked_decode(monkeypatch, "tall", m, n, k)
+        assert (c.block_m, c.block_n, c.pair) == (128, 128, 0), (m, n, k, c)
+
+
+def test_masked_decode_rule_pair_m(monkeypatch):
+    c = _masked_decode(monkeypatch, "pair_m", 64)
+    assert (c.block_m, c.block_n, c.pair, c.stages) == (64, 128, 2, 8)
+
+
+def test_masked_decode_rule_leaves_larger_m(monkeypatch):
+    assert _masked_decode(monkeypatch, "tall", 256) == _masked_decode(monkeypatch, None, 256)
+    assert _masked_decode(monkeypatch, "pair_m", 512) == _masked_decode(monkeypatch, None, 512)
+
+
+def test_masked_decode_rule_rejects_unknown(monkeypatch):
+    with pytest.raises(ValueError, match="MASKED_DECODE_RULE must be None or one of"):
+        _masked_decode(monkeypatch, "wide", 64)

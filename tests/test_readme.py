@@ -34,9 +34,12 @@ def readme_tables() -> list[tuple[list[str], list[list[str]]]]:
 
 def expected(header: str, suite, timer: str) -> str | None:
     """What the README must print in the column ``header`` for a suite summary (None: a column not checked)."""
-    ratio = {"× DeepGEMM": suite.geomean_vs_anchor, "× cuBLASLt": suite.geomean_speedup.get("cublaslt"),
-             "× Triton": suite.geomean_speedup.get("triton"), "× BF16": suite.geomean_speedup.get("bf16"),
-             "× torch": suite.geomean_speedup.get("torch")}
+    speedup = suite.geomean_speedup.get
+    # the longer prefixes first: "× DeepGEMM 2.6.1 unfused" before "× DeepGEMM 2.6.1" before "× DeepGEMM"
+    ratio = {"× DeepGEMM 2.6.1 unfused": speedup("deepgemm_unfused"), "× DeepGEMM 2.6.1": speedup("deepgemm"),
+             "× DeepGEMM": suite.geomean_vs_anchor, "× dgx unfused": speedup("dgx_unfused"),
+             "× cuBLASLt": speedup("cublaslt"), "× Triton": speedup("triton"), "× BF16": speedup("bf16"),
+             "× torch BF16": speedup("torch_bf16"), "× torch": speedup("torch")}
     for prefix, value in ratio.items():
         if header.startswith(prefix):
             return "—" if value is None else f"{value:.2f}"

@@ -21,40 +21,47 @@ from driver_stand_in import stand_in  # noqa: E402
 
 def test_config_rejects_what_the_kernel_cannot_do():
     for kwargs, match in [(dict(scale_mode="fp16"), "scale_mode"), (dict(unroll=3), "unroll"),
-                          (dict(threads=96), "threads"), (dict(clamp=1), "clamp must be a bool")]:
+                          (dict(threads=96), "threads"), (dict(clamp=1), "clamp must be a bool"),
+                          (dict(fast_silu=0), "fast_silu must be a bool")]:
         with pytest.raises(ValueError, match=match):
             K.SiluMulQuantConfig(**kwargs)
     c = K.SiluMulQuantConfig(True, "packed_ue8m0", 4)
     assert c.units_per_cta == 64 and c.kernel_name == "dgx_silu_mul_quant_packed_ue8m0_clamp_u4_w256"
     assert c.grid(100, 16, 3) == (25, 3, 1) and c.grid(0, 16, 1) == (1, 1, 1)
+    precise = K.SiluMulQuantConfig(unroll=8, fast_silu=False)  # A/B-only variants: valid configs, never picked
+    assert precise.kernel_name == "dgx_silu_mul_quant_fp32_u8_w256_precise"
+    assert "dgx::SmqTraits<256, 8, false, 0, false>" in precise.render().source
 
 
 def test_heuristic_keeps_bytes_in_flight_and_spreads_small_problems():
-    assert K.choose_config(8192, 16, 1, 132).unroll == 4  # prefill: 2048 CTAs of 64 units
-    assert K.choose_config(256, 16, 32, 132).unroll == 4  # masked decode, Mmax 256 x 32 groups
-    assert K.choose_config(16, 16, 8, 132).unroll == 1  # 8 experts x 16 tokens: 128 units a CTA would be 32 CTAs
+    # one unit a half-warp everywhere (measured fastest on every case of tests/device/smq_ab.py)
+    for rows, groups in ((8192, 1), (384, 32), (128, 32), (64, 8)):
+        assert K.choose_config(rows, 16, groups, 132).unroll == 1
+    assert K.chosen_unrolls() == (1,)
     assert K.choose_config(64, 16, 1, 132, True, "ue8m0") == K.SiluMulQuantConfig(True, "ue8m0", 1)
+    assert all(c.fast_silu and c.unroll in K.UNROLLS for c in K.warmup_configs())
     with pytest.raises(ValueError, match="positive blocks"):
         K.choose_config(10, 0, 1, 132)
     every = K.warmup_configs()
-    assert len(every) == len(set(every)) == 2 * 3 * len(K.UNROLLS)
+    assert len(every) == len(set(every)) == 2 * 3 * len(K.chosen_unrolls())
     for rows, groups in ((1, 1), (16, 8), (8192, 1), (4096, 32)):
         for clamp in (False, True):
             for mode in K.SCALE_MODES:
                 assert K.choose_config(rows, 16, groups, 132, clamp, mode) in every
-    assert K.warmup_configs((True,), ("fp32",)) == [K.SiluMulQuantConfig(True, "fp32", u) for u in K.UNROLLS]
+    assert K.warmup_configs((True,), ("fp32",)) == [K.SiluMulQuantConfig(True, "fp32", u) for u in K.chosen_unrolls()]
 
 
 def test_render_pins_the_variant():
     src = K.SiluMulQuantConfig(True, "ue8m0", 1).render()
-    assert "dgx::SmqTraits<256, 1, true, 1>" in src.source and src.name.endswith("_ue8m0_clamp_u1_w256")
+    assert "dgx::SmqTraits<256, 1, true, 1, true>" in src.source and src.name.endswith("_ue8m0_clamp_u1_w256")
     assert '#include "silu_mul_quant.cuh"' in src.source and src.dynamic_smem == 0
 
 
 # --- NVRTC compiles, checked in the SASS -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("config", [K.SiluMulQuantConfig(False, "fp32", 4), K.SiluMulQuantConfig(True, "packed_ue8m0", 1)],
+@pytest.mark.parametrize("config", [K.SiluMulQuantConfig(False, "fp32", 4), K.SiluMulQuantConfig(True, "packed_ue8m0", 1),
+                                    K.SiluMulQuantConfig(False, "ue8m0", 2)],
                          ids=lambda c: c.kernel_name)
 def test_kernel_compiles_to_wide_loads_without_spills(config):
     from dgx import compiler
@@ -72,7 +79,8 @@ def test_kernel_compiles_to_wide_loads_without_spills(config):
     assert len(re.findall(r"\bSTG\.E\.64\b", text)) == config.unroll, "8 FP8 bytes a lane per unit"
     assert len(re.findall(r"\bF2FP\.SATFINITE\.E4M3\.F32\.PACK_AB", text)) == 4 * config.unroll
     assert len(re.findall(r"\bSHFL\.BFLY\b", text)) == 4 * config.unroll, "the amax over 16 lanes"
-    assert "MUFU.EX2" in text, "exp for the sigmoid"
+    assert "MUFU.EX2" in text and "MUFU.RCP" in text, "exp and the reciprocal of the sigmoid: the fast forms"
+    assert "MUFU.RSQ" not in text, "no precise expf / IEEE division path in the fast kernel"
     assert bool(re.search(r"\bSTG\.E\.U8\b", text)) == (config.scale_mode == "packed_ue8m0")
 
 
@@ -91,7 +99,7 @@ def test_warmup_kind_parses_and_enumerates():
         c.kernel_name for c in K.warmup_configs()]
     narrow = kind.parse({"kind": "silu_mul_quant", "scales": "packed_ue8m0", "clamp": False}, lambda f: f)
     assert [s.name for s in kind.kernels(narrow, None, 132)] == [
-        K.SiluMulQuantConfig(False, "packed_ue8m0", u).kernel_name for u in K.UNROLLS]
+        K.SiluMulQuantConfig(False, "packed_ue8m0", u).kernel_name for u in K.chosen_unrolls()]
     with pytest.raises(ProblemError, match="scales.*fp32, ue8m0, packed_ue8m0"):
         kind.parse({"kind": "silu_mul_quant", "scales": "bf16"}, lambda f: f)
     with pytest.raises(ProblemError, match="clamp.*true or false"):

@@ -288,7 +288,8 @@ class DeepGemm(Peer):
     """DeepGEMM itself, found by :func:`dgx.bench.deepgemm.find_deep_gemm` (never dgx's alias)."""
 
     name = DEEPGEMM
-    suites = SUITES
+    # the GEMM and MQA suites; the MoE block times DeepGEMM's GEMMs as its own impl (deepgemm_unfused)
+    suites = GEMM_SUITES + MQA_SUITES
 
     def __init__(self, info):
         self.info = info  # a found dgx.bench.deepgemm.DeepGemmInfo

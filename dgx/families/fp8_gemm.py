@@ -196,9 +196,11 @@ def representatives(num_sms: int = 132) -> list[tuple[str, Any]]:
         ("fused fp8 contiguous 128x128 pair M rw alpha ue8m0", GemmConfig(
             7168, 2048, 128, 128, 4, pair=PAIR_M, layout=contiguous,
             epilogue=Epilogue(row_weight=True, alpha=True, scale_format="ue8m0"))),
-        ("fused swiglu masked (heuristic, all)", heuristics.choose_fused(
-            "m_grouped_masked", 64, 4096, 7168, 16, num_sms, Epilogue(swiglu=True, clamp=True, row_weight=True,
-                                                                     alpha=True, scale_format="packed")).config),
+        ("fused swiglu masked 64x128 deferred, all", GemmConfig(
+            4096, 7168, 64, 128, 6, layout=Layout.MASKED, defer=True,
+            epilogue=Epilogue(swiglu=True, clamp=True, row_weight=True, alpha=True, scale_format="packed"))),
+        ("fused swiglu masked (heuristic)", heuristics.choose_fused(
+            "m_grouped_masked", 64, 4096, 7168, 8, num_sms, Epilogue(swiglu=True)).config),
         ("fused swiglu contiguous (heuristic)", heuristics.choose_fused(
             "m_grouped_contiguous", 32768, 4096, 7168, 8, num_sms, Epilogue(swiglu=True)).config),
         ("fused swiglu psum 64x128 ue8m0", GemmConfig(4096, 7168, 64, 128, 6, layout=Layout.CONTIGUOUS_PSUM,

@@ -66,6 +66,7 @@ def representatives(num_sms: int = 132) -> list[tuple[str, Any]]:
     return [
         ("fp32 scales, 4 units", config(False, "fp32", 4)),
         ("fp32 scales, 1 unit", config(False, "fp32", 1)),
+        ("fp32 scales, 2 units", config(False, "fp32", 2)),
         ("ue8m0 scales, clamp", config(True, "ue8m0", 4)),
         ("packed ue8m0, clamp", config(True, "packed_ue8m0", 4)),
     ]

@@ -168,6 +168,12 @@ def validate(config: "Bf16GemmConfig") -> str:
         return "the batched (einsum) layouts take a K-major A and add no C"
     if c.layout == LAYOUT_BATCH_SUM and (c.major_b != "k" or c.out_dtype != "float32"):
         return "the batch-sum layout takes a K-major B and stores FP32 partials"
+    if c.layout == LAYOUT_BATCH_SUM and c.schedule != "cooperative":
+        return "the batch-sum layout's promoted k-loop runs the cooperative schedule"
+    if c.layout == LAYOUT_BATCH_SUM and promoted_accumulators(c.block_m, c.block_n) > MAX_PROMOTED_ACCUMULATORS:
+        return (f"the batch-sum layout keeps two accumulator sets per math thread (promotion): at most "
+                f"{MAX_PROMOTED_ACCUMULATORS} (block_n <= 192 at block_m 64 or 128); got "
+                f"{promoted_accumulators(c.block_m, c.block_n)} for {c.block_m}x{c.block_n}")
     problem = validate_split(c)
     if problem:
         return problem
@@ -175,6 +181,18 @@ def validate(config: "Bf16GemmConfig") -> str:
     if need > SMEM_LIMIT:
         return f"needs {need} bytes of shared memory; the limit is {SMEM_LIMIT}"
     return ""
+
+
+#: Promotion (the batch-sum layout, ptx/bf16_gemm_math.cuh bf16_promoted_kloop) holds the tile's sum and one
+#: k-block's MMA result: both together at most this many FP32 registers per math thread (of its 232).
+MAX_PROMOTED_ACCUMULATORS = 192
+
+
+def promoted_accumulators(block_m: int, block_n: int) -> int:
+    """FP32 registers per math thread of a promoted (batch-sum) cooperative tile: two sets of (m64 slices per
+    warpgroup) x block_n / 2."""
+    wg_rows = block_m if block_m == 64 else block_m // 2
+    return 2 * (wg_rows // 64) * block_n // 2
 
 
 def validate_split(c: "Bf16GemmConfig") -> str:

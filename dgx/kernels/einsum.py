@@ -26,9 +26,11 @@ from .bf16_gemm_heuristics import (
     L2_BYTES_PER_CLK,
     MIN_MERGED_STAGES,
     MIN_STAGES,
+    PINGPONG_BLOCK_MS,
     Estimate,
     _better,
     block_ns,
+    pingpong_tail_cycles,
     stages_for,
     tile_cycles,
 )
@@ -58,17 +60,22 @@ def batched_estimate(config: Bf16GemmConfig, b: int, heads: int, k: int, num_sms
     (x, y and z once) and by the L2-to-SM traffic of every tile."""
     units = config.units(b) * heads
     waves = max(ceil_div(units, num_sms), 1)
-    compute = waves * tile_cycles(config, k)
+    compute = waves * tile_cycles(config, k) + pingpong_tail_cycles(config)
     rows = ceil_div(b, 64) * 64 * heads
     hbm = (rows * k * 2 + heads * config.n * k * 2 + rows * config.n * config.out_bytes) / HBM_BYTES_PER_CLK
     l2 = units * ceil_div(k, BLOCK_K) * (config.block_m + config.block_n) * 128 / L2_BYTES_PER_CLK
     return Estimate(config, units, waves, max(compute, hbm, l2))
 
 
-def batched_candidates(b: int, n: int, k: int, major_b: str) -> list[Bf16GemmConfig]:
+def batched_candidates(b: int, n: int, k: int, major_b: str, heads: int = 1, num_sms: int = 132,
+                       pingpong: bool = False) -> list[Bf16GemmConfig]:
     """Every tile :func:`choose_batched` weighs: 64/128/256-row tiles (none mostly padding), every width the
-    operand allows up to N, one-warpgroup tiles with 1, 2 or 4 K atoms per stage; no pair, no split-K (3-D maps)."""
+    operand allows up to N, one-warpgroup tiles with 1, 2 or 4 K atoms per stage; no pair, no split-K (3-D maps).
+    With `pingpong`, also ping-pong tiles of 64 and 128 rows where the heads' tiles outnumber the SMs (each math
+    warpgroup its own tiles: one's epilogue, the store of z, runs under the other's MMAs)."""
     out = []
+    if pingpong:
+        out += _batched_pingpong_candidates(b, n, k, major_b, heads, num_sms)
     widest = ceil_div(n, 32 if major_b == "mn" else 16) * (32 if major_b == "mn" else 16)
     for bm in (64, 128, 256):
         if bm == 256 and b <= 128 or bm == 128 and b <= 64:
@@ -88,15 +95,42 @@ def batched_candidates(b: int, n: int, k: int, major_b: str) -> list[Bf16GemmCon
     return out
 
 
-def choose_batched(expr: str, b: int, heads: int, n: int, k: int, num_sms: int = 132) -> Bf16GemmConfig:
+def _batched_pingpong_candidates(b: int, n: int, k: int, major_b: str, heads: int,
+                                 num_sms: int) -> list[Bf16GemmConfig]:
+    out = []
+    widest = ceil_div(n, 32 if major_b == "mn" else 16) * (32 if major_b == "mn" else 16)
+    for bm in PINGPONG_BLOCK_MS:
+        if bm == 128 and b <= 64:
+            continue
+        for bn in block_ns(major_b):
+            if bn > max(widest, 32) or ceil_div(b, bm) * ceil_div(n, bn) * heads <= num_sms:
+                continue
+            stages = stages_for(bm, bn, "bfloat16", schedule="pingpong")
+            if stages < MIN_STAGES:
+                continue
+            try:
+                out.append(Bf16GemmConfig(n=n, k=k, block_m=bm, block_n=bn, stages=stages, major_a="k",
+                                          major_b=major_b, layout=LAYOUT_BATCHED, schedule="pingpong"))
+            except ValueError:
+                continue  # more accumulators than one warpgroup holds
+    return out
+
+
+def choose_batched(expr: str, b: int, heads: int, n: int, k: int, num_sms: int = 132,
+                   pingpong: bool | None = None) -> Bf16GemmConfig:
     """The kernel of a batched einsum (`expr` 'bhr,hdr->bhd' or 'bhd,hdr->bhr'): `heads` GEMMs of `b` rows,
-    N (d, or r) and K (r, or d). ValueError naming what is wrong."""
+    N (d, or r) and K (r, or d). `pingpong`: also weigh ping-pong tiles; None reads DGX_BF16_PINGPONG (off unless
+    set, as for the BF16 family, until a device run confirms the model). ValueError naming what is wrong."""
     if expr not in BATCHED_MAJOR_B:
         raise ValueError(f"expr: expected one of {', '.join(BATCHED_MAJOR_B)}; got {expr!r}")
     for name, value in (("b", b), ("heads", heads), ("n", n), ("k", k), ("num_sms", num_sms)):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ValueError(f"choose_batched: {name} must be a positive int; got {value!r}")
-    return _choose_batched(BATCHED_MAJOR_B[expr], b, heads, n, k, num_sms)
+    if pingpong is None:
+        from .. import env
+
+        pingpong = env.bf16_pingpong()
+    return _choose_batched(BATCHED_MAJOR_B[expr], b, heads, n, k, num_sms, bool(pingpong))
 
 
 def l2_rows(config: Bf16GemmConfig, b: int, heads: int) -> int:
@@ -108,7 +142,9 @@ def _better_batched(a: Estimate, b_est: Estimate, b: int, heads: int, num_sms: i
     """Fewer cycles; within 1% (both on a memory floor: x streamed once at large b, the weights at small b), more
     SMs busy per wave (by more than 5% of them: one SM's stream cannot carry a share of HBM); then the tile that
     streams fewer bytes from L2 (a full-width tile reads x once, not once per N block); then the BF16 family's
-    order."""
+    order. A ping-pong tile against a cooperative one: only by PINGPONG_MARGIN fewer cycles."""
+    if a.config.schedule != b_est.config.schedule:
+        return _better(a, b_est, num_sms)
     if abs(a.cycles - b_est.cycles) > 0.01 * min(a.cycles, b_est.cycles):
         return a.cycles < b_est.cycles
     busy_a, busy_b = a.units / a.waves, b_est.units / b_est.waves  # SMs busy per wave: HBM wants them all
@@ -121,9 +157,10 @@ def _better_batched(a: Estimate, b_est: Estimate, b: int, heads: int, num_sms: i
 
 
 @lru_cache(maxsize=4096)
-def _choose_batched(major_b: str, b: int, heads: int, n: int, k: int, num_sms: int) -> Bf16GemmConfig:
+def _choose_batched(major_b: str, b: int, heads: int, n: int, k: int, num_sms: int,
+                    pingpong: bool = False) -> Bf16GemmConfig:
     best = None
-    for config in batched_candidates(b, n, k, major_b):
+    for config in batched_candidates(b, n, k, major_b, heads, num_sms, pingpong):
         est = batched_estimate(config, b, heads, k, num_sms)
         if best is None or _better_batched(est, best, b, heads, num_sms):
             best = est

@@ -3,7 +3,7 @@
     python tests/device/moe_ab.py --precompile          # CPU only: builds every candidate into DGX_CACHE_DIR
     python tests/device/moe_ab.py [--only contiguous,masked] [--rounds 3] [--reps 30] [--spread 5] [--json F]
 
-Candidates per shape (docs/notes/moeperf.md says why each): `default` (the heuristic, called without a config),
+Candidates per shape (what the run decided: docs/PERFORMANCE.md): `default` (the heuristic, called without a config),
 `dg_tile` (DeepGEMM 2.6.1's block sizes and cluster, tests/device/moe_compare.py's re-derivation, on dgx's kernel:
 128x192 tiles, and 2-CTA pairs on the masked layout, are the new config space), `dg_tile_nopair` (its tile without
 the cluster), `pair` (today's tile with DeepGEMM's cluster), `dg_stages` (DeepGEMM's tile and stage count where
