@@ -36,6 +36,12 @@ VARIABLES: tuple[EnvVar, ...] = (
     EnvVar("DGX_JIT_DUMP_DIR", "", "If set: write each compiled kernel's source, PTX, cubin and (with nvdisasm installed) SASS there."),
     EnvVar("DGX_SASS_INTERLEAVE", "auto", "auto|on|off: the FFMA yield/reuse SASS pass (auto: on no kernel; docs/PERFORMANCE.md says why)."),
     EnvVar("DGX_PRINT_CONFIGS", "0", "1: print the kernel config the heuristic picks for each new shape."),
+    EnvVar("DGX_GEMM_RUNTIME_N", "0", "1: FP8 GEMM kernels take N at run time, one kernel for every N of a config "
+           "(fewer kernels to build and warm; each config's code timed against N compiled in by tests/device/warmup_ab.py)."),
+    EnvVar("DGX_GEMM_RUNTIME_STREAM_B", "0", "1: dense FP8 GEMM kernels take B's L2 policy (evict-first or normal) at run "
+           "time, one kernel for both (timed against the policy compiled in by tests/device/warmup_ab.py)."),
+    EnvVar("DGX_GEMM_RUNTIME_K", "0", "1: FP8 GEMM kernels whose k-loop needs no compile-time k-block count take K at "
+           "run time too, one kernel for every K of a config (timed against K compiled in by tests/device/warmup_ab.py)."),
     EnvVar("DGX_NUM_SMS", "", f"Use this many SMs (default: all of the device's; at most {MAX_NUM_SMS})."),
     EnvVar("DGX_BF16_PINGPONG", "0", "1: the BF16 GEMM heuristic also weighs ping-pong tiles (each math warpgroup its own tiles, epilogues under the other's MMAs); off until measured on a device."),
     EnvVar("DGX_AS_DEEP_GEMM", "0", "1: `import deep_gemm` gets dgx.deep_gemm in every process of this environment (the startup hook dgx installs)."),
@@ -51,6 +57,9 @@ FLAGS = (
     "DGX_PRINT_CONFIGS",
     "DGX_BF16_PINGPONG",
     "DGX_AS_DEEP_GEMM",
+    "DGX_GEMM_RUNTIME_N",
+    "DGX_GEMM_RUNTIME_K",
+    "DGX_GEMM_RUNTIME_STREAM_B",
 )
 
 
@@ -175,6 +184,21 @@ def print_configs() -> bool:
 def bf16_pingpong() -> bool:
     """DGX_BF16_PINGPONG: whether the BF16 GEMM heuristic weighs the ping-pong schedule too."""
     return _flag("DGX_BF16_PINGPONG")
+
+
+def gemm_runtime_n() -> bool:
+    """Whether the FP8 GEMM heuristics pick kernels that take N at run time (GemmConfig.runtime_n)."""
+    return _flag("DGX_GEMM_RUNTIME_N")
+
+
+def gemm_runtime_stream_b() -> bool:
+    """Whether the dense FP8 GEMM heuristic picks kernels that take B's L2 policy at run time."""
+    return _flag("DGX_GEMM_RUNTIME_STREAM_B")
+
+
+def gemm_runtime_k() -> bool:
+    """Whether the FP8 GEMM heuristics pick kernels that take K at run time where they can (GemmConfig.runtime_k)."""
+    return _flag("DGX_GEMM_RUNTIME_K")
 
 
 def num_sms_override() -> int | None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import lru_cache, wraps
 
 from . import env
 from .intmath import ceil_div
@@ -26,6 +26,9 @@ from .kernels.fp8_gemm import (
     SHARE_NONE,
     SMEM_LIMIT,
     GemmConfig,
+    runtime_k_allowed,
+    runtime_n_allowed,
+    runtime_stream_b_allowed,
     scale_split_compiled_in,
     smem_bytes,
     validate_blocks,
@@ -230,6 +233,36 @@ def dense_options(m: int, n: int, k: int, num_sms: int):
         yield with_streamed_b(with_stage_rounds(with_deferred_promotion(config, units, num_sms)), m), units
 
 
+def _offers_runtime_shape(choose):
+    """Wraps a cached choose_* function: its config as with_runtime_shape makes it (N, K and B's L2 policy at run
+    time under DGX_GEMM_RUNTIME_N, _K and _STREAM_B). Applied after the cache, so the variables are read on every
+    call."""
+
+    @wraps(choose)
+    def choose_with_option(*args, **kwargs) -> Choice:
+        choice = choose(*args, **kwargs)
+        config = with_runtime_shape(choice.config)
+        return choice if config is choice.config else replace(choice, config=config)
+
+    choose_with_option.cache_clear = choose.cache_clear
+    return choose_with_option
+
+
+def with_runtime_shape(config: GemmConfig) -> GemmConfig:
+    """`config` with N, K and B's L2 policy at run time as DGX_GEMM_RUNTIME_N, DGX_GEMM_RUNTIME_K and
+    DGX_GEMM_RUNTIME_STREAM_B ask, where it allows them (GemmConfig.runtime_n / runtime_k / runtime_stream_b: not
+    with head splits or fused epilogues; K where the k-loop needs no compile-time k-block count; the policy for the
+    dense layout). Unchanged with none set."""
+    runtime_n = env.gemm_runtime_n() and runtime_n_allowed(config)
+    runtime_k = env.gemm_runtime_k() and runtime_k_allowed(config)
+    runtime_stream_b = env.gemm_runtime_stream_b() and runtime_stream_b_allowed(config)
+    if not (runtime_n or runtime_k or runtime_stream_b):
+        return config
+    return replace(config, runtime_n=runtime_n or config.runtime_n, runtime_k=runtime_k or config.runtime_k,
+                   runtime_stream_b=runtime_stream_b or config.runtime_stream_b)
+
+
+@_offers_runtime_shape
 @lru_cache(maxsize=4096)
 def choose_dense(m: int, n: int, k: int, num_sms: int) -> Choice:
     """The dense FP8 GEMM config for an M x N x K problem on `num_sms` SMs."""
@@ -292,6 +325,7 @@ def _better(a: Choice, b: Choice) -> bool:
 CONTIGUOUS_ALIGNMENT = 128
 
 
+@_offers_runtime_shape
 @lru_cache(maxsize=4096)
 def choose_grouped(layout: int, m: int, n: int, k: int, groups: int, num_sms: int) -> Choice:
     """The config of a grouped FP8 GEMM (Layout.CONTIGUOUS or Layout.MASKED).
@@ -371,6 +405,7 @@ def grouped_options(layout: int, m: int, n: int, k: int, groups: int, num_sms: i
         yield with_stage_rounds(with_deferred_promotion(config, units, num_sms)), units
 
 
+@_offers_runtime_shape
 @lru_cache(maxsize=4096)
 def choose_wgrad(m: int, n: int, k: int, num_sms: int, layout: int = Layout.DENSE, groups: int = 1) -> Choice:
     """The config of a weight-gradient GEMM (FP32 D = C + A.B^T, both operands scaled per row): dense, or
@@ -429,6 +464,7 @@ def psum_config(m: int, n: int, k: int, groups: int, num_sms: int, alignment: in
     return choose_contiguous_psum(m, n, k, groups, num_sms, alignment).config
 
 
+@_offers_runtime_shape
 @lru_cache(maxsize=4096)
 def choose_contiguous_psum(m: int, n: int, k: int, groups: int, num_sms: int,
                            alignment: int = CONTIGUOUS_ALIGNMENT) -> Choice:
@@ -517,7 +553,8 @@ def choose_skip_head_mid(m: int, n: int, k: int, head_splits: tuple[int, int, in
     with its output columns remapped); else the heuristic's best among the tiles whose spans do."""
     config = choose_dense(m, n, k, num_sms).config
     if not validate_head_splits(head_splits, n, config.block_n):
-        return replace(config, head_splits=head_splits)
+        return replace(config, head_splits=head_splits, runtime_n=False, runtime_k=False,
+                       runtime_stream_b=False)  # (N, K and the policy compiled in)
     fitting = choose_dense_fitting(m, n, k, num_sms, lambda c: not validate_head_splits(head_splits, n, c.block_n),
                                    f"fp8_gemm_nt_skip_head_mid M={m} N={n} K={k} head_splits={head_splits}")
     return replace(fitting.config, head_splits=head_splits)

@@ -72,21 +72,25 @@ def code_digest() -> str:
     return h.hexdigest()
 
 
-def record_key(entries: Sequence[dict[str, Any]], *, max_m: int, num_sms: int, arch: str) -> str:
-    """The key of the record for a plan of ``entries`` (each an entry's defining fields, in the plan's order)."""
+def record_key(entries: Sequence[dict[str, Any]], *, max_m: int, num_sms: int, arch: str,
+               options: dict[str, Any] | None = None) -> str:
+    """The key of the record for a plan of ``entries`` (each an entry's defining fields, in the plan's order).
+    ``options``: settings that change which kernels the heuristics pick (e.g. DGX_GEMM_RUNTIME_N); none leaves
+    the key as it was without them."""
     from .cache import compute_key
 
-    return compute_key(
-        {
-            "format": RECORD_FORMAT,
-            "entries": [dict(e) for e in entries],
-            "max_m": max_m,
-            "num_sms": num_sms,
-            "arch": arch,
-            "code": code_digest(),
-            "fingerprint": jit.key_fingerprint(arch),
-        }
-    )
+    inputs = {
+        "format": RECORD_FORMAT,
+        "entries": [dict(e) for e in entries],
+        "max_m": max_m,
+        "num_sms": num_sms,
+        "arch": arch,
+        "code": code_digest(),
+        "fingerprint": jit.key_fingerprint(arch),
+    }
+    if options:
+        inputs["options"] = dict(options)
+    return compute_key(inputs)
 
 
 def record_path(root: str | os.PathLike, key: str) -> Path:

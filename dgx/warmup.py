@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from . import compile_cost, enumeration, families, interrupts, jit, plan_record, workpool
+from . import compile_cost, enumeration, env, families, interrupts, jit, plan_record, workpool
 from .families import MqaSpec, ShapeSpec
 from .jit import KernelSource
 from .kinds import Layout
@@ -355,8 +355,13 @@ def _entry_fields(spec) -> dict[str, Any]:
 
 def plan_record_key(entries: Iterable[ShapeSpec | MqaSpec], *, max_m: int = DEFAULT_MAX_M,
                     num_sms: int = DEFAULT_NUM_SMS, arch: str = DEFAULT_ARCH) -> str:
-    """The key of the plan record of these arguments (:mod:`dgx.plan_record`)."""
-    return plan_record.record_key([_entry_fields(s) for s in entries], max_m=max_m, num_sms=num_sms, arch=arch)
+    """The key of the plan record of these arguments (:mod:`dgx.plan_record`), and of the settings that change the
+    heuristics' picks (DGX_GEMM_RUNTIME_N, DGX_GEMM_RUNTIME_K, DGX_GEMM_RUNTIME_STREAM_B)."""
+    options = {name: True for name, on in (("gemm_runtime_n", env.gemm_runtime_n()),
+                                           ("gemm_runtime_k", env.gemm_runtime_k()),
+                                           ("gemm_runtime_stream_b", env.gemm_runtime_stream_b())) if on} or None
+    return plan_record.record_key([_entry_fields(s) for s in entries], max_m=max_m, num_sms=num_sms, arch=arch,
+                                  options=options)
 
 
 def recorded_plan(

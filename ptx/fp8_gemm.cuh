@@ -37,12 +37,12 @@ namespace dgx {
 // `tmap_sfa` maps (its base, floats per row, row stride in floats), for the A-scale warps' plain loads.
 template <int kLayout, int kN, int kK, int kBlockM, int kBlockN, int kNumStages, int kGroupN, int kDSpan, int kPair,
           bool kWgrad, bool kDefer, int kSplit, bool kStreamB, int kHeadLeft = 0, int kHeadMid = 0, int kHeadRight = 0,
-          typename Epi = NoFusedEpilogue, typename Params>
+          typename Epi = NoFusedEpilogue, bool kRuntimeKRounds = false, bool kRuntimeStreamB = false, typename Params>
 __device__ __forceinline__ void fp8_gemm_nt_body(const Params& params) {
     // `params` holds the kernel's parameters by name (dgx.kernels.fp8_gemm.INTERFACE lists them and renders the
     // struct); every role takes it whole.
     using T = Fp8GemmTraits<kN, kK, kBlockM, kBlockN, kNumStages, kGroupN, kDSpan, kPair, kWgrad, kDefer, kSplit,
-                            kStreamB, kHeadLeft, kHeadMid, kHeadRight, Epi>;
+                            kStreamB, kHeadLeft, kHeadMid, kHeadRight, Epi, kRuntimeKRounds, kRuntimeStreamB>;
     // (A fused SwiGLU epilogue walks units of two tiles; otherwise this is TileScheduler.)
     using Scheduler = typename Epi::template Scheduler<kLayout, kBlockM, kBlockN, T::kNumNBlocks, T::kNumKBlocks,
                                                        kGroupN, kPair, kN, kSplit>;
@@ -50,6 +50,10 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const Params& params) {
     static_assert(!T::kHeadSplits || kLayout == kLayoutDense, "head splits are for the dense layout");
     static_assert(kLayout != kLayoutBatched || (kPair == kPairNone && !kWgrad && !T::kHeadSplits),
                   "the batched layout's 3-D maps of A and D are loaded and stored whole by each CTA, in BF16");
+    static_assert(!T::kRuntimeK || (!T::kHeadSplits && !Epi::kFused && kLayout != kLayoutBatched && kSplit == 1),
+                  "K comes at run time for the BF16 GEMMs without head splits, fused epilogues or split-K only");
+    static_assert(!T::kRuntimeN || (!T::kHeadSplits && !Epi::kFused && kLayout != kLayoutBatched),
+                  "N comes at run time for GEMMs without head splits (whole heads) or fused epilogues only");
 
     extern __shared__ __align__(1024) uint8_t smem[];
     uint8_t* smem_d = smem;
@@ -101,6 +105,8 @@ __device__ __forceinline__ void fp8_gemm_nt_body(const Params& params) {
     } else {
         if constexpr (T::kNumMathWG == 2) setmaxnreg_inc<T::kMathRegs>();
         Scheduler scheduler(params.m, params.grouped_layout, params.num_groups);
+        if constexpr (T::kRuntimeN) scheduler.runtime_n = params.n;
+        if constexpr (T::kRuntimeK) scheduler.runtime_k_blocks = (params.k + T::kBlockK - 1) / T::kBlockK;
         fp8_gemm_math<T, Scheduler>(scheduler, buffers, params, warp, lane);
     }
     // No CTA may leave while its peer can still multicast into it, arrive on its barriers or read its partial.

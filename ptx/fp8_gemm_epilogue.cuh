@@ -45,7 +45,7 @@ DGX_DEVICE uint32_t d_offset(const uint32_t& region_addr, uint32_t row, uint32_t
 // untouched: such a block is stored row by row from the registers (BF16).
 template <typename T>
 DGX_DEVICE void store_rows(const float (&result)[T::kMmaPerWG][T::kAccum], const MathThread& t, int wg_row,
-                           int row_end, int n_start, void* d_ptr, int64_t ld_d) {
+                           int row_end, int n_start, void* d_ptr, int64_t ld_d, int n = T::kN) {
     uint16_t* d = static_cast<uint16_t*>(d_ptr);
 #pragma unroll
     for (int mm = 0; mm < T::kMmaPerWG; ++mm) {
@@ -56,7 +56,7 @@ DGX_DEVICE void store_rows(const float (&result)[T::kMmaPerWG][T::kAccum], const
             uint16_t* out = d + row * ld_d + n_start + t.col_in_8;
 #pragma unroll
             for (int i = 0; i < T::kBlockN / 8; ++i) {
-                if (n_start + i * 8 + static_cast<int>(t.col_in_8) < T::kN)
+                if (n_start + i * 8 + static_cast<int>(t.col_in_8) < n)
                     st_global_u32(out + i * 8, pack_bf16x2(result[mm][i * 4 + h * 2], result[mm][i * 4 + h * 2 + 1]));
             }
         }
@@ -117,15 +117,15 @@ struct TileOut {
 };
 
 // Span `span` of warpgroup `wg`'s slice of the staged weight-gradient tile out to D with TMA: a reduce-add with
-// `accumulate` (D += tile; D holds C), else a store. Spans wholly past the rows to store or past N are skipped.
+// `accumulate` (D += tile; D holds C), else a store. Spans wholly past the rows to store or past N (`n`) are skipped.
 template <typename T>
 DGX_DEVICE void store_span(const TensorMap& tmap_d, const uint8_t* smem_d, const TileOut& out, int wg, int span,
-                           bool accumulate) {
+                           bool accumulate, int n) {
     static_assert(T::kWgrad, "FP32 spans of the weight gradient's staged tile");
     constexpr int kSpanCols = T::kDSpan / 4;
     const int wg_row = out.d_row + wg * T::kWGRows;
     const int col = out.n_start + span * kSpanCols;
-    if (wg_row < out.d_row_end && col < T::kN) {
+    if (wg_row < out.d_row_end && col < n) {
         const uint8_t* src = smem_d + (wg * T::kBlockN * 4 / T::kDSpan + span) * T::kWGRows * T::kDSpan;
         if (accumulate)
             tma_reduce_add_2d(&tmap_d, src, col, wg_row);
@@ -141,10 +141,11 @@ DGX_DEVICE void store_span(const TensorMap& tmap_d, const uint8_t* smem_d, const
 // - BF16: stored with one TMA store per swizzle span, asynchronously (the next tile's MMAs start meanwhile), at
 //   D's column T::d_col of the span (skip-head-mid outputs); batched, into the tile's group of the 3-D map.
 //   Masked partial blocks: store_rows.
+// `n`: N (Scheduler::shape_n: a constant unless N comes at run time).
 template <typename T, typename Scheduler>
 DGX_DEVICE void store_tile(const Tile& tile, int n_start, const float (&result)[T::kMmaPerWG][T::kAccum],
                            const MathThread& t, uint8_t* smem_d, const TensorMap& tmap_d, void* d_ptr, int64_t ld_d,
-                           uint64_t* bars, uint32_t tiles) {
+                           uint64_t* bars, uint32_t tiles, int n) {
     if constexpr (T::kStoreByProducer) {
         mbarrier_wait(&bars[1], (tiles & 1) ^ 1);
         write_slice_fp32<T>(result, t, smem_addr(smem_d + t.wg * T::kWGRows * T::kBlockN * 4));
@@ -154,7 +155,7 @@ DGX_DEVICE void store_tile(const Tile& tile, int n_start, const float (&result)[
         static_assert(!T::kWgrad, "the weight gradient's tiles are stored by the producer");
         const int wg_row = tile.d_row + static_cast<int>(t.wg * T::kWGRows);
         if (Scheduler::kLayout == kLayoutMasked && wg_row + T::kWGRows > tile.d_row_end) {
-            store_rows<T>(result, t, wg_row, tile.d_row_end, n_start, d_ptr, ld_d);
+            store_rows<T>(result, t, wg_row, tile.d_row_end, n_start, d_ptr, ld_d, n);
             return;
         }
         uint8_t* region = smem_d + t.wg * T::kWGRows * T::kBlockN * 2;
@@ -164,11 +165,11 @@ DGX_DEVICE void store_tile(const Tile& tile, int n_start, const float (&result)[
         write_slice_bf16<T>(result, t, smem_addr(region));
         fence_proxy_async_shared();
         named_barrier_sync(1 + t.wg, 128);
-        if (leader && wg_row < tile.d_row_end && n_start < T::kN) {
+        if (leader && wg_row < tile.d_row_end && n_start < n) {
             constexpr int kSpanCols = T::kDSpan / 2;
 #pragma unroll
             for (int span = 0; span < T::kBlockN / kSpanCols; ++span) {
-                if (n_start + span * kSpanCols < T::kN) {
+                if (n_start + span * kSpanCols < n) {
                     if constexpr (Scheduler::kLayout == kLayoutBatched)  // D [rows, groups, N]
                         tma_store_3d(&tmap_d, region + span * T::kWGRows * T::kDSpan, n_start + span * kSpanCols,
                                      tile.group, wg_row);
@@ -193,7 +194,7 @@ DGX_DEVICE void store_tile(const Tile& tile, int n_start, const float (&result)[
 template <typename T>
 DGX_DEVICE void reduce_split_tile(const Tile& tile, int n_start, const float (&result)[T::kMmaPerWG][T::kAccum],
                                   const MathThread& t, uint8_t* smem_d, uint64_t* bars, uint32_t rank,
-                                  uint32_t index, void* d_ptr, int64_t ld_d, bool accumulate) {
+                                  uint32_t index, void* d_ptr, int64_t ld_d, bool accumulate, int n = T::kN) {
     static_assert(T::kSplit > 1 && T::kMmaPerWG == 1, "split-K tiles have one m64 slice per warpgroup");
     constexpr uint32_t kStride = T::kPartialStride;
     const uint32_t base = smem_addr(smem_d);
@@ -232,7 +233,7 @@ DGX_DEVICE void reduce_split_tile(const Tile& tile, int n_start, const float (&r
         const int d_row = tile.d_row + r;
         const int d_col = n_start + c;
         // N is a multiple of 8, so a vector (4 columns from a multiple of 4) lies wholly inside or outside.
-        if (d_row < tile.d_row_end && d_col < T::kN) {
+        if (d_row < tile.d_row_end && d_col < n) {
             const int64_t offset = static_cast<int64_t>(d_row) * ld_d + d_col;
             if constexpr (T::kWgrad) {
                 float* out = static_cast<float*>(d_ptr) + offset;

@@ -129,7 +129,7 @@ struct FusedEpilogue {
 #pragma unroll
                 for (int i = 0; i < T::kAccum; ++i) result[mm][i] *= params.alpha;
             store_tile<T, Scheduler>(tile, n_start, result, t, smem_d, params.tmap_d, params.d_ptr, params.ld_d,
-                                     nullptr, 0);
+                                     nullptr, 0, T::kN);
         } else {
             store_fp8<T, Scheduler>(tile, result, t, smem_d, params);
         }

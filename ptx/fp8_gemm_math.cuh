@@ -106,7 +106,8 @@ struct Fp8GemmKLoop {
         if constexpr (T::kSingleSfb)
             b.hi = b.lo;
         else  // the two blocks' rows lie a multiple of 16 bytes apart when K % 512 == 0
-            b.hi = ld_shared_f32(T::kNumKBlocks % 4 == 0 ? lo + 128 : slot + 128 + (sfb_spot_hi + kb) % 4 * 4);
+            b.hi = ld_shared_f32(!T::kRuntimeK && T::kNumKBlocks % 4 == 0 ? lo + 128
+                                                                          : slot + 128 + (sfb_spot_hi + kb) % 4 * 4);
         return b;
     }
 
@@ -381,10 +382,12 @@ struct Fp8GemmKLoop {
     // the unused stages.
     template <int kFormer>
     DGX_DEVICE void k_loop_rounds() {
-        constexpr int kTail = T::kTileKBlocks % T::kNumStages;
+        // (K at run time: whole rounds only, GemmConfig.stage_rounds.)
+        constexpr int kTail = T::kRuntimeK ? 0 : T::kTileKBlocks % T::kNumStages;
+        const int tile_k_blocks = T::kRuntimeK ? num_kb : T::kTileKBlocks;
         int kb = 0;
 #pragma unroll 1
-        for (; kb + T::kNumStages <= T::kTileKBlocks; kb += T::kNumStages) {
+        for (; kb + T::kNumStages <= tile_k_blocks; kb += T::kNumStages) {
             static_for<0, T::kNumStages>([&](auto j) { round_block<kFormer, decltype(j)::value>(kb + decltype(j)::value); });
             if constexpr (!T::kLean) phase ^= 1;  // the lean k-block flips it before probing the next stage
         }
@@ -442,14 +445,14 @@ struct Fp8GemmKLoop {
         sb = sbs[kCount % 2];
     }
 
-    // Whole chunks, then the tail: compile-time, or (K-grouped, K known at run time) one-k-block chunks.
+    // Whole chunks, then the tail: compile-time, or (K-grouped, or K at run time) one-k-block chunks.
     template <int kFormer>
     DGX_DEVICE void k_loop_deferred() {
         SfbPair sb = load_sfb(0);
         int kb = 0;
 #pragma unroll 1
         for (; kb + T::kDeferChunk <= num_kb; kb += T::kDeferChunk) chunk<T::kDeferChunk, kFormer>(kb, sb);
-        if constexpr (Scheduler::kLayout != kLayoutKGrouped) {
+        if constexpr (Scheduler::kLayout != kLayoutKGrouped && !T::kRuntimeK) {
             constexpr int kTail = T::kTileKBlocks % T::kDeferChunk;
             if constexpr (kTail > 0) chunk<kTail, kFormer>(kb, sb);
         } else {
@@ -503,13 +506,14 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, const Fp8Gem
 
     while (scheduler.next_tile(tile)) {
         const int n_start = tile.n_block * T::kBlockN;
-        const int num_kb = Scheduler::kLayout == kLayoutKGrouped ? tile.num_kb : T::kTileKBlocks;
+        const int num_kb = Scheduler::kLayout == kLayoutKGrouped || T::kRuntimeK ? tile.num_kb : T::kTileKBlocks;
         // The tile's columns below `boundary` use B-scale block sfb_row0, the rest sfb_row1.
-        const auto [sfb_row0, sfb_row1] = T::sfb_rows(n_start);
+        const int n = scheduler.shape_n(), k_blocks = scheduler.num_k_blocks();
+        const auto [sfb_row0, sfb_row1] = T::sfb_rows(n_start, n);
         const int boundary = (sfb_row0 + 1) * 128 - n_start;
         // (Split-K: from the tile's first k-block on.)
-        const float* sfb0 = sfb + T::sfb_index(tile.group, sfb_row0) + (T::kSplit > 1 ? tile.kb0 : 0);
-        const float* sfb1 = sfb + T::sfb_index(tile.group, sfb_row1) + (T::kSplit > 1 ? tile.kb0 : 0);
+        const float* sfb0 = sfb + T::sfb_index(tile.group, sfb_row0, n, k_blocks) + (T::kSplit > 1 ? tile.kb0 : 0);
+        const float* sfb1 = sfb + T::sfb_index(tile.group, sfb_row1, n, k_blocks) + (T::kSplit > 1 ? tile.kb0 : 0);
         // B scales in the stage: where k-block 0's lie in their 16-byte boxes.
         const uint32_t sfb_spot_lo = static_cast<uint32_t>(reinterpret_cast<uint64_t>(sfb0)) / 4;
         const uint32_t sfb_spot_hi = static_cast<uint32_t>(reinterpret_cast<uint64_t>(sfb1)) / 4;
@@ -523,13 +527,14 @@ __device__ __forceinline__ void fp8_gemm_math(Scheduler& scheduler, const Fp8Gem
             .run();
         if constexpr (T::kSplit > 1)
             reduce_split_tile<T>(tile, n_start, result, MathThread{wg, warp, lane, row_in_wg, col_in_8}, smem_d,
-                                 tile_bars, scheduler.rank, tiles++, d_ptr, ld_d, params.accumulate != 0);
+                                 tile_bars, scheduler.rank, tiles++, d_ptr, ld_d, params.accumulate != 0,
+                                 scheduler.shape_n());
         else if constexpr (T::Epi::kFused)
             T::Epi::template store<T, Scheduler>(tile, n_start, result, MathThread{wg, warp, lane, row_in_wg, col_in_8},
                                                  smem_d, params);
         else
             store_tile<T, Scheduler>(tile, n_start, result, MathThread{wg, warp, lane, row_in_wg, col_in_8}, smem_d,
-                                     params.tmap_d, d_ptr, ld_d, tile_bars, tiles++);
+                                     params.tmap_d, d_ptr, ld_d, tile_bars, tiles++, scheduler.shape_n());
     }
     if constexpr (!T::kStoreByProducer)
         if (threadIdx.x % 128 == 0) tma_store_wait_all();

@@ -48,7 +48,8 @@ DGX_DEVICE void sfa_times_sfb(Scheduler& scheduler, const Fp8GemmSmem& smem, uin
     uint32_t phase = 0;
     Tile tile;
     while (scheduler.next_tile(tile)) {
-        const float* sfb_tile = sfb + T::sfb_index(tile.group, T::sfb_rows(tile.n_block * T::kBlockN).lo);
+        const int n = scheduler.shape_n();
+        const float* sfb_tile = sfb + T::sfb_index(tile.group, T::sfb_rows(tile.n_block * T::kBlockN, n).lo, n);
         // This lane's rows: 4 from `first` in each run of 128. 16-byte aligned: the scales' base and row stride
         // are (TMA layout), and tiles start at multiples of 128 rows.
         const int first = tile.sfa_row + static_cast<int>(lane) * 4;
@@ -105,17 +106,18 @@ struct TileStores {
     // Before a tile's loads: how far apart its k-blocks take the spans.
     DGX_DEVICE void before_tile(int num_kb) { every = max(1, (num_kb - T::kNumStages) / T::kStoreSpans); }
 
-    // After k-block `kb` of the tile has been loaded: a span of the staged tile, if one is due.
-    DGX_DEVICE void after_load(int kb) {
-        if (pending && next < T::kStoreSpans && kb >= T::kNumStages + next * every) issue_next();
+    // After k-block `kb` of the tile has been loaded: a span of the staged tile, if one is due. `n`: N (the
+    // scheduler's shape_n: a constant unless N comes at run time), past which spans are not stored.
+    DGX_DEVICE void after_load(int kb, int n = T::kN) {
+        if (pending && next < T::kStoreSpans && kb >= T::kNumStages + next * every) issue_next(n);
     }
 
-    DGX_DEVICE void issue_next() {
+    DGX_DEVICE void issue_next(int n) {
         // Loading k-block kNumStages of a tile waited for its first k-block's stage, so the math warps have
         // staged the tile before it: this wait returns at once unless the tile is shorter.
         if (next == 0) mbarrier_wait(&smem.tile_bars[0], staged & 1);
         constexpr int kWGSpans = T::kStoreSpans / T::kNumMathWG;  // spans of one warpgroup's slice
-        store_span<T>(tmap_d, smem.d, out, next / kWGSpans, next % kWGSpans, accumulate);
+        store_span<T>(tmap_d, smem.d, out, next / kWGSpans, next % kWGSpans, accumulate, n);
         tma_store_commit();
         ++next;
     }
@@ -123,9 +125,9 @@ struct TileStores {
     // At the end of a tile's loads: the rest of the staged tile's spans, and once they have read it, the staged
     // tile handed back; then `tile`'s place is kept for its stores. The math warps stage `tile` only after they
     // have had the stages this tile's loads wait for, so the hand-back comes before any later wait of ours.
-    DGX_DEVICE void after_tile(const TileOut& tile) {
+    DGX_DEVICE void after_tile(const TileOut& tile, int n = T::kN) {
         if (pending) {
-            while (next < T::kStoreSpans) issue_next();
+            while (next < T::kStoreSpans) issue_next(n);
             tma_store_wait_read();
             mbarrier_arrive(&smem.tile_bars[1]);
             ++staged;
@@ -136,9 +138,9 @@ struct TileStores {
     }
 
     // After the last tile's loads: its spans, complete before the CTA leaves.
-    DGX_DEVICE void finish() {
+    DGX_DEVICE void finish(int n = T::kN) {
         if (pending)
-            while (next < T::kStoreSpans) issue_next();
+            while (next < T::kStoreSpans) issue_next(n);
         tma_store_wait_all();
     }
 };
@@ -147,6 +149,20 @@ struct TileStores {
 // calls left in, even the empty type changed their SASS.)
 template <typename T>
 struct TileStores<T, false> {};
+
+// kRuntimeStreamB: B's L2 policy as the parameter `stream_b` says, evict-first or the normal priority (a hint that
+// changes nothing). (Other kernels keep their expression in the producer: through this function it moved their SASS.)
+template <typename T, typename Params>
+DGX_DEVICE uint64_t runtime_b_policy(const Params& params) {
+    if constexpr (T::kRuntimeStreamB) {
+        if (params.stream_b) return l2_evict_first_policy();
+        uint64_t policy;
+        asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(policy));
+        return policy;
+    } else {
+        return 0;
+    }
+}
 
 // The producer warpgroup. One elected thread of its first warp issues every TMA load: for each k-block of each
 // tile it waits for the next stage of the ring to be handed back and loads A, B and the scales that travel with
@@ -171,9 +187,12 @@ DGX_DEVICE void fp8_gemm_producer(const Fp8GemmSmem& smem, const Params& params,
     Tile tile;
     if constexpr (T::kNumMathWG == 2) setmaxnreg_dec<T::kProducerRegs>();
     Scheduler scheduler(params.m, params.grouped_layout, params.num_groups);
+    if constexpr (T::kRuntimeN) scheduler.runtime_n = params.n;
+    if constexpr (T::kRuntimeK) scheduler.runtime_k_blocks = (params.k + T::kBlockK - 1) / T::kBlockK;
     if (warp == T::kProducerWarp && elect_one()) {
         uint32_t it = 0;  // k-blocks loaded so far
-        const uint64_t b_policy = T::kStreamB ? l2_evict_first_policy() : 0;
+        const uint64_t b_policy =
+            T::kRuntimeStreamB ? runtime_b_policy<T>(params) : T::kStreamB ? l2_evict_first_policy() : 0;
         auto stores = [&] {  // (built only where used)
             if constexpr (T::kStoreByProducer)
                 return TileStores<T>{smem, params.tmap_d, params.accumulate != 0};
@@ -181,7 +200,7 @@ DGX_DEVICE void fp8_gemm_producer(const Fp8GemmSmem& smem, const Params& params,
                 return TileStores<T>{};
         }();
         while (scheduler.next_tile(tile)) {
-            const int num_kb = kKGrouped ? tile.num_kb : T::kTileKBlocks;
+            const int num_kb = kKGrouped || T::kRuntimeK ? tile.num_kb : T::kTileKBlocks;
             const TensorMap* map_a = kKGrouped ? group_maps + 2 * tile.group : &tmap_a;
             const TensorMap* map_b = kKGrouped ? group_maps + 2 * tile.group + 1 : &tmap_b;
             const int k_first = kKGrouped ? 0 : tile.kb0;  // K restarts at 0 in each group's maps
@@ -190,10 +209,11 @@ DGX_DEVICE void fp8_gemm_producer(const Fp8GemmSmem& smem, const Params& params,
             // how far on lies the row of the block the tile ends in (0 when both are one).
             int sfb_lo = 0, sfb_hi_offset = 0;
             if constexpr (T::kSfbInStage) {
-                const auto [row0, row1] = T::sfb_rows(tile.n_block * T::kBlockN);
+                const auto [row0, row1] = T::sfb_rows(tile.n_block * T::kBlockN, scheduler.shape_n());
                 const int lead = static_cast<int>(reinterpret_cast<uint64_t>(sfb) % 16 / 4);
-                sfb_lo = lead + T::sfb_index(tile.group, row0) + (T::kSplit > 1 ? tile.kb0 : 0);
-                sfb_hi_offset = (row1 - row0) * T::kNumKBlocks;
+                sfb_lo = lead + T::sfb_index(tile.group, row0, scheduler.shape_n(), scheduler.num_k_blocks()) +
+                         (T::kSplit > 1 ? tile.kb0 : 0);
+                sfb_hi_offset = (row1 - row0) * (T::kRuntimeK ? scheduler.num_k_blocks() : T::kNumKBlocks);
             }
             for (int kb = 0; kb < num_kb; ++kb, ++it) {
                 const uint32_t s = it % T::kNumStages;
@@ -207,9 +227,9 @@ DGX_DEVICE void fp8_gemm_producer(const Fp8GemmSmem& smem, const Params& params,
                 else
                     load_operand<T>(scheduler, map_a, &smem.full[s], smem.a + s * T::kSmemA, k0, tile.a_row,
                                     T::kHalfRowsA, T::kPair == kPairN, tile.share);
-                load_operand<T, T::kWholeB, T::kStreamB>(scheduler, map_b, &smem.full[s], smem.b + s * T::kSmemB, k0,
-                                                         tile.b_row, T::kHalfRowsB, T::kPair == kPairM, tile.share,
-                                                         b_policy);
+                load_operand<T, T::kWholeB, T::kStreamB || T::kRuntimeStreamB>(
+                    scheduler, map_b, &smem.full[s], smem.b + s * T::kSmemB, k0, tile.b_row, T::kHalfRowsB,
+                    T::kPair == kPairM, tile.share, b_policy);
                 // A scales are per row, so each CTA of a pair loads its own (never multicast).
                 if constexpr (!T::kSfaTimesSfb)
                     tma_load_2d(&tmap_sfa, &smem.full[s], smem.sfa + s * T::kSmemSfa, tile.sfa_row,
@@ -224,10 +244,10 @@ DGX_DEVICE void fp8_gemm_producer(const Fp8GemmSmem& smem, const Params& params,
                     if constexpr (!T::kSingleSfb)
                         tma_load_2d(&tmap_sfb, &smem.full[s], slot + 128, (sfb_lo + kb + sfb_hi_offset) & ~3, 0);
                 }
-                if constexpr (T::kStoreByProducer) stores.after_load(kb);
+                if constexpr (T::kStoreByProducer) stores.after_load(kb, scheduler.shape_n());
             }
             if constexpr (T::kStoreByProducer)
-                stores.after_tile(TileOut{tile.d_row, tile.d_row_end, tile.n_block * T::kBlockN});
+                stores.after_tile(TileOut{tile.d_row, tile.d_row_end, tile.n_block * T::kBlockN}, scheduler.shape_n());
             // Lean rounds start every tile at stage 0: the stages this tile's last round leaves unused are
             // completed with a bare arrival (no bytes) once the math warps have handed them back.
             if constexpr (T::kLeanRounds) {
@@ -238,7 +258,7 @@ DGX_DEVICE void fp8_gemm_producer(const Fp8GemmSmem& smem, const Params& params,
                 }
             }
         }
-        if constexpr (T::kStoreByProducer) stores.finish();
+        if constexpr (T::kStoreByProducer) stores.finish(scheduler.shape_n());
     } else if (warp > T::kProducerWarp && warp <= T::kProducerWarp + T::kNumStages) {
         if constexpr (T::kSfaTimesSfb)
             sfa_times_sfb<T, Scheduler>(scheduler, smem, warp - T::kProducerWarp - 1, params.sfa, params.sfa_rows,

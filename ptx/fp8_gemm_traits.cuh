@@ -19,12 +19,20 @@ struct NoFusedEpilogue {
 
 template <int kN_, int kK_, int kBlockM_, int kBlockN_, int kNumStages_, int kGroupN_, int kDSpan_, int kPair_,
           bool kWgrad_, bool kDeferred_, int kSplit_ = 1, bool kStreamB_ = false, int kHeadLeft_ = 0,
-          int kHeadMid_ = 0, int kHeadRight_ = 0, typename Epi_ = NoFusedEpilogue>
+          int kHeadMid_ = 0, int kHeadRight_ = 0, typename Epi_ = NoFusedEpilogue, bool kRuntimeKRounds_ = false,
+          bool kRuntimeStreamB_ = false>
 struct Fp8GemmTraits {
     using Epi = Epi_;  // the epilogue: NoFusedEpilogue, or a fused one (fp8_gemm_fused.cuh)
     // ---- The problem and the tile.
-    static constexpr int kN = kN_;
+    static constexpr int kN = kN_;  // 0: N comes at run time (the parameter `n`; GemmConfig.runtime_n)
+    static constexpr bool kRuntimeN = kN_ == 0;
     static constexpr int kK = kK_;  // 0 for the K-grouped layout (each group's K comes at run time)
+    // K at run time outside the K-grouped layout (kK 0 and not a weight gradient; the parameter `k`,
+    // GemmConfig.runtime_k): the k-loop takes its trip count from the scheduler (ShapeK); no lean rounds,
+    // straight-line whole loops or split-K, which need the k-block count at compile time, and stage rounds only
+    // where the host promises whole rounds for every K (kRuntimeKRounds_: GemmConfig.stage_rounds).
+    static constexpr bool kRuntimeK = kK_ == 0 && !kWgrad_;
+    static_assert(!kRuntimeKRounds_ || kRuntimeK, "stage rounds over a run-time K: a kernel that takes K at run time");
     static constexpr int kBlockM = kBlockM_;
     static constexpr int kBlockN = kBlockN_;
     static constexpr int kBlockK = 128;  // one promotion (one scale) per 128 of K
@@ -42,6 +50,10 @@ struct Fp8GemmTraits {
     static constexpr int kNumNBlocks = (kN + kBlockN - 1) / kBlockN;
     // B's loads carry the L2 evict-first policy (tma.cuh): decode tiles read each B tile once.
     static constexpr bool kStreamB = kStreamB_;
+    // B's L2 policy chosen per launch instead (the parameter `stream_b`; GemmConfig.runtime_stream_b): every B load
+    // carries a policy, evict-first or normal.
+    static constexpr bool kRuntimeStreamB = kRuntimeStreamB_;
+    static_assert(!kRuntimeStreamB || !kStreamB, "B's L2 policy comes at run time or is compiled in, not both");
     // Skip-head-mid output (dgx.skip_head_mid): the N columns are heads of kHeadLeft + kHeadRight columns, and D
     // holds each head as kHeadLeft columns, kHeadMid columns the kernel leaves untouched, then kHeadRight columns.
     // Only the column coordinate of each TMA store span changes; without head splits it is the identity.
@@ -79,7 +91,8 @@ struct Fp8GemmTraits {
     static constexpr int kHalfRowsB = kPair == kPairM && !kWholeB ? kBlockN / 2 : kBlockN;
 
     // ---- B-scale blocks (128 columns each; the weight gradient has a scale per column instead).
-    static constexpr int kNumSfbRows = (kN + 127) / 128;
+    static constexpr int kNumSfbRows = (kN + 127) / 128;  // (kRuntimeN: num_sfb_rows(n))
+    static DGX_DEVICE int num_sfb_rows(int n) { return kRuntimeN ? (n + 127) / 128 : kNumSfbRows; }
     // A tile spans one 128-column block, or at most two (validate_blocks allows no wider split).
     static constexpr bool kSingleSfb = 128 % kBlockN == 0;
     // Tiles start at multiples of BLOCK_N, so the worst offset inside a 128 block is 128 - gcd(BLOCK_N, 128).
@@ -88,12 +101,16 @@ struct Fp8GemmTraits {
         int lo, hi;
     };
     // The B-scale rows of the first and the last column of the tile starting at column n_start; clamped, as
-    // a pair's second tile may lie past N (nothing of it is stored).
-    static DGX_DEVICE SfbRows sfb_rows(int n_start) {
-        return {min(n_start / 128, kNumSfbRows - 1), min((n_start + kBlockN - 1) / 128, kNumSfbRows - 1)};
+    // a pair's second tile may lie past N (nothing of it is stored). `n`: N (read only with kRuntimeN).
+    static DGX_DEVICE SfbRows sfb_rows(int n_start, int n = kN) {
+        const int rows = num_sfb_rows(n);
+        return {min(n_start / 128, rows - 1), min((n_start + kBlockN - 1) / 128, rows - 1)};
     }
     // Index of k-block 0's B scale of block `row` of group `group` (scales laid out [groups, rows, k-blocks]).
-    static DGX_DEVICE int sfb_index(int group, int row) { return (group * kNumSfbRows + row) * kNumKBlocks; }
+    // `num_kb`: the k-blocks of K (read only with kRuntimeK).
+    static DGX_DEVICE int sfb_index(int group, int row, int n = kN, int num_kb = kNumKBlocks) {
+        return (group * num_sfb_rows(n) + row) * (kRuntimeK ? num_kb : kNumKBlocks);
+    }
 
     // ---- Feature flags. Each one is a measured trade-off; docs/PERFLOG.md has the numbers.
     // Deferred promotion: a k-block is promoted after the next k-block's MMAs are issued, into a second
@@ -124,9 +141,10 @@ struct Fp8GemmTraits {
     // the stage too (128x128: 166 instead of 197 instructions a k-block, 2-8% faster on 10 of DeepGEMM's 12
     // weight-gradient shapes; PERFLOG 2026-11-24 fifth session), up to 128 columns (128x152 spilled). Not
     // K-grouped: a group's K comes at run time.
+    // With K at run time the host says whether every K the kernel serves fills whole rounds (kRuntimeKRounds_).
     static constexpr bool kRounds =
         (kSfbInStage || (kWgrad && !kDefer && kMmaPerWG == 1 && kK > 0 && kBlockN <= 128)) &&
-        kTileKBlocks % kNumStages == 0;
+        (kRuntimeK ? kRuntimeKRounds_ : kTileKBlocks % kNumStages == 0);
     // The other plain one-slice weight-gradient tiles up to 128 columns (K-grouped, whose groups' k-blocks come at
     // run time, and dense ones whose k-blocks do not fill whole rounds): the k-loop runs ring k-blocks until the
     // ring reaches stage 0, then stage rounds, then ring k-blocks for the rest (3-5% faster on five of the six

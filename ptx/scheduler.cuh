@@ -56,9 +56,50 @@ struct Tile {
     bool share = true;  // pairs: the shared operand is multicast (else each CTA loads its whole tile itself)
 };
 
+// N and the work units along it, for the scheduler: constants (static, an empty base) when N is compiled in; with
+// kN 0 the run-time N the kernel sets after construction. (Member functions for the constants, or a constructor
+// argument, moved instructions of compile-time-N kernels.) The constants come from the scheduler's own kNumNBlocks
+// (a SwiGLU unit scheduler's is half the tile count, not N over its unit width).
+template <int kN, int kNumNBlocks, int kBlockN, int kPair>
+struct ShapeN {
+    DGX_DEVICE static constexpr int shape_n() { return kN; }
+    DGX_DEVICE static constexpr int num_n_units() { return kPair == kPairN ? (kNumNBlocks + 1) / 2 : kNumNBlocks; }
+};
+template <int kNumNBlocks, int kBlockN, int kPair>
+struct ShapeN<0, kNumNBlocks, kBlockN, kPair> {
+    int runtime_n = 0;
+    DGX_DEVICE int shape_n() const { return runtime_n; }
+    DGX_DEVICE int num_n_units() const {
+        const int blocks = (runtime_n + kBlockN - 1) / kBlockN;
+        return kPair == kPairN ? (blocks + 1) / 2 : blocks;
+    }
+};
+
+// The k-blocks of the problem and of one tile, for the scheduler: constants (static, an empty base) when K is
+// compiled in; with kRuntime the run-time count the kernel sets after construction (no split-K then).
+template <bool kRuntime, int kNumKBlocks, int kTileKBlocks>
+struct ShapeK {
+    DGX_DEVICE static constexpr int num_k_blocks() { return kNumKBlocks; }
+    DGX_DEVICE static constexpr int tile_k_blocks() { return kTileKBlocks; }
+};
+template <int kNumKBlocks, int kTileKBlocks>
+struct ShapeK<true, kNumKBlocks, kTileKBlocks> {
+    int runtime_k_blocks = 0;
+    DGX_DEVICE int num_k_blocks() const { return runtime_k_blocks; }
+    DGX_DEVICE int tile_k_blocks() const { return runtime_k_blocks; }
+};
+
+// kN 0: N comes at run time (ShapeN::runtime_n; kNumNBlocks is then 0 and unused), so one kernel serves every
+// N of its config (dgx.kernels.fp8_gemm GemmConfig.runtime_n); otherwise N and its block counts are constants.
+// kNumKBlocks 0 outside the K-grouped layout: K comes at run time (ShapeK::runtime_k_blocks; GemmConfig.runtime_k).
 template <int kLayout_, int kBlockM, int kBlockN, int kNumNBlocks, int kNumKBlocks, int kGroupN, int kPair, int kN,
           int kSplit = 1>
-struct TileScheduler {
+struct TileScheduler : ShapeN<kN, kNumNBlocks, kBlockN, kPair>,
+                       ShapeK<kNumKBlocks == 0 && kLayout_ != kLayoutKGrouped, kNumKBlocks, kNumKBlocks / kSplit> {
+    using ShapeN<kN, kNumNBlocks, kBlockN, kPair>::shape_n;
+    using ShapeN<kN, kNumNBlocks, kBlockN, kPair>::num_n_units;
+    using ShapeK<kNumKBlocks == 0 && kLayout_ != kLayoutKGrouped, kNumKBlocks, kNumKBlocks / kSplit>::num_k_blocks;
+    using ShapeK<kNumKBlocks == 0 && kLayout_ != kLayoutKGrouped, kNumKBlocks, kNumKBlocks / kSplit>::tile_k_blocks;
     static constexpr int kLayout = kLayout_;  // GemmLayout
     static_assert(kGroupN >= 1, "a raster band holds at least one unit");
     static_assert(kLayout == kLayoutDense || kLayout == kLayoutContiguous || kLayout == kLayoutMasked ||
@@ -70,7 +111,6 @@ struct TileScheduler {
     // Split-K: the kSplit CTAs of a cluster take the same tiles, CTA `rank` the rank-th range of K.
     static constexpr int kCluster = kPair == kPairNone ? kSplit : 2;
     static constexpr int kTileKBlocks = kNumKBlocks / kSplit;
-    static constexpr int kNumNUnits = kPair == kPairN ? (kNumNBlocks + 1) / 2 : kNumNBlocks;
 
     const int* __restrict__ layout;  // m_indices (contiguous), masked_m (masked) or ks (K-grouped)
     int m;                           // dense / contiguous: rows; masked: m_max, rows per group; K-grouped: M
@@ -103,13 +143,13 @@ struct TileScheduler {
         return g < num_groups ? min(max(ld_global_nc_s32(layout + g), 0), m) : 0;
     }
 
-    // Unit `u` of a grid of num_m_units x kNumNUnits, walked in bands of kGroupN units along N.
-    DGX_DEVICE static void raster(int u, int num_m_units, int& mu, int& nu) {
+    // Unit `u` of a grid of num_m_units x num_n_units, walked in bands of kGroupN units along N.
+    DGX_DEVICE static void raster(int u, int num_m_units, int& mu, int& nu, int num_n_units) {
         const int band_units = num_m_units * kGroupN;
         const int band = u / band_units;
         const int in_band = u - band * band_units;
         const int first_n = band * kGroupN;
-        const int width = min(kGroupN, kNumNUnits - first_n);
+        const int width = min(kGroupN, num_n_units - first_n);
         mu = in_band / width;
         nu = first_n + in_band - mu * width;
     }
@@ -118,66 +158,66 @@ struct TileScheduler {
     // CTA still loads its half of the shared operand for its peer, and stores nothing.
     DGX_DEVICE bool next_tile(Tile& t) {
         if constexpr (kLayout == kLayoutMasked && kPair != kPairNone) {
-            // Pairs (issue 44): a unit is two tiles of one group, adjacent along N (sharing A; kNumNUnits counts
+            // Pairs (issue 44): a unit is two tiles of one group, adjacent along N (sharing A; num_n_units counts
             // pairs, and N has an even number of n-blocks) or along M (sharing B). An m-block past the group's
             // rows (odd block count) still runs for its peer and stores nothing (d_row_end).
             for (;;) {
                 if (group >= num_groups) return false;
                 const int m_blocks = ceil_div(group_rows, kBlockM);
-                const int units = (kPair == kPairM ? (m_blocks + 1) / 2 : m_blocks) * kNumNUnits;
+                const int units = (kPair == kPairM ? (m_blocks + 1) / 2 : m_blocks) * num_n_units();
                 if (next < units_before + units) break;
                 units_before += units;
                 group_rows = masked_rows(++group);
             }
             const int m_blocks = ceil_div(group_rows, kBlockM);
             int mu, nu;
-            raster(next - units_before, kPair == kPairM ? (m_blocks + 1) / 2 : m_blocks, mu, nu);
+            raster(next - units_before, kPair == kPairM ? (m_blocks + 1) / 2 : m_blocks, mu, nu, num_n_units());
             next += stride;
             const int m_block = kPair == kPairM ? mu * 2 + rank : mu;
             t.n_block = kPair == kPairN ? nu * 2 + rank : nu;
             t.a_row = t.d_row = group * m + m_block * kBlockM;
             t.d_row_end = group * m + group_rows;
-            t.b_row = group * kN + t.n_block * kBlockN;
+            t.b_row = group * shape_n() + t.n_block * kBlockN;
             t.group = group;
             t.sfa_row = m_block * kBlockM;
-            t.sfa_kb0 = group * kNumKBlocks;
+            t.sfa_kb0 = group * num_k_blocks();
             t.kb0 = 0;
-            t.num_kb = kTileKBlocks;
+            t.num_kb = tile_k_blocks();
             return true;
         } else if constexpr (kLayout == kLayoutMasked) {
             for (;;) {
                 if (group >= num_groups) return false;
-                const int units = ceil_div(group_rows, kBlockM) * kNumNUnits;
+                const int units = ceil_div(group_rows, kBlockM) * num_n_units();
                 if (next < units_before + units) break;
                 units_before += units;
                 group_rows = masked_rows(++group);
             }
             int mu, nu;
-            raster(next - units_before, ceil_div(group_rows, kBlockM), mu, nu);
+            raster(next - units_before, ceil_div(group_rows, kBlockM), mu, nu, num_n_units());
             next += stride;
             t.a_row = t.d_row = group * m + mu * kBlockM;
             t.d_row_end = group * m + group_rows;
             t.n_block = nu;
-            t.b_row = group * kN + nu * kBlockN;
+            t.b_row = group * shape_n() + nu * kBlockN;
             t.group = group;
             t.sfa_row = mu * kBlockM;
-            t.sfa_kb0 = group * kNumKBlocks;
+            t.sfa_kb0 = group * num_k_blocks();
             t.kb0 = kSplit > 1 ? rank * kTileKBlocks : 0;
-            t.num_kb = kTileKBlocks;
+            t.num_kb = tile_k_blocks();
             return true;
         } else if constexpr (kLayout == kLayoutBatched) {
             // Every group has all m rows: unit u is group u / per_group's tile u % per_group. Rows count within the
             // group (the maps' middle coordinate); b_row and sfa_kb0 as the M-grouped layouts (FP8 kernel).
-            const int per_group = ceil_div(m, kBlockM) * kNumNUnits;
+            const int per_group = ceil_div(m, kBlockM) * num_n_units();
             if (next >= per_group * num_groups) return false;
             const int g = next / per_group;
             int mu, nu;
-            raster(next - g * per_group, ceil_div(m, kBlockM), mu, nu);
+            raster(next - g * per_group, ceil_div(m, kBlockM), mu, nu, num_n_units());
             next += stride;
             t.a_row = t.d_row = t.sfa_row = mu * kBlockM;
             t.d_row_end = m;
             t.n_block = nu;
-            t.b_row = g * kN + nu * kBlockN;
+            t.b_row = g * shape_n() + nu * kBlockN;
             t.group = g;
             t.sfa_kb0 = g * kNumKBlocks;
             t.kb0 = 0;
@@ -188,7 +228,7 @@ struct TileScheduler {
             // Walk the groups from the one the previous tile was in: `next` only grows.
             for (;;) {
                 if (group >= num_groups) return false;
-                const int units = ceil_div(psum_end - psum_start, kBlockM) * kNumNUnits;
+                const int units = ceil_div(psum_end - psum_start, kBlockM) * num_n_units();
                 if (next < units_before + units) break;
                 units_before += units;
                 if (++group >= num_groups) return false;
@@ -196,27 +236,27 @@ struct TileScheduler {
                 psum_end = min(max(ld_global_nc_s32(layout + group), psum_start), m);
             }
             int mu, nu;
-            raster(next - units_before, ceil_div(psum_end - psum_start, kBlockM), mu, nu);
+            raster(next - units_before, ceil_div(psum_end - psum_start, kBlockM), mu, nu, num_n_units());
             next += stride;
             t.a_row = t.d_row = t.sfa_row = psum_start + mu * kBlockM;
             t.d_row_end = psum_end;
             t.n_block = nu;
-            t.b_row = group * kN + nu * kBlockN;
+            t.b_row = group * shape_n() + nu * kBlockN;
             t.group = group;
             t.sfa_kb0 = 0;
             t.kb0 = 0;
-            t.num_kb = kNumKBlocks;
+            t.num_kb = num_k_blocks();
             t.share = true;
             return true;
         } else if constexpr (kLayout == kLayoutKGrouped) {
-            const int per_group = ceil_div(m, kBlockM) * kNumNUnits;
+            const int per_group = ceil_div(m, kBlockM) * num_n_units();
             for (; next < per_group * num_groups; next += stride) {
                 const int g = next / per_group;
                 for (; group < g; ++group) kb_before += ld_global_nc_s32(layout + group) / 128;
                 const int num_kb = ld_global_nc_s32(layout + g) / 128;
                 if (num_kb <= 0) continue;  // nothing to add to this group's D
                 int mu, nu;
-                raster(next - g * per_group, ceil_div(m, kBlockM), mu, nu);
+                raster(next - g * per_group, ceil_div(m, kBlockM), mu, nu, num_n_units());
                 t.a_row = t.sfa_row = mu * kBlockM;
                 t.d_row = g * m + mu * kBlockM;
                 t.d_row_end = g * m + m;
@@ -231,12 +271,12 @@ struct TileScheduler {
             }
             return false;
         } else if constexpr (kLayout == kLayoutBatchSum) {
-            const int tiles = ceil_div(m, kBlockM) * kNumNUnits;
+            const int tiles = ceil_div(m, kBlockM) * num_n_units();
             const int ranges = static_cast<int>(gridDim.x) / tiles;
             if (next >= tiles * ranges) return false;
             const int r = next / tiles;
             int mu, nu;
-            raster(next - r * tiles, ceil_div(m, kBlockM), mu, nu);
+            raster(next - r * tiles, ceil_div(m, kBlockM), mu, nu, num_n_units());
             next += stride;
             // 64-bit: S x k-blocks x ranges may pass 2^31 (each range's bounds fit an int: the host checks S x
             // k-blocks does).
@@ -255,17 +295,17 @@ struct TileScheduler {
         } else {
             const int num_m_blocks = ceil_div(m, kBlockM);
             const int num_m_units = kPair == kPairM ? (num_m_blocks + 1) / 2 : num_m_blocks;
-            const int num_units = num_m_units * kNumNUnits;
+            const int num_units = num_m_units * num_n_units();
             for (; next < num_units; next += stride) {
                 int mu, nu;
-                raster(next, num_m_units, mu, nu);
+                raster(next, num_m_units, mu, nu, num_n_units());
                 const int m_block = kPair == kPairM ? mu * 2 + rank : mu;
                 t.n_block = kPair == kPairN ? nu * 2 + rank : nu;
                 t.a_row = t.d_row = t.sfa_row = m_block * kBlockM;
                 t.d_row_end = m;
                 t.sfa_kb0 = 0;
                 t.kb0 = kSplit > 1 ? rank * kTileKBlocks : 0;
-                t.num_kb = kTileKBlocks;
+                t.num_kb = tile_k_blocks();
                 t.group = 0;
                 t.share = true;
                 if constexpr (kLayout == kLayoutContiguous) {
@@ -292,7 +332,7 @@ struct TileScheduler {
                         continue;
                     }
                 }
-                t.b_row = t.group * kN + t.n_block * kBlockN;
+                t.b_row = t.group * shape_n() + t.n_block * kBlockN;
                 next += stride;
                 return true;
             }

@@ -114,3 +114,17 @@ def test_the_sweep_finds_a_kernel_missing_from_the_cache(warmed, monkeypatch):
     decode = _server_config(spec, 1).render()
     missing, _, _ = _sweep([spec], keys - {jit.kernel_key(decode, ARCH)}, random.Random(0), monkeypatch)
     assert len(missing) == 1 and f"{spec.label} M=1:" in missing[0] and decode.name in missing[0]
+
+
+def test_with_the_run_time_shape_options_every_m_is_served_too(monkeypatch):
+    """DGX_GEMM_RUNTIME_N, _K and _STREAM_B set at warm-up and at serve time: fewer kernels, the same coverage (the
+    heuristics are the same functions on both sides)."""
+    monkeypatch.setenv("DGX_GEMM_RUNTIME_N", "1")
+    monkeypatch.setenv("DGX_GEMM_RUNTIME_K", "1")
+    monkeypatch.setenv("DGX_GEMM_RUNTIME_STREAM_B", "1")
+    specs = warmup.load_preset(PRESET)
+    keys = {pk.key for pk in warmup.plan(specs, jobs=2).kernels}
+    assert len(keys) < 150  # (331 without the options)
+    missing, asked, _ = _sweep(specs, keys, random.Random(44), monkeypatch)
+    assert not missing, f"{len(missing)} kernels a server picks are not warmed, e.g. {missing[0]}"
+    assert asked > 5_000

@@ -52,6 +52,22 @@ INTERFACE = KernelInterface(
 )
 # The fused-epilogue kernels' struct (ptx/fp8_gemm_fused.cuh): the same members, then the epilogue's.
 FUSED_INTERFACE = KernelInterface("Fp8GemmFusedParams", INTERFACE.params + FUSED_PARAMS)
+# Kernels that take N or K at run time (GemmConfig.runtime_n, runtime_k) have one more member each, last, so that
+# every other member keeps its offset: `n`, the columns of D (per group), then `k`, the reduction's length.
+# (Then `stream_b`, for kernels that take B's L2 policy at run time: GemmConfig.runtime_stream_b.)
+RUNTIME_N_PARAM = Param("n", "int")
+RUNTIME_K_PARAM = Param("k", "int")
+RUNTIME_STREAM_B_PARAM = Param("stream_b", "int")
+INTERFACE_RUNTIME_N = KernelInterface(INTERFACE.struct_name, INTERFACE.params + (RUNTIME_N_PARAM,))
+INTERFACE_RUNTIME_K = KernelInterface(INTERFACE.struct_name, INTERFACE.params + (RUNTIME_K_PARAM,))
+INTERFACE_RUNTIME_NK = KernelInterface(INTERFACE.struct_name, INTERFACE.params + (RUNTIME_N_PARAM, RUNTIME_K_PARAM))
+# The structs by (runtime_n, runtime_k, runtime_stream_b), one object each.
+_RUNTIME_INTERFACES = {(True, False, False): INTERFACE_RUNTIME_N, (False, True, False): INTERFACE_RUNTIME_K,
+                       (True, True, False): INTERFACE_RUNTIME_NK}
+for _flags in ((False, False, True), (True, False, True), (False, True, True), (True, True, True)):
+    _RUNTIME_INTERFACES[_flags] = KernelInterface(INTERFACE.struct_name, INTERFACE.params + tuple(
+        p for on, p in zip(_flags, (RUNTIME_N_PARAM, RUNTIME_K_PARAM, RUNTIME_STREAM_B_PARAM)) if on))
+WHOLE_LOOP_K_BLOCKS = 56  # Fp8GemmTraits::kWholeLoopKBlocks: narrow deferred tiles up to this run one chunk
 SMEM_LIMIT = 232448  # bytes of shared memory one block may use on Hopper (227 KB)
 BARRIER_BYTES = 16  # full + empty mbarrier per stage
 TILE_BARRIER_BYTES = 16  # split-K: partials published / read; weight gradient: tile staged / read by its stores
@@ -88,6 +104,19 @@ class GemmConfig:
     head_splits: tuple[int, int, int] | None = None
     # A fused epilogue (dgx.kernels.fp8_epilogue): FP8 output with its scales, SwiGLU, row weights, alpha.
     epilogue: Epilogue | None = None
+    # N as a kernel parameter instead of a compile-time constant: one kernel serves every N of this config (the
+    # tile stays compiled in, so the k-loop is the same code). Not with head splits, fused epilogues, the batched
+    # or K-grouped layout (runtime_n_allowed). False keeps N compiled in, and the kernels exactly as they were; `n`
+    # still says the problem's N to the host side (grid, tensor maps, the parameter).
+    runtime_n: bool = False
+    # K as a kernel parameter too (the k-loop's trip count from it): one kernel serves every K of this config (in
+    # stage rounds: every K that fills whole rounds). For the configs whose k-loop does not need the k-block count
+    # at compile time (runtime_k_allowed: no lean rounds, no straight-line whole loop, no split-K), with the
+    # restrictions of runtime_n. False: the kernels as they were.
+    runtime_k: bool = False
+    # B's L2 policy (stream_b) as a kernel parameter: one kernel for both policies of a dense BF16 tile (every B
+    # load then carries a policy, evict-first or normal). `stream_b` still says which policy the call uses.
+    runtime_stream_b: bool = False
 
     def __post_init__(self) -> None:
         # Plain ints (an enum member given here renders and hashes like its value).
@@ -116,6 +145,16 @@ class GemmConfig:
         if self.epilogue is not None:
             problems = problems or validate_epilogue(self.epilogue, self.n, self.block_m, self.block_n, self.layout,
                                                      self.wgrad, self.split_k, self.head_splits)
+        if self.runtime_n and not runtime_n_allowed(self):
+            problems = problems or ("N comes at run time for GEMMs without head splits, fused epilogues, the batched "
+                                    "or the K-grouped layout only (runtime_n False)")
+        if self.runtime_stream_b and not runtime_stream_b_allowed(self):
+            problems = problems or ("B's L2 policy comes at run time for dense BF16 outputs without head splits or "
+                                    "fused epilogues only (runtime_stream_b False)")
+        if self.runtime_k and not runtime_k_allowed(self):
+            problems = problems or ("K comes at run time for BF16 outputs without head splits, fused epilogues, the "
+                                    "batched layout, split-K, lean rounds or a straight-line k-loop only "
+                                    "(runtime_k False)")
         if problems:
             raise ValueError(f"invalid GEMM config {self}: {problems}")
         if self.smem_bytes > SMEM_LIMIT:
@@ -123,8 +162,21 @@ class GemmConfig:
 
     @property
     def interface(self) -> KernelInterface:
-        """The kernel's parameter struct (the same for every FP8 GEMM config without a fused epilogue)."""
+        """The kernel's parameter struct: INTERFACE (FUSED_INTERFACE with a fused epilogue); a run-time N adds one
+        member each, last, so that every other member keeps its offset (INTERFACE_RUNTIME_N, _K, _NK)."""
+        if self.runtime_n or self.runtime_k or self.runtime_stream_b:
+            return _RUNTIME_INTERFACES[self.runtime_n, self.runtime_k, self.runtime_stream_b]
         return INTERFACE if self.epilogue is None else FUSED_INTERFACE
+
+    @property
+    def compiled_n(self) -> int:
+        """The N compiled into the kernel: `n`, or 0 where N comes at run time."""
+        return 0 if self.runtime_n else self.n
+
+    @property
+    def compiled_k(self) -> int:
+        """The K compiled into the kernel: `k`, or 0 where K comes at run time (or per group: K-grouped)."""
+        return 0 if self.runtime_k else self.k
 
     @property
     def cluster(self) -> int:
@@ -191,14 +243,15 @@ class GemmConfig:
     @property
     def stage_rounds(self) -> bool:
         """Whether the k-loop runs in stage rounds (Fp8GemmTraits::kRounds): BF16 one-slice tiles, and plain
-        one-slice weight-gradient tiles up to 128 columns with a compile-time K, whose k-blocks fill whole rounds."""
+        one-slice weight-gradient tiles up to 128 columns with a compile-time K, whose k-blocks fill whole rounds.
+        With K at run time the kernel serves only K that fill whole rounds (it says so: kRuntimeKRounds)."""
         return stage_rounds(self.block_m, self.block_n, self.k, self.stages, self.wgrad, self.defer, self.split_k)
 
     @property
     def sfa_times_sfb(self) -> bool:
         """Whether warps of the producer warpgroup multiply the A scales by the B scale into the stage
         (Fp8GemmTraits::kSfaTimesSfb)."""
-        return sfa_times_sfb(self.block_m, self.block_n, self.k, self.stages, self.wgrad)
+        return sfa_times_sfb(self.block_m, self.block_n, self.compiled_k, self.stages, self.wgrad)
 
     @property
     def smem_bytes(self) -> int:
@@ -209,10 +262,15 @@ class GemmConfig:
         prefix = "dgx_fp8_gemm_nt" if self.layout == LAYOUT_DENSE else f"dgx_fp8_gemm_nt_{LAYOUT_NAMES[self.layout]}"
         if self.wgrad and self.layout == LAYOUT_DENSE:
             prefix += "_wgrad"
-        name = f"{prefix}_n{self.n}_k{self.k}_bm{self.block_m}_bn{self.block_n}_s{self.stages}_g{self.group_n}_p{self.pair}"
+        shape_n = "nrt" if self.runtime_n else f"n{self.n}"
+        # K at run time: "krt", or "krtr" for a kernel in stage rounds (every K it serves fills whole rounds).
+        shape_k = ("krtr" if self.stage_rounds else "krt") if self.runtime_k else f"k{self.k}"
+        name = f"{prefix}_{shape_n}_{shape_k}_bm{self.block_m}_bn{self.block_n}_s{self.stages}_g{self.group_n}_p{self.pair}"
         if self.split_k > 1:
             name += f"_sk{self.split_k}"
-        if self.stream_b:
+        if self.runtime_stream_b:
+            name += "_sbrt"  # (B's policy at run time)
+        elif self.stream_b:
             name += "_sb"
         if self.head_splits is not None:
             name += "_hs{}_{}_{}".format(*self.head_splits)
@@ -236,21 +294,26 @@ class GemmConfig:
         return self.kind.value
 
     def describe(self) -> tuple[tuple[str, str], ...]:
+        optional = {"head_splits": self.head_splits is not None, "epilogue": self.epilogue is not None,
+                    "runtime_n": self.runtime_n, "runtime_k": self.runtime_k,
+                    "runtime_stream_b": self.runtime_stream_b}
         return (("family", "fp8_gemm_nt"),) + tuple((f.name, str(getattr(self, f.name))) for f in fields(self)
-                                                    if f.name not in ("head_splits", "epilogue")
-                                                    or getattr(self, f.name) is not None)
+                                                    if optional.get(f.name, True))
 
     def render(self) -> jit.KernelSource:
         # Fp8GemmTraits' template arguments; the kernel body takes the layout first, then the same.
         traits = (
-            f"{self.n}, {self.k}, {self.block_m}, {self.block_n}, {self.stages}, {self.group_n}, {self.d_span}, "
+            f"{self.compiled_n}, {self.compiled_k}, {self.block_m}, {self.block_n}, {self.stages}, {self.group_n}, {self.d_span}, "
             f"{self.pair}, {'true' if self.wgrad else 'false'}, {'true' if self.defer else 'false'}, {self.split_k}, "
-            f"{'true' if self.stream_b else 'false'}"
+            f"{'true' if self.stream_b and not self.runtime_stream_b else 'false'}"
         )
         if self.head_splits is not None:
             traits += ", {}, {}, {}".format(*self.head_splits)
         if self.epilogue is not None:
             traits += (", 0, 0, 0" if self.head_splits is None else "") + f", {self.epilogue.render()}"
+        elif (self.runtime_k and self.stage_rounds) or self.runtime_stream_b:  # (no head splits, no fused epilogue)
+            rounds = "true" if self.runtime_k and self.stage_rounds else "false"
+            traits += f", 0, 0, 0, dgx::NoFusedEpilogue, {rounds}, {'true' if self.runtime_stream_b else 'false'}"
         body = f"dgx::fp8_gemm_nt_body<{self.layout}, {traits}>"
         source = (
             ('#include "fp8_gemm.cuh"\n' if self.epilogue is None else '#include "fp8_gemm_fused.cuh"\n')
@@ -278,6 +341,49 @@ class GemmConfig:
         if self.layout == Layout.BATCHED:  # the einsum's kind names its dimensions
             return f"--shapes FILE with {{\"kind\": \"{self.warmup_kind}\", \"d\": {self.n}, \"r\": {self.k}, \"h\": H}}"
         return f"--shapes FILE with {{\"kind\": \"{self.warmup_kind}\", \"n\": {self.n}, \"k\": {self.k}}}"
+
+
+def runtime_n_allowed(config: GemmConfig) -> bool:
+    """Whether `config` may take N at run time (GemmConfig.runtime_n): GEMMs without head splits, fused epilogues,
+    the batched or the K-grouped layout (the head remap, the fused epilogues' scale groups, the einsum's 3-D maps
+    and the K-grouped weight gradient, not timed with it, keep N compiled in)."""
+    return (config.head_splits is None and config.epilogue is None
+            and config.layout not in (LAYOUT_BATCHED, LAYOUT_K_GROUPED))
+
+
+def straight_line_k_loop(config: GemmConfig) -> bool:
+    """Whether `config`'s k-loop is one straight-line chunk (Fp8GemmTraits::kDeferChunk: deferred tiles at most 32
+    columns wide with at most WHOLE_LOOP_K_BLOCKS k-blocks per tile), fully unrolled over a compile-time K."""
+    tile_k_blocks = ceil_div(config.k, 128) // config.split_k if config.k > 0 else 0
+    return config.defer and config.block_n <= 32 and 0 < tile_k_blocks <= WHOLE_LOOP_K_BLOCKS
+
+
+def runtime_stream_b_allowed(config: GemmConfig) -> bool:
+    """Whether `config` may take B's L2 policy at run time (GemmConfig.runtime_stream_b): the dense BF16 GEMMs that
+    runtime_n allows (the layout whose heuristic streams B: dgx.heuristics.with_streamed_b)."""
+    return runtime_n_allowed(config) and config.layout == LAYOUT_DENSE and not config.wgrad
+
+
+def runtime_k_allowed(config: GemmConfig) -> bool:
+    """Whether `config` may take K at run time (GemmConfig.runtime_k): what runtime_n allows, less split-K and the
+    weight gradient, and only where the k-loop needs no compile-time k-block count: no lean rounds (nor their
+    products of scales) and no straight-line whole loop. Stage rounds stay (the kernel then serves the K that fill
+    whole rounds, GemmConfig.stage_rounds); with K at run time a deferred tile's tail runs as one-k-block chunks."""
+    if not runtime_n_allowed(config) or config.wgrad or config.split_k != 1 or config.k <= 0:
+        return False
+    k = config.k
+    return not (sfa_times_sfb(config.block_m, config.block_n, k, config.stages, config.wgrad)
+                or lean_rounds(config.block_m, config.block_n, k, config.stages)
+                or straight_line_k_loop(config))
+
+
+def lean_rounds(block_m: int, block_n: int, k: int, stages: int) -> bool:
+    """Fp8GemmTraits::kLeanRounds: 256x128 tiles over a compile-time K with at most one stage of the last round
+    unused per 32 k-blocks."""
+    if block_m != 256 or block_n != 128 or k <= 0:
+        return False
+    k_blocks = ceil_div(k, 128)
+    return k_blocks >= 32 * ((stages - k_blocks % stages) % stages)
 
 
 def d_span_bytes(block_n: int, elem_bytes: int = 2) -> int:

@@ -76,7 +76,15 @@ def pack_operands(config: GemmConfig, ops: Operands) -> runtime.ParamPack:
             # needs a valid CUtensorMap, and the A-scale map is one.
             tmap_sfb = tmap_sfa
     passed = _PASSED if epilogue is not None else _PASSED_PLAIN
+    extra = {}  # the members of what comes at run time, last (GemmConfig.interface)
+    if config.runtime_n:
+        extra["n"] = n
+    if config.runtime_k:
+        extra["k"] = config.k
+    if config.runtime_stream_b:
+        extra["stream_b"] = int(config.stream_b)
     return config.interface.pack(
+        **extra,
         tmap_a=tmap_a,
         tmap_b=tmap_b,
         tmap_d=tmap_d,
