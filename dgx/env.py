@@ -358,3 +358,21 @@ def distributed_rendezvous() -> tuple[str, int, int, int]:
 
     return (os.environ.get("MASTER_ADDR", "").strip() or "127.0.0.1", integer("MASTER_PORT", 8361, 1),
             integer("WORLD_SIZE", 1, 1), integer("RANK", 0, 0))
+
+
+
+def raw_reader(name: str):
+    """A function of no arguments giving the raw values of dgx variable `name` (and of the DeepGEMM variables standing
+    in for it), unparsed, None where unset: a per-call cache keyed by them follows every change of the variable (the
+    full path parses, and refuses, a new value). As cheap as a dict lookup where os.environ keeps its values in a
+    dict of bytes (POSIX CPython, which os.environ[...] = and del update); os.environ.get elsewhere."""
+    names = (name, *_ALIASES.get(name, ()))
+    data = getattr(os.environ, "_data", None)
+    if isinstance(data, dict) and os.name == "posix" and os.environ.encodekey("A") == b"A":
+        get, keys = data.get, tuple(n.encode() for n in names)
+    else:
+        get, keys = os.environ.get, names
+    if len(keys) == 1:
+        (key,) = keys
+        return lambda: get(key)
+    return lambda: tuple(get(k) for k in keys)

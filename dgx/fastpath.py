@@ -38,6 +38,11 @@ Scales the kernels cannot read as they are (a row-major SFA) are converted on ev
 the entry launches the scale-layout kernel into dgx.scales' memory for the stream (allocated on the capturing
 stream under CUDA-graph capture, and freed after the GEMM), then the GEMM with that address relocated in.
 
+Entry points whose checks also depend on where tensors lie relative to one another (an output that must not overlap
+an input: dgx.einsum, dgx.silu_mul_quant) name those pairs when they register; a call with new addresses re-checks
+them (from the byte spans the entry's shapes and strides fix) before anything is written, and takes the full path,
+whose checks raise, where two of them overlap.
+
 Entries are per thread (a launch reads parameters another thread could be rewriting otherwise) and their number
 is bounded (:data:`CACHE_LIMIT` per entry point; the cache starts over when full). dgx.set_num_sms retires them
 all (device.generation).
@@ -144,7 +149,7 @@ class Entry:
     """What the full path built for one structure of call; :meth:`run` launches it with new addresses."""
 
     __slots__ = ("check", "ptrs", "addresses", "relocate", "launcher", "pack", "words", "device", "generation",
-                 "current_stream", "conversions", "launch_kernel", "function", "params")
+                 "current_stream", "conversions", "launch_kernel", "function", "params", "disjoint")
 
     def run(self, ptrs: tuple[int, ...], stream) -> bool:
         """Launches with the tensors' data pointers `ptrs` (in the entry's order) on `stream` (None: torch's
@@ -152,6 +157,8 @@ class Entry:
         if self.generation != device_module.generation:
             return False
         if ptrs != self.ptrs:
+            if self.disjoint is not None and not self.disjoint(ptrs):
+                return False  # tensors that must not overlap now do: the full path's checks say so
             # New addresses with the entry's residues (else the full path): written into the parameters now, or,
             # where scales are converted, with the converted copy's address in _run_converting.
             if self.relocate is None or not self.relocate(None if self.conversions else self.words, *ptrs):
@@ -251,25 +258,53 @@ def _relocations(interface: KernelInterface, image: Sequence[int],
     return tuple(relocations)
 
 
+def _disjoint(pairs: Sequence[tuple[int, int]], spans: Sequence[int]) -> Callable[[Sequence[int]], bool]:
+    """A function of the call's data pointers: whether, for every pair (i, j) of `pairs`, tensor i's bytes
+    [p_i, p_i + spans[i]) and tensor j's share none."""
+    checks = tuple((i, j, spans[i], spans[j]) for i, j in pairs)
+
+    def disjoint(ptrs) -> bool:
+        for i, j, span_i, span_j in checks:
+            pi, pj = ptrs[i], ptrs[j]
+            if pi < pj + span_j and pj < pi + span_i:
+                return False
+        return True
+
+    return disjoint
+
+
+def _span(t) -> int:
+    """Bytes from a torch tensor's data pointer to the end of its last element (0 if empty; strides >= 0)."""
+    if t.numel() == 0:
+        return 0
+    return (sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())) + 1) * t.element_size()
+
+
 def register(cache: dict, key: tuple, tensors: Sequence[object], plan, pack: runtime.ParamPack,
-             conversions: Sequence[tuple[int, scales_module.Conversion]] = ()) -> None:
+             conversions: Sequence[tuple[int, scales_module.Conversion]] = (), *,
+             interface: KernelInterface | None = None, disjoint: Sequence[tuple[int, int]] = ()) -> None:
     """Remembers the launch the full path just made for `tensors` (torch tensors, in the entry point's order) with
     the parameters `pack` (laid out by the plan's kernel interface), under `key`. `conversions` are the scales the
     call converted: (index of the tensor converted, the conversion), whose copies' addresses follow the tensors'.
+    `plan` is anything with the kernel's ``launcher`` (and ``config.interface`` unless `interface` is given).
+    `disjoint`: pairs of indices of `tensors` whose memory the full path checked does not overlap (re-checked on
+    every call with new addresses).
 
     Called after the launch: a failure here only leaves the call without an entry (the next one takes the full
     path again), it never fails a call that has launched."""
     try:
-        _register(cache, key, tensors, plan, pack, conversions)
+        _register(cache, key, tensors, plan, pack, conversions, interface, disjoint)
     except Exception:  # noqa: BLE001 - see the docstring
         cache.pop(key, None)
 
 
 def _register(cache: dict, key: tuple, tensors: Sequence[object], plan, pack: runtime.ParamPack,
-              conversions: Sequence[tuple[int, scales_module.Conversion]]) -> None:
+              conversions: Sequence[tuple[int, scales_module.Conversion]], interface: KernelInterface | None,
+              disjoint: Sequence[tuple[int, int]]) -> None:
     ptrs = tuple(t.data_ptr() for t in tensors)
     addresses = ptrs + tuple(c.address for _, c in conversions)
-    interface = plan.config.interface
+    if interface is None:
+        interface = plan.config.interface
     entry = Entry()
     entry.check = make_check(tensors)
     entry.device = ops_device = _device_of(tensors)
@@ -284,6 +319,7 @@ def _register(cache: dict, key: tuple, tensors: Sequence[object], plan, pack: ru
     relocations = _relocations(interface, tuple(entry.words), addresses)
     entry.relocate = None if relocations is None else _relocator(relocations, [p & 15 for p in ptrs], len(addresses))
     entry.conversions = tuple(_Conversion(source, made, ops_device) for source, made in conversions)
+    entry.disjoint = _disjoint(disjoint, [_span(t) for t in tensors]) if disjoint else None
     if entry.conversions and entry.relocate is None:
         return  # converted scales move with the stream: such an entry could never be used
     if len(cache) >= CACHE_LIMIT:

@@ -126,6 +126,37 @@ def wants_fused(d, alpha, row_weight, swiglu, swiglu_limit, use_ue8m0) -> bool:
             or swiglu_limit is not None or use_ue8m0 is not False)
 
 
+def _number_key(value):
+    """A float option as a key that tells apart every value the kernel would see differently (-0.0 from 0.0); None
+    stays None; False for a type the fast path does not take (the full path checks it)."""
+    kind = type(value)
+    if kind is float:
+        return value.hex()
+    if kind is int or value is None:
+        return value
+    return False
+
+
+def fast_options(d, b, alpha, row_weight, swiglu, swiglu_limit, use_ue8m0):
+    """For the per-call fast path (dgx.fastpath) of a fused call: (the options as a hint key, the output tensors in
+    an entry's order: d or d_fp8, d_sf, then row_weight if given), or None where the call takes the full path (an
+    option of another type, a list for d, swiglu=True with a b prepare_gate_up did not make)."""
+    if (swiglu is not True and swiglu is not False) or (use_ue8m0 is not True and use_ue8m0 is not False):
+        return None
+    if swiglu and not is_prepared(b):
+        return None
+    alpha_key, limit_key = _number_key(alpha), _number_key(swiglu_limit)
+    if alpha_key is False or limit_key is False:
+        return None
+    if type(d) is tuple:
+        if len(d) != 2:
+            return None
+        outs = d if row_weight is None else (d[0], d[1], row_weight)
+    else:
+        outs = (d,) if row_weight is None else (d, row_weight)
+    return (type(d) is tuple, alpha_key, row_weight is None, swiglu, limit_key, use_ue8m0), outs
+
+
 def output_tensor(d):
     """The tensor of `d` whose view the entry point takes first: d itself, or d_fp8 of a (d_fp8, d_sf) pair."""
     if not isinstance(d, (tuple, list)):

@@ -18,7 +18,7 @@ from .checks import (
     unpack_pair,
     views_on_one_device,
 )
-from .fused import fused_output, output_tensor, wants_fused
+from .fused import GateUpWeight, fast_options, fused_output, output_tensor, wants_fused
 from .kernels.fp8_gemm import GemmConfig
 from .kinds import GemmKind
 from .launch import Operands, scales_for_tma
@@ -29,7 +29,8 @@ __all__ = ["fp8_gemm_nt", "gemm_fp8_fp8_bf16_nt", "wgrad_gemm_fp8_fp8_fp32_nt"]
 
 
 # Per-call fast path for torch tensors (dgx.fastpath): hint key (rows of A, shape of B, whether c is None, thread)
-# -> the entry an earlier call of that structure made, the tensors taken as (A, SFA, B, SFB, d).
+# -> the entry an earlier call of that structure made, the tensors taken as (A, SFA, B, SFB, d). A fused call's key
+# adds its options (dgx.fused.fast_options), its tensors are (A, SFA, B, SFB, d or d_fp8, d_sf[, row_weight]).
 _entries: dict[tuple, fastpath.Entry] = {}
 
 
@@ -63,6 +64,23 @@ def fp8_gemm_nt(a, b, d, c=None, *, alpha: float | None = None, row_weight=None,
     addresses are written into that call's parameters.
     """
     fused_call = wants_fused(d, alpha, row_weight, swiglu, swiglu_limit, use_ue8m0)
+    if fused_call:
+        fused_fast = (config is None and c is None and type(a) is tuple and (type(b) is tuple or type(b) is GateUpWeight)
+                      and fast_options(d, b, alpha, row_weight, swiglu, swiglu_limit, use_ue8m0))
+        if fused_fast:
+            options, outs = fused_fast
+            try:
+                A, SFA = a
+                B, SFB = b
+                key = (A.shape[0], B.shape, options, get_ident())
+            except (TypeError, ValueError, AttributeError, IndexError):  # not pairs of tensors: the full path says so
+                fused_fast = None
+            else:
+                entry = _entries.get(key)
+                if entry is not None and entry.check(A, SFA, B, SFB, *outs) and entry.run(
+                        (A.data_ptr(), SFA.data_ptr(), B.data_ptr(), SFB.data_ptr(), *[t.data_ptr() for t in outs]),
+                        stream):
+                    return
     fast = not fused_call and config is None and type(a) is tuple and type(b) is tuple and (c is None or c is d)
     if fast:
         try:
@@ -129,6 +147,8 @@ def fp8_gemm_nt(a, b, d, c=None, *, alpha: float | None = None, row_weight=None,
         launch.release(conversion)  # converted scales in capture-owned memory: freed after the kernel
     if fast and fastpath.torch_tensors(A, SFA, B, SFB, d):
         fastpath.register(_entries, key, (A, SFA, B, SFB, d), plan, pack, [(1, conversion)] if conversion else ())
+    elif fused_call and fused_fast and fastpath.torch_tensors(A, SFA, B, SFB, *outs):
+        fastpath.register(_entries, key, (A, SFA, B, SFB, *outs), plan, pack, [(1, conversion)] if conversion else ())
 
 
 def gemm_fp8_fp8_bf16_nt(lhs, rhs, out) -> None:

@@ -19,7 +19,7 @@ from .checks import (
     unpack_pair,
     views_on_one_device,
 )
-from .fused import fused_output, output_tensor, wants_fused
+from .fused import GateUpWeight, fast_options, fused_output, output_tensor, wants_fused
 from .heuristics import CONTIGUOUS_ALIGNMENT
 from .kernels.fp8_gemm import GemmConfig
 from .kinds import GemmKind
@@ -29,7 +29,9 @@ from .tensors import TensorView
 
 
 # Per-call fast path for torch tensors (dgx.fastpath), per entry point: hint key -> the entry an earlier call of
-# that structure made. The tensors are taken as (A, SFA, B, SFB, d, m_indices or masked_m).
+# that structure made. The tensors are taken as (A, SFA, B, SFB, d, m_indices or masked_m); a fused call's key adds
+# its options (dgx.fused.fast_options), its tensors are (A, SFA, B, SFB, m_indices or masked_m, d or d_fp8, d_sf
+# [, row_weight]).
 _contiguous: dict[tuple, fastpath.Entry] = {}
 _masked: dict[tuple, fastpath.Entry] = {}
 
@@ -37,6 +39,30 @@ _masked: dict[tuple, fastpath.Entry] = {}
 def _register(cache: dict, key: tuple, tensors: tuple, plan, pack, conversion) -> None:
     if fastpath.torch_tensors(*tensors):
         fastpath.register(cache, key, tensors, plan, pack, [(1, conversion)] if conversion else ())
+
+
+def _fused_lookup(cache: dict, a, b, d, last, extra, alpha, row_weight, swiglu, swiglu_limit, use_ue8m0, stream):
+    """The fast path of a fused grouped call: (True, None) where an entry launched it; else (False, (key, outs)) to
+    register the full path's launch under, or (False, None) where the call cannot have an entry. `last` is
+    m_indices or masked_m, `extra` what else the key holds (masked: expected_m)."""
+    if not (type(a) is tuple and (type(b) is tuple or type(b) is GateUpWeight)):
+        return False, None
+    found = fast_options(d, b, alpha, row_weight, swiglu, swiglu_limit, use_ue8m0)
+    if not found:
+        return False, None
+    options, outs = found
+    try:
+        A, SFA = a
+        B, SFB = b
+        key = (A.shape[0], B.shape, extra, options, get_ident())
+    except (TypeError, ValueError, AttributeError, IndexError):  # not pairs of tensors: the full path says so
+        return False, None
+    entry = cache.get(key)
+    if entry is not None and entry.check(A, SFA, B, SFB, last, *outs) and entry.run(
+            (A.data_ptr(), SFA.data_ptr(), B.data_ptr(), SFB.data_ptr(), last.data_ptr(), *[t.data_ptr() for t in outs]),
+            stream):
+        return True, None
+    return False, (key, outs)
 
 
 def get_mk_alignment_for_contiguous_layout() -> int:
@@ -128,6 +154,12 @@ def m_grouped_fp8_gemm_nt_contiguous(a, b, d, m_indices, *, alpha: float | None 
     (it cannot be checked without reading m_indices back from the GPU).
     """
     fused_call = wants_fused(d, alpha, row_weight, swiglu, swiglu_limit, use_ue8m0)
+    fused_fast = None
+    if fused_call and config is None:
+        done, fused_fast = _fused_lookup(_contiguous, a, b, d, m_indices, None, alpha, row_weight, swiglu,
+                                         swiglu_limit, use_ue8m0, stream)
+        if done:
+            return
     fast = not fused_call and config is None and type(a) is tuple and type(b) is tuple
     if fast:
         try:
@@ -180,6 +212,8 @@ def m_grouped_fp8_gemm_nt_contiguous(a, b, d, m_indices, *, alpha: float | None 
         launch.release(conversion)  # converted scales in capture-owned memory: freed after the kernel
     if fast:
         _register(_contiguous, key, (A, SFA, B, SFB, d, m_indices), plan, pack, conversion)
+    elif fused_fast:
+        _register(_contiguous, fused_fast[0], (A, SFA, B, SFB, m_indices, *fused_fast[1]), plan, pack, conversion)
 
 
 def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m: int, *, alpha: float | None = None,
@@ -203,6 +237,12 @@ def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m: int, *, alpha: f
     """
     # expected_m is part of the key (it picks the config), and only as an int: True and 1.0 hash as 1 does
     fused_call = wants_fused(d, alpha, row_weight, swiglu, swiglu_limit, use_ue8m0)
+    fused_fast = None
+    if fused_call and config is None and type(expected_m) is int:
+        done, fused_fast = _fused_lookup(_masked, a, b, d, masked_m, expected_m, alpha, row_weight, swiglu,
+                                         swiglu_limit, use_ue8m0, stream)
+        if done:
+            return
     fast = not fused_call and config is None and type(a) is tuple and type(b) is tuple and type(expected_m) is int
     if fast:
         try:
@@ -274,6 +314,8 @@ def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m: int, *, alpha: f
         launch.release(conversion)
     if fast:
         _register(_masked, key, (A, SFA, B, SFB, d, masked_m), plan, pack, conversion)
+    elif fused_fast:
+        _register(_masked, fused_fast[0], (A, SFA, B, SFB, masked_m, *fused_fast[1]), plan, pack, conversion)
 
 
 def m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(lhs, rhs, out, m_indices) -> None:

@@ -10,6 +10,8 @@ dense weight gradient, which shares its arguments).
 
 from __future__ import annotations
 
+import math
+
 import sys
 from dataclasses import dataclass
 
@@ -107,7 +109,8 @@ def _expect_config_fits(kind: GemmKind, config: GemmConfig, n: int, k: int) -> N
 
 def pack(config: GemmConfig, ops: Operands) -> runtime.ParamPack:
     """The kernel's parameters for `ops`, encoded once per distinct (config, operands) and reused."""
-    key = (config, ops)
+    # alpha's sign bit too: -0.0 == 0.0 (and hashes alike) but writes -0 for +0 into the FP8 output
+    key = (config, ops, math.copysign(1.0, ops.alpha))
     packed = _params.get(key)
     if packed is None:
         packed = pack_operands(config, ops)

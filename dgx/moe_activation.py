@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import math
 import sys
+from _thread import get_ident
 
-from . import runtime
+from . import fastpath, runtime
 from .checks import expect_dtype, expect_ndim, expect_shape, views_on_one_device
 from .device import get_num_sms
 from .intmath import ceil_div, round_up
@@ -29,6 +30,36 @@ __all__ = ["silu_mul_quant"]
 
 _INT32_LIMIT = 2**31 - 1
 _params: dict[tuple, runtime.ParamPack] = {}
+# Per-call fast path for torch tensors (dgx.fastpath): hint key (:func:`_fast_key`) -> (entry, the outputs the call
+# allocates: (shape, strides, dtype) of out and of out_scales, None where the caller passes it). The entry's tensors
+# are (x[, masked_m], out, out_scales).
+_fast: dict[tuple, tuple] = {}
+
+
+def _option_key(value):
+    """swiglu_limit as a key telling apart every value the kernel sees differently; False for a type the fast path
+    leaves to the full path's checks."""
+    kind = type(value)
+    if kind is float:
+        return value.hex()
+    if kind is int or value is None:
+        return value
+    return False
+
+
+def _fast_key(x, masked_m, swiglu_limit, use_ue8m0, packed_ue8m0, out, out_scales) -> tuple | None:
+    """The hint key of a call (None: the call takes the full path). x's shape, and every option: whether masked_m,
+    out and out_scales are given, the limit, the scale format; the thread."""
+    if (use_ue8m0 is not True and use_ue8m0 is not False) or (packed_ue8m0 is not True and packed_ue8m0 is not False):
+        return None
+    limit = _option_key(swiglu_limit)
+    if limit is False:
+        return None
+    try:
+        shape = x.shape
+    except AttributeError:
+        return None
+    return (shape, masked_m is None, limit, use_ue8m0, packed_ue8m0, out is None, out_scales is None, get_ident())
 
 
 def _flag(value: object, name: str) -> bool:
@@ -157,12 +188,65 @@ def silu_mul_quant(x, *, masked_m=None, swiglu_limit: float | None = None, use_u
 
     Raises TypeError/ValueError naming the argument before anything is launched. M = 0 (or G = 0) launches nothing.
     """
-    return _silu_mul_quant(x, masked_m, swiglu_limit, use_ue8m0, packed_ue8m0, out, out_scales, stream, None)
+    key = _fast_key(x, masked_m, swiglu_limit, use_ue8m0, packed_ue8m0, out, out_scales)
+    if key is not None:
+        found = _fast.get(key)
+        if found is not None:
+            entry, y_alloc, sf_alloc = found
+            try:
+                y = out if y_alloc is None else x.new_empty(y_alloc[0], dtype=y_alloc[2])
+                sf = out_scales if sf_alloc is None else x.new_empty_strided(sf_alloc[0], sf_alloc[1],
+                                                                             dtype=sf_alloc[2])
+            except (AttributeError, TypeError):  # not a torch tensor: the full path says what x should be
+                pass
+            else:
+                if masked_m is None:
+                    if entry.check(x, y, sf) and entry.run((x.data_ptr(), y.data_ptr(), sf.data_ptr()), stream):
+                        return y, sf
+                elif entry.check(x, masked_m, y, sf) and entry.run(
+                        (x.data_ptr(), masked_m.data_ptr(), y.data_ptr(), sf.data_ptr()), stream):
+                    return y, sf
+    return _silu_mul_quant(x, masked_m, swiglu_limit, use_ue8m0, packed_ue8m0, out, out_scales, stream, None, key)
 
 
-def _silu_mul_quant(x, masked_m, swiglu_limit, use_ue8m0, packed_ue8m0, out, out_scales, stream, config):
+def _register(key: tuple, x, masked_m, out, out_scales, allocated: tuple[bool, bool], launcher, params) -> None:
+    """Remembers the launch the full path just made (dgx.fastpath), with what it allocated."""
+    tensors = (x, out, out_scales) if masked_m is None else (x, masked_m, out, out_scales)
+    if not fastpath.torch_tensors(*tensors):
+        return
+    y_alloc = (tuple(out.shape), tuple(out.stride()), out.dtype) if allocated[0] else None
+    sf_alloc = (tuple(out_scales.shape), tuple(out_scales.stride()), out_scales.dtype) if allocated[1] else None
+    y_index = len(tensors) - 2
+    # Outputs the caller passes must not overlap x or each other (checked by the full path): re-checked on new
+    # addresses. Those the call allocates are fresh memory.
+    disjoint = [(0, y_index)] if y_alloc is None else []
+    if sf_alloc is None:
+        disjoint.append((0, y_index + 1))
+        if y_alloc is None:
+            disjoint.append((y_index, y_index + 1))
+    entries: dict = {}
+    fastpath.register(entries, key, tensors, _Launch(launcher), params, interface=INTERFACE, disjoint=disjoint)
+    entry = entries.get(key)
+    if entry is not None:
+        if len(_fast) >= fastpath.CACHE_LIMIT:
+            _fast.clear()
+        _fast[key] = (entry, y_alloc, sf_alloc)
+
+
+class _Launch:
+    """What dgx.fastpath.register takes as a plan: the kernel's launcher."""
+
+    __slots__ = ("launcher",)
+
+    def __init__(self, launcher: runtime.Launcher):
+        self.launcher = launcher
+
+
+def _silu_mul_quant(x, masked_m, swiglu_limit, use_ue8m0, packed_ue8m0, out, out_scales, stream, config,
+                    fast_key: tuple | None = None):
     """silu_mul_quant with the kernel's config given (`config`, for device A/B runs: it must match the clamp and the
-    scales asked for) or chosen by the heuristic (None)."""
+    scales asked for) or chosen by the heuristic (None). `fast_key`: the call's fast-path key, under which its launch
+    is remembered (None: not remembered)."""
     limit = _limit(swiglu_limit)
     ue8m0 = _flag(use_ue8m0, "use_ue8m0")
     packed = _flag(packed_ue8m0, "packed_ue8m0")
@@ -196,6 +280,7 @@ def _silu_mul_quant(x, masked_m, swiglu_limit, use_ue8m0, packed_ue8m0, out, out
         sv = as_view(out_scales, "out_scales")
         _on_device(sv, "out_scales", device)
         sf_ld, sf_group = _scales(sv, sf_shape, packed, masked)
+    allocated = (out is None, out_scales is None)
     if out is None:
         out = _allocate(x, y_shape, None, "float8_e4m3fn", device, "out")
         yv = _output(as_view(out, "out"), device, y_shape, masked)
@@ -228,5 +313,8 @@ def _silu_mul_quant(x, masked_m, swiglu_limit, use_ue8m0, packed_ue8m0, out, out
         if len(_params) >= 512:
             _params.clear()
         _params[key] = params
-    launcher(config, device, grid).launch(resolve_stream(stream, device), params)
+    launching = launcher(config, device, grid)
+    launching.launch(resolve_stream(stream, device), params)
+    if fast_key is not None:
+        _register(fast_key, x, masked_m, out, out_scales, allocated, launching, params)
     return out, out_scales

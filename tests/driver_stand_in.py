@@ -197,7 +197,8 @@ def _caches():
              "scales": ("_workspaces",), "kernels.scale_layout": ("_launchers",), "bf16": ("_plans", "_params"),
              "mqa": ("_launchers",), "wgrad": ("_k_entries",), "k_grouped_maps": ("_maps",), "hc_prenorm": ("_params",),
              "fp8_einsum": ("_plans", "_fast"), "kernels.hc_prenorm": ("_launchers", "_fits"),
-             "moe_activation": ("_params",), "kernels.silu_mul_quant": ("_launchers",)}
+             "moe_activation": ("_params", "_fast"), "kernels.silu_mul_quant": ("_launchers",),
+             "bf16_einsum": ("_batched_plans", "_sum_plans", "_params", "_fast")}
     out = []
     for module_name, attrs in names.items():
         try:
