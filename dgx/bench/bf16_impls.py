@@ -70,8 +70,8 @@ def k_grouped_loop(a, b, d, ks) -> Callable[[], None]:
         for x, y, out in parts:
             try:
                 torch.addmm(out, x, y, out_dtype=torch.float32, out=out)
-            except TypeError:  # a torch without out_dtype on addmm
-                out.add_(torch.mm(x, y).float())
+            except (TypeError, NotImplementedError):  # a torch (or a device) without addmm's out_dtype: in FP32
+                out.addmm_(x.float(), y.float())
 
     return run
 

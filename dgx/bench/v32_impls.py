@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from .op_problems import OpProblem
 from .prepared import Prepared, Unavailable
-from .v32_problems import BF16_REF, PLAIN_REF
+from .v32_problems import BF16_PRODUCT_REF, BF16_REF, PLAIN_REF
 from .v32_suites import BHR_EXPR, EINSUM, FP8_EINSUM, HC_PRENORM, SKIP_HEAD_MID, SUM_EXPR
 
 DGX_FUNCTIONS = {
@@ -188,8 +188,11 @@ def prepare_torch_einsum(problem: OpProblem) -> Prepared:
         c = t.get("c")
         d = torch.empty(s.m, s.n, device=a.device, dtype=torch.float32 if c is not None else torch.bfloat16)
         run = (lambda: torch_einsum(SUM_EXPR, a, b, d, c)) if c is not None else (lambda: torch_einsum(SUM_EXPR, a, b, d))
-        return Prepared(run, lambda: d.float(), reset=_nan(d),
-                        note="S folded into K: one cuBLAS product after torch.einsum's permuting copies")
+        note = "S folded into K: one cuBLAS product after torch.einsum's permuting copies"
+        if c is not None:
+            note += "; its product is rounded to BF16 before c is added, so it is checked at the BF16 tolerance"
+        return Prepared(run, lambda: d.float(), reset=_nan(d), note=note,
+                        reference=BF16_PRODUCT_REF if c is not None else None)
     held2: list = [None]
 
     def run2():
