@@ -24,7 +24,9 @@ from dgx.kinds import SHORT_NAMES
 # `dgx inspect --kind`: every family's kinds (dgx/families), by their short names (the benchmark's suites) or their
 # shapes-file names.
 INSPECT_KINDS = families.inspect_names()
-BENCH_SUITES = SHORT_NAMES + ("mqa", "paged_mqa", "moe", "all")  # dgx.bench.SUITES, then "all" (a test checks)
+BENCH_SUITES = SHORT_NAMES + (
+    "mqa", "paged_mqa", "moe", "bf16", "bf16_masked", "bf16_contiguous", "bf16_k_grouped", "einsum", "fp8_einsum",
+    "hc_prenorm", "skip_head_mid", "all")  # dgx.bench.SUITES, then "all" (a test checks)
 BENCH_TIMERS = ("events", "kernel")  # dgx.bench.TIMERS (a test checks); dgx.bench is imported when bench runs
 MAX_ERROR_LINES = 40
 

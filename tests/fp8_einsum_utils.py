@@ -10,28 +10,17 @@ BS = (1, 4, 17, 32, 128, 4096, 4097, 8192)
 
 def quantise(x: torch.Tensor, y: torch.Tensor, ue8m0: bool):
     """x [b, h, r] per token per 128 (scales [b, h, r/128] row-major, as DeepGEMM's test makes them), y [h, d, r]
-    per 128x128 block: ((xq, sfx), (yq, sfy))."""
-    from dgx.deep_gemm.utils.math import per_block_cast_to_fp8, per_token_cast_to_fp8
+    per 128x128 block: ((xq, sfx), (yq, sfy)) (the `dgx bench --suite fp8_einsum` operands)."""
+    from dgx.bench.v32_problems import fp8_einsum_operands
 
-    b, h, r = x.shape
-    d = y.shape[1]
-    kb = -(-r // 128)
-    xq, sfx = per_token_cast_to_fp8(x.reshape(-1, r), use_ue8m0=ue8m0)
-    yq = torch.empty_like(y, dtype=torch.float8_e4m3fn)
-    sfy = torch.empty((h, -(-d // 128), kb), device=y.device, dtype=torch.float32)
-    for i in range(h):
-        yq[i], sfy[i] = per_block_cast_to_fp8(y[i], use_ue8m0=ue8m0)
-    return (xq.view(b, h, r), sfx.view(b, h, kb)), (yq, sfy)
+    return fp8_einsum_operands(x, y, ue8m0)
 
 
 def reference(xs, ys) -> torch.Tensor:
     """The float64 einsum of the dequantised operands."""
-    (xq, sfx), (yq, sfy) = xs, ys
-    r = xq.shape[-1]
-    xd = xq.double() * sfx.double().repeat_interleave(128, -1)[..., :r]
-    d = yq.shape[1]
-    yd = yq.double() * sfy.double().repeat_interleave(128, 1)[:, :d].repeat_interleave(128, 2)[..., :r]
-    return torch.einsum("bhr,hdr->bhd", xd, yd)
+    from dgx.bench.v32_problems import fp8_einsum_reference
+
+    return fp8_einsum_reference(xs, ys)
 
 
 def make(b, h, d, r, ue8m0=False, seed=0):

@@ -61,7 +61,7 @@ def test_shapes_round_trip_through_json():
 def test_suite_selection_and_the_command():
     from dgx import cli
 
-    assert S.suite_names("moe") == ["moe"] and S.suite_names("all")[-1] == "moe"
+    assert S.suite_names("moe") == ["moe"] and "moe" in S.suite_names("all")
     assert "moe" in bench.SUITES and "moe" in S.FIXED_SUITES and tuple(cli.BENCH_SUITES) == tuple(bench.SUITES) + ("all",)
     assert S.select_shapes("moe") == builtin_moe_suite()
     assert sum(s.suite == "moe" for s in S.select_shapes("all")) == len(MASKED_CASES) + len(CONTIGUOUS_CASES)

@@ -39,6 +39,7 @@ from ..intmath import round_up
 from .mqa_check import LogitsMismatch
 from .mqa_problems import MqaProblem
 from .moe_problems import MoeProblem
+from .op_problems import CheckFailed, OpProblem
 from .mqa_suites import MQA, MQA_SUITES, PAGED_MQA
 from .prepared import Prepared, Unavailable
 from .problems import Part, Problem, calc_diff, dequant_block, dequant_token, matmul_fp32, per_row_cast, per_tensor_cast
@@ -111,6 +112,11 @@ class Ctx:
             try:
                 return problem.check(out, bf16=prep.reference == "bf16")
             except ValueError as e:
+                raise Outcome(FAILED, str(e)) from None
+        if isinstance(problem, OpProblem):  # against the reference of the impl's own layout (a name, or the main one)
+            try:
+                return problem.check(out, prep.reference)
+            except CheckFailed as e:
                 raise Outcome(FAILED, str(e)) from None
         ref = prep.reference if prep.reference is not None else problem.ref
         if prep.includes_c:

@@ -40,6 +40,14 @@ SUITE_TITLES = {
     "k_grouped": "K-grouped weight gradient (k_grouped_fp8_gemm_nt_contiguous)",
     **MQA_SUITE_TITLES,
     "moe": "MoE expert block (DeepSeek-V3: GEMM1, SwiGLU + FP8 quantisation, GEMM2; fused vs unfused)",
+    "bf16": "BF16 GEMM (bf16_gemm_nt: the dense anchor shapes and the presets' BF16 layers)",
+    "bf16_masked": "BF16 M-grouped masked (m_grouped_bf16_gemm_nt_masked)",
+    "bf16_contiguous": "BF16 M-grouped contiguous (m_grouped_bf16_gemm_nt_contiguous)",
+    "bf16_k_grouped": "BF16 K-grouped weight gradient (k_grouped_bf16_gemm_tn_contiguous, FP32 out)",
+    "einsum": "BF16 einsums (dgx.einsum: bmk,bnk->mn, bhr,hdr->bhd, bhd,hdr->bhr)",
+    "fp8_einsum": "FP8 einsum (dgx.fp8_einsum bhr,hdr->bhd)",
+    "hc_prenorm": "HC pre-norm GEMM (tf32_hc_prenorm_gemm, memory-bound)",
+    "skip_head_mid": "Skip-head-mid FP8 GEMM (fp8_gemm_nt_skip_head_mid)",
 }
 
 

@@ -34,8 +34,16 @@ DEEPGEMM = "deepgemm"
 DGX_UNFUSED = "dgx_unfused"
 DEEPGEMM_UNFUSED = "deepgemm_unfused"
 TORCH_BF16 = "torch_bf16"
+TORCH_GROUPED = "torch_grouped"
+CUBLAS_LOOP = "cublas_loop"
+TORCH_EINSUM = "torch_einsum"
+GEMM_LOOP = "gemm_loop"
+TORCH_FP32 = "torch_fp32"
+FP8_GEMM_NT = "fp8_gemm_nt"
+FP8_GEMM_COPY = "fp8_gemm_copy"
 
-IMPLS = (DGX, DEEPGEMM, CUBLASLT, TRITON, BF16, FP8_TENSOR, TORCH_MQA, DGX_UNFUSED, DEEPGEMM_UNFUSED, TORCH_BF16)
+IMPLS = (DGX, DEEPGEMM, CUBLASLT, TRITON, BF16, FP8_TENSOR, TORCH_MQA, DGX_UNFUSED, DEEPGEMM_UNFUSED, TORCH_BF16,
+         TORCH_GROUPED, CUBLAS_LOOP, TORCH_EINSUM, GEMM_LOOP, TORCH_FP32, FP8_GEMM_NT, FP8_GEMM_COPY)
 
 IMPL_LABELS = {
     DGX: "dgx",
@@ -48,6 +56,13 @@ IMPL_LABELS = {
     DGX_UNFUSED: "dgx unfused (GEMM, silu_mul_quant, GEMM)",
     DEEPGEMM_UNFUSED: "DeepGEMM GEMMs + dgx silu_mul_quant",
     TORCH_BF16: "torch BF16 layer",
+    TORCH_GROUPED: "torch._grouped_mm (else a loop of cuBLAS calls)",
+    CUBLAS_LOOP: "a loop of cuBLAS calls per group",
+    TORCH_EINSUM: "torch.einsum / bmm (BF16, cuBLAS)",
+    GEMM_LOOP: "dgx.fp8_gemm_nt once per head",
+    TORCH_FP32: "a.float() @ b.T + squared sum (torch)",
+    FP8_GEMM_NT: "dgx.fp8_gemm_nt, same shape",
+    FP8_GEMM_COPY: "dgx.fp8_gemm_nt + copy into the padded layout",
 }
 IMPL_SHORT = {
     DGX: "dgx",
@@ -60,6 +75,13 @@ IMPL_SHORT = {
     DGX_UNFUSED: "dgx-unfused",
     DEEPGEMM_UNFUSED: "DeepGEMM-unfused",
     TORCH_BF16: "torch-BF16",
+    TORCH_GROUPED: "grouped_mm",
+    CUBLAS_LOOP: "cuBLAS-loop",
+    TORCH_EINSUM: "torch-einsum",
+    GEMM_LOOP: "GEMM-loop",
+    TORCH_FP32: "torch-FP32",
+    FP8_GEMM_NT: "fp8_gemm_nt",
+    FP8_GEMM_COPY: "GEMM+copy",
 }
 
 OK = "ok"
@@ -231,8 +253,9 @@ def gbps(nbytes: int, us: float) -> float:
 
 
 def floors_us(shape: Shape | MqaShape, ceilings: dict[str, float]) -> tuple[float | None, float | None]:
-    """(compute floor, memory floor) in µs from the FP8 TFLOPS and copy GB/s ceilings."""
-    fp8 = ceilings.get("fp8_tflops")
+    """(compute floor, memory floor) in µs from the TFLOPS ceiling of the shape's compute (FP8; the BF16 suites'
+    ``compute_ceiling``: BF16) and the copy GB/s ceiling."""
+    fp8 = ceilings.get(getattr(shape, "compute_ceiling", "fp8_tflops"))
     bw = ceilings.get("copy_gbps")
     t_c = shape.flops / (fp8 * 1e12) * 1e6 if fp8 else None
     t_m = shape.bytes_moved / (bw * 1e9) * 1e6 if bw else None

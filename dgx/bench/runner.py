@@ -20,6 +20,8 @@ from .results import (
     tflops,
 )
 from .moe_suites import MOE_SUITES, is_moe
+from .op_shape import is_op
+from .op_suites import OP_SUITES
 from .mqa_suites import MQA, MQA_SUITES, PAGED_MQA, is_mqa
 from .read_floor import ReadFloor
 from .suites import (
@@ -351,6 +353,46 @@ MOE_NOTES = [
 """Method notes of the MoE suite (added to the report when it runs)."""
 
 
+OP_NOTES = {
+    "bf16": "BF16 GEMM (bf16_gemm_nt): the 18 dense FP8 anchor shapes in BF16, then the presets' BF16 layers (MTP "
+            "eh_proj, MoE routers, the indexer's weights_proj) at M 64 and 4096; peers: cuBLAS (torch.mm) and "
+            "DeepGEMM's bf16_gemm_nt where a real DeepGEMM imports. Fraction of ceiling against the BF16 ceiling.",
+    "bf16_masked": "BF16 masked (m_grouped_bf16_gemm_nt_masked), M_max 4096; peers: torch._grouped_mm over the valid "
+                   "rows packed (a loop of torch.mm where it is missing or refuses), DeepGEMM's where it imports.",
+    "bf16_contiguous": "BF16 contiguous (m_grouped_bf16_gemm_nt_contiguous), 128-row segments; peers: "
+                       "torch._grouped_mm over the valid rows packed (else a loop of torch.mm), DeepGEMM's.",
+    "bf16_k_grouped": "BF16 K-grouped (k_grouped_bf16_gemm_tn_contiguous, FP32 d[g] += a_gᵀ b_g in place); peers: "
+                      "a loop of cuBLAS torch.addmm per group, DeepGEMM's where it imports. GB/s counts d read and "
+                      "written in FP32.",
+    "einsum": "einsum (dgx.einsum, BF16): bmk,bnk->mn (FP32 d = c + Σ, or BF16 d), bhr,hdr->bhd, bhd,hdr->bhr; peer: "
+              "the plain torch way (S folded into K through one cuBLAS product; torch.einsum batched over the heads).",
+    "fp8_einsum": "fp8_einsum (dgx.fp8_einsum bhr,hdr->bhd, its scale-layout kernel included); peers: dgx.fp8_gemm_nt "
+                  "once per head on strided views, and torch.einsum on the BF16 originals (checked against their "
+                  "own float64 reference).",
+    "hc_prenorm": "HC pre-norm GEMM (tf32_hc_prenorm_gemm, N 24): memory-bound; 'of ceiling' is its share of the "
+                  "copy bandwidth, 'of HBM peak' of the datasheet's. Peer: a.float() @ b.T (TF32 allowed) plus "
+                  "a.float().square().sum(-1). With splits the partial sums are added outside the timed call.",
+    "skip_head_mid": "skip-head-mid (fp8_gemm_nt_skip_head_mid, heads of (128, 64, 128)); peers: dgx.fp8_gemm_nt on "
+                     "the same shape (unpadded; the goal: within 2%) and dgx.fp8_gemm_nt followed by the copies into "
+                     "the padded layout.",
+}
+"""Method notes of the single-operation suites (added to the report for the suites that run)."""
+
+OP_CHECK_NOTE = (
+    "Single-operation suites: every implementation is checked before it is timed against a float64 reference of its "
+    "own operands (fp8_einsum and skip-head-mid: the FP8 values dequantised; the BF16 peers: the BF16 originals) on "
+    "a NaN-poisoned output: normwise relative error within 3e-3 (BF16 out), 1e-4 (FP32 out) or 2e-3 (the TF32 "
+    "pre-norm GEMM); calc_diff is recorded."
+)
+
+
+def op_notes(suites: Iterable[str]) -> list[str]:
+    """The method notes of the single-operation suites among ``suites``."""
+    chosen = set(suites)
+    names = [s for s in OP_SUITES if s in chosen]
+    return [OP_NOTES[s] for s in names] + ([OP_CHECK_NOTE] if names else [])
+
+
 def mqa_notes(suites: Iterable[str]) -> list[str]:
     """The method notes of the MQA suites among ``suites``."""
     names = [s for s in MQA_SUITES if s in set(suites)]
@@ -381,6 +423,10 @@ def build_case(shape, seed: int):
         from .moe_problems import build_moe_problem
 
         return build_moe_problem(shape, seed)
+    if is_op(shape):
+        from .op_build import build_op_problem
+
+        return build_op_problem(shape, seed)
     from .problems import build_problem
 
     return build_problem(shape, seed)
@@ -426,6 +472,7 @@ def run_suite(
 
     from .deepgemm import DeepGemmInfo, find_deep_gemm
     from .moe_impls import moe_impls
+    from .op_impls import op_impls
     from .peers import Ctx, impl_order, make_impls
     from .timing import L2Flusher
 
@@ -466,6 +513,7 @@ def run_suite(
     results.notes.append(deep_gemm_note(deep_gemm))
     if any(shape.suite in MOE_SUITES for shape in selected):
         results.notes += MOE_NOTES
+    results.notes += op_notes(shape.suite for shape in selected)
     say(
         f"dgx bench on {results.env.get('device')} (driver {results.env.get('driver')}, torch "
         f"{results.env.get('torch')}); {timer} timer"
@@ -473,7 +521,7 @@ def run_suite(
     flush = L2Flusher()
     ctx = Ctx(flush, warmup, iters, timer=timer)
     probe_timer(ctx)
-    impls = make_impls(peers, deep_gemm) + moe_impls(peers)  # each runs on the suites its runs_on accepts
+    impls = make_impls(peers, deep_gemm) + moe_impls(peers) + op_impls(peers, deep_gemm)  # each runs on the suites its runs_on accepts
     floor_failed: list[str] = []
     for rep in range(repeat):
         say(f"repeat {rep + 1}/{repeat}: ceilings")

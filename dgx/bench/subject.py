@@ -20,12 +20,22 @@ DGX_ENTRY_POINTS: dict[str, str] = {
     MQA: "fp8_mqa_logits",
     PAGED_MQA: "fp8_paged_mqa_logits",
     "moe": "silu_mul_quant",
+    "bf16": "bf16_gemm_nt",
+    "bf16_masked": "m_grouped_bf16_gemm_nt_masked",
+    "bf16_contiguous": "m_grouped_bf16_gemm_nt_contiguous",
+    "bf16_k_grouped": "k_grouped_bf16_gemm_tn_contiguous",
+    "einsum": "einsum",
+    "fp8_einsum": "fp8_einsum",
+    "hc_prenorm": "tf32_hc_prenorm_gemm",
+    "skip_head_mid": "fp8_gemm_nt_skip_head_mid",
 }
 """Suite -> the dgx function the benchmark calls for it."""
 
 DGX_HELPERS: dict[str, tuple[str, ...]] = {
     PAGED_MQA: ("get_paged_mqa_logits_metadata", "get_num_sms"),
     "moe": ("m_grouped_fp8_gemm_nt_masked", "m_grouped_fp8_gemm_nt_contiguous"),
+    "fp8_einsum": ("fp8_gemm_nt", "get_mn_major_tma_aligned_tensor"),
+    "skip_head_mid": ("fp8_gemm_nt", "get_mn_major_tma_aligned_tensor"),
 }
 """Suite -> the other dgx functions its adapter needs (called outside the timed call)."""
 

@@ -47,8 +47,11 @@ from typing import Any, Iterable
 from .. import warmup as _warmup
 from ..kinds import LAYOUT_VARIANTS, SHORT_NAMES, GemmKind
 from ..warmup import ShapesFileError, ShapeSpec
+from .anchor_shapes import CONTIGUOUS_GMNK, DENSE_MNK, MASKED_GMNK
 from .moe_suites import MOE_SUITES, MoeShape, builtin_moe_suite
 from .mqa_suites import MQA_SUITES, MqaShape, builtin_mqa_suite
+from .op_shape import OpShape
+from .op_suites import OP_SUITES, builtin_op_suite
 
 # --------------------------------------------------------------------------------------------------
 # names
@@ -56,10 +59,11 @@ from .mqa_suites import MQA_SUITES, MqaShape, builtin_mqa_suite
 GEMM_SUITES = SHORT_NAMES
 """The GEMM suites: the kinds' short names (dgx.kinds.GemmKind.short_name)."""
 
-SUITES = GEMM_SUITES + MQA_SUITES + MOE_SUITES
-"""Suite names, in the order ``--suite all`` runs them: the GEMM suites, the MQA-logits suites, the MoE block."""
+SUITES = GEMM_SUITES + MQA_SUITES + MOE_SUITES + OP_SUITES
+"""Suite names, in the order ``--suite all`` runs them: the GEMM suites, the MQA-logits suites, the MoE block, the
+single-operation suites (BF16 GEMMs, einsums, HC pre-norm GEMM, skip-head-mid)."""
 
-FIXED_SUITES = MQA_SUITES + MOE_SUITES
+FIXED_SUITES = MQA_SUITES + MOE_SUITES + OP_SUITES
 """Suites with fixed problems: a shapes file does not describe them."""
 
 MQA_FILE_KINDS = {"mqa_logits": "mqa", "paged_mqa_logits": "paged_mqa"}
@@ -194,6 +198,8 @@ class Shape:
             return MqaShape.from_dict(d)
         if d.get("suite") in MOE_SUITES:
             return MoeShape.from_dict(d)
+        if d.get("suite") in OP_SUITES:
+            return OpShape.from_dict(d)
         return cls(
             suite=d["suite"],
             m=int(d["m"]),
@@ -241,28 +247,6 @@ def make_shape(
 # --------------------------------------------------------------------------------------------------
 # the built-in suites (the shapes of docs/PEERS.md's tables)
 
-DENSE_MNK: tuple[tuple[int, int, int], ...] = tuple(
-    (m, n, k)
-    for m in (64, 128, 4096)
-    for (n, k) in ((2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048))
-)
-
-CONTIGUOUS_GMNK: tuple[tuple[int, int, int, int], ...] = (
-    (4, 8192, 4096, 7168),
-    (4, 8192, 7168, 2048),
-    (8, 4096, 4096, 7168),
-    (8, 4096, 7168, 2048),
-)
-
-MASKED_GMNK: tuple[tuple[int, int, int, int], ...] = (
-    (1, 1024, 4096, 7168),
-    (1, 1024, 7168, 2048),
-    (2, 512, 4096, 7168),
-    (2, 512, 7168, 2048),
-    (4, 256, 4096, 7168),
-    (4, 256, 7168, 2048),
-)
-
 WGRAD_MN: tuple[tuple[int, int], ...] = (
     (7168, 2112),
     (1536, 24576),
@@ -283,6 +267,8 @@ def builtin_suite(suite: str, seed: int = DEFAULT_SEED) -> list[Shape | MqaShape
         return list(builtin_mqa_suite(suite, seed))
     if suite in MOE_SUITES:
         return list(builtin_moe_suite(suite, seed))
+    if suite in OP_SUITES:
+        return list(builtin_op_suite(suite))
     if suite == "dense":
         return [make_shape("dense", m, n, k) for (m, n, k) in DENSE_MNK]
     if suite == "contiguous":

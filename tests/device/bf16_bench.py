@@ -40,7 +40,6 @@ import argparse
 import json
 import math
 import os
-import random
 import statistics
 import sys
 import time
@@ -49,21 +48,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-DENSE = [(m, n, k) for m in (64, 128, 4096) for n, k in
-         ((2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048))]
-MASKED = [(1, 1024, 4096, 7168), (1, 1024, 7168, 2048), (2, 512, 4096, 7168), (2, 512, 7168, 2048),
-          (4, 256, 4096, 7168), (4, 256, 7168, 2048)]  # (groups, expected rows, N, K)
-MASKED_M_MAX = 4096
-CONTIGUOUS = [(4, 8192, 4096, 7168), (4, 8192, 7168, 2048), (8, 4096, 4096, 7168), (8, 4096, 7168, 2048)]
-K_GROUPED = [(4, 7168, 4096, 4096), (4, 2048, 7168, 4096), (8, 7168, 4096, 4096), (8, 2048, 7168, 4096)]  # G, M, N, k
-FORM_MAJORS = {"nt": ("k", "k"), "nn": ("k", "mn"), "tn": ("mn", "mn"), "tt": ("mn", "k")}
+# The problems (shapes, group sizes) are the `dgx bench` BF16 suites' (dgx.bench.bf16_suites): one definition.
+from dgx.bench.bf16_suites import (  # noqa: E402
+    CONTIGUOUS,
+    DENSE,
+    FORM_MAJORS,
+    K_GROUPED,
+    MASKED,
+    MASKED_M_MAX,
+    group_counts,
+    k_grouped_typical,
+)
+
 BF16_DENSE_PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "H800": 989.0}
-SEED = 0
-
-
-def group_counts(groups: int, expected: int, key: int, align: int = 1) -> list[int]:
-    rng = random.Random(SEED * 1000003 + key)
-    return [-(-int(expected * rng.uniform(0.7, 1.3)) // align) * align for _ in range(groups)]
 
 
 # --- what each problem runs (shared by the GPU run and --precompile) ---------------------------------------------------
@@ -80,11 +77,6 @@ def dense_problems(forms, shapes=None):
             if shapes == "decode" and m > 128 or isinstance(shapes, set) and (m, n, k) not in shapes:
                 continue
             yield ("dense", form, m, n, k)
-
-
-def k_grouped_typical(g, k, i) -> tuple[list[int], int]:
-    ks = group_counts(g, k, 100 + i, 128)
-    return ks, -(-(sum(ks) // len(ks)) // 128) * 128
 
 
 def prior_config(suite: str, key: tuple, n: int, k: int, **fields):
@@ -377,31 +369,15 @@ def grouped_peers(args, a_rows, b, offs, groups: list, out, row: Row) -> dict:
     """The grouped peer over the valid rows: torch._grouped_mm (a_rows [rows, K] packed, B [G, K, N] column-major
     per group, offs the int32 group ends) where this torch has it and takes the problem, else a loop of torch.mm
     (`groups`: (a rows of group j, j)) into `out`; none unless --peers names "grouped"."""
-    import torch
+    from dgx.bench.bf16_impls import grouped_peer
 
     if "grouped" not in args.peers:
         return {}
-    fn = getattr(torch, "_grouped_mm", None)
-    b_kn = b.transpose(1, 2)
-    if fn is not None:
-        try:
-            fn(a_rows, b_kn, offs=offs)
-            torch.cuda.synchronize()
-            return {"grouped_mm": Impl(lambda: fn(a_rows, b_kn, offs=offs), lambda: None, returned)}
-        except Exception as exc:  # noqa: BLE001
-            row.notes.append(f"torch._grouped_mm refused ({type(exc).__name__}: {str(exc)[:120]}): loop of torch.mm")
-    else:
-        row.notes.append("torch._grouped_mm unavailable: loop of torch.mm")
-    parts, start = [], 0
-    for rows_j, j in groups:
-        parts.append((rows_j, b[j].T, out[start:start + rows_j.shape[0]]))
-        start += rows_j.shape[0]
-
-    def loop():
-        for x, y, z in parts:
-            torch.mm(x, y, out=z)
-
-    return {"loop_mm": Impl(loop, poisoned(out), lambda _: out)}
+    run, result, note = grouped_peer(a_rows, b, offs, groups, out)
+    if not note.startswith("torch._grouped_mm,"):
+        row.notes.append(note)
+        return {"loop_mm": Impl(run, poisoned(out), result)}
+    return {"grouped_mm": Impl(run, lambda: None, result)}
 
 
 def run_masked(args, timer: Timer, rows: list) -> None:
@@ -486,6 +462,7 @@ def run_k_grouped(args, timer: Timer, rows: list) -> None:
     import torch
 
     from dgx import bf16
+    from dgx.bench.bf16_impls import k_grouped_loop
     from dgx.kernels.bf16_gemm import choose
 
     for i, (g, m, n, k) in enumerate(K_GROUPED):
@@ -507,14 +484,8 @@ def run_k_grouped(args, timer: Timer, rows: list) -> None:
 
         # Both accumulate in place, as weight gradients do (d[g] += a_g^T b_g); each starts from c for the check.
         d_peer = torch.empty_like(d)
-        parts = [(a[starts[j]:starts[j] + ks[j]].T, b[starts[j]:starts[j] + ks[j]], d_peer[j]) for j in range(g)]
 
-        def run_loop():
-            for x, y, out in parts:
-                try:
-                    torch.addmm(out, x, y, out_dtype=torch.float32, out=out)
-                except TypeError:  # a torch without out_dtype on addmm
-                    out.add_(torch.mm(x, y).float())
+        run_loop = k_grouped_loop(a, b, d_peer, ks)
 
         def k_grouped_impl(out, cfg=None):
             return Impl(lambda: bf16.k_grouped_bf16_gemm_tn_contiguous(a, b, out, ks, ks_tensor, out, config=cfg),

@@ -38,11 +38,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-SUM_SHAPES = [(128, 384, 128), (256, 256, 256), (384, 128, 384)]
-SUM_S = (129, 4096, 8192)
-HEAD_SHAPES = [(128, 512, 128), (8, 4096, 1024)]  # (h, r, d)
-HEAD_B = (4, 32, 128, 4096, 8192)
-SUITES = {"bmk": "bmk,bnk->mn", "bhr": "bhr,hdr->bhd", "bhd": "bhd,hdr->bhr"}
+# The problems are the `dgx bench --suite einsum` cases' (dgx.bench.v32_suites): one definition.
+from dgx.bench.v32_suites import EINSUM_FORMS as SUITES  # noqa: E402
+from dgx.bench.v32_suites import HEAD_B, HEAD_SHAPES, SUM_S, SUM_SHAPES  # noqa: E402,F401
 
 
 def problems(suites) -> list[tuple]:

@@ -31,9 +31,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from dgx.bench.v32_suites import FP8_EINSUM_BS as BS  # noqa: E402  (the `dgx bench --suite fp8_einsum` cases)
+from dgx.bench.v32_suites import FP8_EINSUM_SHAPES as SHAPES  # noqa: E402  (h, d, r)
+
 NUM_SMS = 132
-SHAPES = [(8, 1024, 4096), (128, 128, 512)]  # (h, d, r)
-BS = (1, 4, 17, 32, 128, 4096, 4097, 8192)
 IMPLS = ("dgx", "gemm_loop", "torch_bf16")
 
 
@@ -76,16 +77,11 @@ def run_case(b: int, h: int, d: int, r: int, rounds: int, flush) -> dict:
         except AssertionError as exc:
             row[f"check_{'ue8m0' if ue8m0 else 'fp32'}"] = False
             row["check_error"] = str(exc)
-    (xq, sfx), (yq, sfy) = xs, ys
-    # The per-head loop: strided views, scales per head converted once ahead.
-    heads = [((xq[:, i, :], dgx.get_mn_major_tma_aligned_tensor(sfx[:, i, :].contiguous())), (yq[i], sfy[i]))
-             for i in range(h)]
-    z_loop = torch.full_like(z, float("nan"))
-    loop_out = [z_loop[:, i, :] for i in range(h)]
+    # The per-head loop (the suite's peer): strided views, scales per head converted once ahead.
+    from dgx.bench.v32_impls import head_loop
 
-    def gemm_loop():
-        for (a, bb), out in zip(heads, loop_out):
-            dgx.fp8_gemm_nt(a, bb, out)
+    z_loop = torch.full_like(z, float("nan"))
+    gemm_loop = head_loop(dgx, xs, ys, z_loop)
 
     gemm_loop()
     torch.cuda.synchronize()

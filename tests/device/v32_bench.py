@@ -36,10 +36,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 from dgx.kernels import hc_prenorm as H  # noqa: E402
 from dgx.kernels import mqa_logits as M  # noqa: E402
 
+from dgx.bench.v32_suites import HC_CASES, SKIP_CASES  # noqa: E402  (the `dgx bench` hc_prenorm / skip_head_mid cases)
+
 NUM_SMS = 132
-HC_CASES = [(m, 24, k, s) for m in (13, 137, 4096, 8192) for k in (28672, 7680, 7168) for s in (None, 16)]
-SKIP_CASES = [(m, n, 512, (128, 64, 128)) for m in (128, 4096) for n in (32768, 8192)]
-SKIP_CASES += [(64, 32768, 512, (128, 64, 128)), (4096, 16384, 7168, (128, 64, 128))]
 # (heads, next_n, batch, average context, tokens per sequence for indices= or None); the first is today's anchor.
 PAGED_CASES = [(64, 1, 64, 8192, None), (64, 1, 256, 8192, None),
                (16, 1, 64, 8192, None), (16, 1, 256, 8192, None), (16, 2, 256, 8192, None), (16, 4, 256, 8192, None),
@@ -147,6 +146,7 @@ class Bench:
 
 def run_hc(b: Bench, sweep: bool) -> list[dict]:
     torch = b.torch
+    from dgx.bench.v32_impls import hc_torch
     from dgx.hc_prenorm import tf32_hc_prenorm_gemm
     from dgx.torch_utils import calc_diff
 
@@ -169,8 +169,7 @@ def run_hc(b: Bench, sweep: bool) -> list[dict]:
         ok = bool(rel < 2e-3 and rel_s < 1e-4 and diff < 1e-8 and not torch.isnan(d).any())
         del ref_d, ref_s
 
-        def peer():
-            return a.float() @ w.T, a.float().square().sum(-1)
+        peer = hc_torch(a, w)  # the hc_prenorm suite's peer (TF32 allowed for its call)
 
         mine = b.both(lambda: tf32_hc_prenorm_gemm(a, w, d, s, num_splits=splits))
         theirs = b.both(peer)
@@ -205,6 +204,7 @@ def run_hc(b: Bench, sweep: bool) -> list[dict]:
 def run_skip(b: Bench) -> list[dict]:
     torch = b.torch
     import dgx
+    from dgx.bench.v32_impls import gemm_then_copy as copy_peer
     from dgx.skip_head_mid import choose_config, fp8_gemm_nt_skip_head_mid
     from gpu_gemm_utils import check_dense, kernel_rounds, make_dense
 
@@ -222,12 +222,7 @@ def run_skip(b: Bench) -> list[dict]:
         ok = bool(torch.equal(v[:, :, :left], pv[:, :, :left]) and torch.equal(v[:, :, left + mid:], pv[:, :, left:])
                   and (v[:, :, left:left + mid] == 0).all())
         tmp = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-
-        def gemm_then_copy():
-            dgx.fp8_gemm_nt(a_fp8, b_fp8, tmp)
-            t = tmp.view(m, heads, -1)
-            v[:, :, :left].copy_(t[:, :, :left])
-            v[:, :, left + mid:].copy_(t[:, :, left:])
+        gemm_then_copy = copy_peer(dgx, a_fp8, b_fp8, d, hs, tmp)  # the skip_head_mid suite's peer
 
         def skip():
             fp8_gemm_nt_skip_head_mid(a_fp8, b_fp8, d, hs)
