@@ -31,7 +31,10 @@ def test_the_names_users_write_are_the_kinds():
     assert LAYOUT_VARIANTS == {"m_grouped_contiguous_psum": (GemmKind.M_GROUPED_CONTIGUOUS, Layout.CONTIGUOUS_PSUM)}
     assert base_kind("m_grouped_contiguous_psum") == "m_grouped_contiguous" and base_kind("dense") == "dense"
     assert SHORT_NAMES == SHORT == suites.GEMM_SUITES
-    assert suites.SUITES == SHORT + ("mqa", "paged_mqa", "moe")  # the GEMM suites, the MQA-logits suites, the MoE block
+    # the FP8 GEMM suites, the MQA-logits suites, the MoE block, then the single-operation suites of the other families
+    assert suites.SUITES == SHORT + ("mqa", "paged_mqa", "moe") + suites.OP_SUITES
+    assert suites.OP_SUITES == ("bf16", "bf16_masked", "bf16_contiguous", "bf16_k_grouped", "einsum", "fp8_einsum",
+                                "hc_prenorm", "skip_head_mid")
     for value, short in zip(SHAPES_FILE_KINDS, SHORT):
         kind = GemmKind(value)
         assert GemmKind.parse(value) is GemmKind.parse(short) is kind
