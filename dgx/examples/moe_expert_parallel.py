@@ -1,10 +1,11 @@
 """An expert-parallel DeepSeek-V3 MoE block on dgx inside a torch.distributed program.
 
-Each rank holds ``experts / world`` experts. A layer takes the rank's tokens and their top-k routing, sends every token
-to every rank (with its weights for that rank's experts), runs the rank's experts as dgx M-grouped masked FP8 GEMMs
-(GEMM1 -> SwiGLU + FP8 quantisation -> GEMM2), sums each token's weighted expert outputs on the expert's rank, and
-sends the partial sums back (in BF16, as engines combine), where the ranks' parts are added in rank order. Both exchanges are NCCL all-to-alls of
-fixed size, so the whole layer is captured in one CUDA graph per rank and replayed with new tokens and routing.
+Each rank holds ``experts / world`` experts. A layer takes the rank's tokens and their top-k routing, sends every
+token to every rank (with its weights for that rank's experts), runs the rank's experts as dgx M-grouped masked FP8
+GEMMs (GEMM1 -> SwiGLU + FP8 quantisation -> GEMM2), sums each token's weighted expert outputs on the expert's rank,
+and sends the partial sums back (in BF16, as engines combine), where the ranks' parts are added in rank order. Both
+exchanges are NCCL all-to-alls of fixed size, so the whole layer is captured in one CUDA graph per rank and replayed
+with new tokens and routing.
 
 Why every token goes to every rank: with DeepSeek-V3's top-8 of 256 experts a token reaches nearly every rank of a
 small expert-parallel group (of 32 experts over 2 ranks, a token misses a rank with probability C(16,8)/C(32,8) =
