@@ -281,6 +281,17 @@ def _span(t) -> int:
     return (sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())) + 1) * t.element_size()
 
 
+def number_key(value):
+    """A float option as part of a hint key that tells apart every value a kernel would see differently (-0.0 from
+    0.0); an int or None stays itself; False for a type the fast path does not take (the full path checks it)."""
+    kind = type(value)
+    if kind is float:
+        return value.hex()
+    if kind is int or value is None:
+        return value
+    return False
+
+
 def lookup_pairs(cache: dict, a, b, extra: tuple, rest: Sequence[object], stream) -> tuple[bool, tuple | None]:
     """The fast path of a call on the (tensor, scales) pairs `a` and `b` and the tensors `rest` after them: the hint
     key is (rows of a's tensor, shape of b's tensor, *extra, thread). Returns (True, key) where the entry under key
