@@ -328,6 +328,14 @@ def register(cache: dict, key: tuple, tensors: Sequence[object], plan, pack: run
         cache.pop(key, None)
 
 
+def register_converted(cache: dict, key: tuple, tensors: Sequence[object], plan, pack: runtime.ParamPack,
+                       conversion: scales_module.Conversion | None) -> None:
+    """:func:`register` of an FP8 GEMM's launch where every one of `tensors` is a torch tensor, with the conversion
+    of its A scales (tensor 1) where the call made one."""
+    if torch_tensors(*tensors):
+        register(cache, key, tensors, plan, pack, [(1, conversion)] if conversion else ())
+
+
 def _register(cache: dict, key: tuple, tensors: Sequence[object], plan, pack: runtime.ParamPack,
               conversions: Sequence[tuple[int, scales_module.Conversion]], interface: KernelInterface | None,
               disjoint: Sequence[tuple[int, int]]) -> None:

@@ -219,5 +219,5 @@ def fp8_einsum(expr: str, a, b, d, *, stream=None, config: GemmConfig | None = N
         plan.launcher.launch(launch_stream, pack)
     finally:
         launch.release(conversion)  # converted scales in capture-owned memory: freed after the kernel
-    if fast and fastpath.torch_tensors(X, SFX, Y, SFY, d):
-        fastpath.register(_fast, key, (X, SFX, Y, SFY, d), plan, pack, [(1, conversion)] if conversion else ())
+    if fast:
+        fastpath.register_converted(_fast, key, (X, SFX, Y, SFY, d), plan, pack, conversion)
