@@ -51,7 +51,6 @@ all (device.generation).
 from __future__ import annotations
 
 import sys
-from _thread import get_ident
 from typing import Callable, Sequence
 
 from . import device as device_module
@@ -290,24 +289,6 @@ def number_key(value):
     if kind is int or value is None:
         return value
     return False
-
-
-def lookup_pairs(cache: dict, a, b, extra: tuple, rest: Sequence[object], stream) -> tuple[bool, tuple | None]:
-    """The fast path of a call on the (tensor, scales) pairs `a` and `b` and the tensors `rest` after them: the hint
-    key is (rows of a's tensor, shape of b's tensor, *extra, thread). Returns (True, key) where the entry under key
-    launched the call; (False, key) where the full path must run (and may register under key); (False, None) where
-    a or b is not a pair of tensors (the full path's checks say what is wrong)."""
-    try:
-        A, SFA = a
-        B, SFB = b
-        key = (A.shape[0], B.shape, *extra, get_ident())
-    except (TypeError, ValueError, AttributeError, IndexError):
-        return False, None
-    entry = cache.get(key)
-    if entry is not None and entry.check(A, SFA, B, SFB, *rest) and entry.run(
-            (A.data_ptr(), SFA.data_ptr(), B.data_ptr(), SFB.data_ptr(), *[t.data_ptr() for t in rest]), stream):
-        return True, key
-    return False, key
 
 
 def register(cache: dict, key: tuple, tensors: Sequence[object], plan, pack: runtime.ParamPack,
