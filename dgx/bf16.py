@@ -93,15 +93,21 @@ def _expect_config_fits(config: Bf16GemmConfig, kind: str, n: int, k: int, major
         raise ValueError(f"config: {config.kernel_name} does not fit this {kind} GEMM: {said}")
 
 
-def _launch(plan: launch.GemmPlan, ops: Bf16Operands, stream: int) -> None:
-    key = (plan.config, ops)
+def pack(config: Bf16GemmConfig, ops: Bf16Operands) -> runtime.ParamPack:
+    """The BF16 GEMM kernel's parameters for `ops`, encoded once per distinct (config, operands) and reused (by the
+    einsums too, which run the same kernel)."""
+    key = (config, ops)
     packed = _params.get(key)
     if packed is None:
-        packed = pack_operands(plan.config, ops)
+        packed = pack_operands(config, ops)
         if len(_params) >= _PARAM_CACHE_LIMIT:
             _params.clear()
         _params[key] = packed
-    plan.launcher.launch(stream, packed)
+    return packed
+
+
+def _launch(plan: launch.GemmPlan, ops: Bf16Operands, stream: int) -> None:
+    plan.launcher.launch(stream, pack(plan.config, ops))
 
 
 def _a_map(a) -> tuple[tuple[int, int], tuple[int]]:

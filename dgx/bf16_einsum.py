@@ -18,7 +18,7 @@ from __future__ import annotations
 from _thread import get_ident
 
 from . import device as device_module
-from . import env, fastpath, launch, runtime, scales
+from . import bf16, env, fastpath, launch, runtime, scales
 from .bf16_prepare import copy_into, zero_rows
 from .checks import views_on_one_device
 from .device import get_num_sms
@@ -32,7 +32,7 @@ from .einsum_checks import (
 )
 from .intmath import ceil_div
 from .kernels.bf16_gemm import INTERFACE as GEMM_INTERFACE
-from .kernels.bf16_gemm_args import Bf16Operands, pack_operands
+from .kernels.bf16_gemm_args import Bf16Operands
 from .kernels.bf16_gemm_config import BLOCK_K, Bf16GemmConfig
 from .kernels.einsum import (
     BMK_BNK_MN,
@@ -52,7 +52,6 @@ __all__ = ["einsum"]  # (check: the checks alone, for the torch path)
 _PARAM_CACHE_LIMIT = 512
 _batched_plans: dict[tuple, launch.GemmPlan] = {}
 _sum_plans: dict[tuple, "_SumPlan"] = {}
-_params: dict[tuple, runtime.ParamPack] = {}
 #: The workspace slot of the partials (dgx.scales.buffer: per device, stream and thread; graph-owned under capture).
 WORKSPACE_SLOT = "einsum_partials"
 # Per-call fast path for torch tensors (dgx.fastpath): hint key (:func:`_fast_key`) -> the entry an earlier call of
@@ -119,13 +118,7 @@ def _einsum(expr, a, b, d, c, stream, config, run: bool):
 
 
 def _launch(config, ops: Bf16Operands, launcher: runtime.Launcher, stream: int) -> runtime.ParamPack:
-    key = (config, ops)
-    packed = _params.get(key)
-    if packed is None:
-        packed = pack_operands(config, ops)
-        if len(_params) >= _PARAM_CACHE_LIMIT:
-            _params.clear()
-        _params[key] = packed
+    packed = bf16.pack(config, ops)
     launcher.launch(stream, packed)
     return packed
 

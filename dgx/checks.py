@@ -79,15 +79,21 @@ def expect_fp32_out_for_c(dv: TensorView) -> None:
                          f"{dv.dtype} d")
 
 
+def expect_scaled_fp8_dtypes(av: TensorView, bv: TensorView, sfav: TensorView, sfbv: TensorView,
+                             names: tuple[str, str, str, str] = ("A", "B", "SFA", "SFB")) -> None:
+    """Two FP8 operands then their FP32 scales (`names` in that order), the dtypes of a scaled FP8 GEMM's inputs."""
+    expect_dtype(av, names[0], "float8_e4m3fn")
+    expect_dtype(bv, names[1], "float8_e4m3fn")
+    expect_dtype(sfav, names[2], "float32")
+    expect_dtype(sfbv, names[3], "float32")
+
+
 def expect_fp8_operands(av: TensorView, sfav: TensorView, bv: TensorView, sfbv: TensorView, dv: TensorView) -> tuple[int, int, int]:
     """The checks every dense FP8 GEMM makes of A [M, K], B [N, K], their scales and D: 2-D, the FP8 and
     FP32 dtypes, one K > 0. Returns (M, N, K); D's dtype and the scales' shapes are the caller's."""
     for v, name in ((av, "A"), (bv, "B"), (dv, "d"), (sfav, "SFA"), (sfbv, "SFB")):
         expect_ndim(v, name, 2)
-    expect_dtype(av, "A", "float8_e4m3fn")
-    expect_dtype(bv, "B", "float8_e4m3fn")
-    expect_dtype(sfav, "SFA", "float32")
-    expect_dtype(sfbv, "SFB", "float32")
+    expect_scaled_fp8_dtypes(av, bv, sfav, sfbv)
     m, k = av.shape
     n, kb = bv.shape
     if kb != k:

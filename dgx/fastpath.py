@@ -280,6 +280,17 @@ def _span(t) -> int:
     return (sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())) + 1) * t.element_size()
 
 
+def number_key(value):
+    """A float option as part of a hint key that tells apart every value a kernel would see differently (-0.0 from
+    0.0); an int or None stays itself; False for a type the fast path does not take (the full path checks it)."""
+    kind = type(value)
+    if kind is float:
+        return value.hex()
+    if kind is int or value is None:
+        return value
+    return False
+
+
 def register(cache: dict, key: tuple, tensors: Sequence[object], plan, pack: runtime.ParamPack,
              conversions: Sequence[tuple[int, scales_module.Conversion]] = (), *,
              interface: KernelInterface | None = None, disjoint: Sequence[tuple[int, int]] = ()) -> None:
@@ -296,6 +307,14 @@ def register(cache: dict, key: tuple, tensors: Sequence[object], plan, pack: run
         _register(cache, key, tensors, plan, pack, conversions, interface, disjoint)
     except Exception:  # noqa: BLE001 - see the docstring
         cache.pop(key, None)
+
+
+def register_converted(cache: dict, key: tuple, tensors: Sequence[object], plan, pack: runtime.ParamPack,
+                       conversion: scales_module.Conversion | None) -> None:
+    """:func:`register` of an FP8 GEMM's launch where every one of `tensors` is a torch tensor, with the conversion
+    of its A scales (tensor 1) where the call made one."""
+    if torch_tensors(*tensors):
+        register(cache, key, tensors, plan, pack, [(1, conversion)] if conversion else ())
 
 
 def _register(cache: dict, key: tuple, tensors: Sequence[object], plan, pack: runtime.ParamPack,

@@ -31,6 +31,7 @@ from .checks import (
     expect_dtype,
     expect_ndim,
     expect_nonnegative_strides,
+    expect_scaled_fp8_dtypes,
     expect_shape,
     expect_tma_rows,
     unpack_pair,
@@ -78,10 +79,7 @@ def _dims(xv: TensorView, yv: TensorView, zv: TensorView, sfxv: TensorView, sfyv
     """(b, h, d, r) after every check of the operands' ranks, dtypes, shapes and strides."""
     for v, name in ((xv, "x"), (yv, "y"), (zv, "z"), (sfxv, "sfx"), (sfyv, "sfy")):
         expect_ndim(v, name, 3)
-    expect_dtype(xv, "x", "float8_e4m3fn")
-    expect_dtype(yv, "y", "float8_e4m3fn")
-    expect_dtype(sfxv, "sfx", "float32")
-    expect_dtype(sfyv, "sfy", "float32")
+    expect_scaled_fp8_dtypes(xv, yv, sfxv, sfyv, ("x", "y", "sfx", "sfy"))
     if zv.dtype == "float32":
         raise TypeError("z: expected dtype bfloat16 (fp8_einsum 'bhr,hdr->bhd' writes BF16 on sm_90); got float32")
     expect_dtype(zv, "z", "bfloat16")
@@ -229,5 +227,5 @@ def fp8_einsum(expr: str, a, b, d, *, stream=None, config: GemmConfig | None = N
         plan.launcher.launch(launch_stream, pack)
     finally:
         launch.release(conversion)  # converted scales in capture-owned memory: freed after the kernel
-    if fast and fastpath.torch_tensors(X, SFX, Y, SFY, d):
-        fastpath.register(_fast, key, (X, SFX, Y, SFY, d), plan, pack, [(1, conversion)] if conversion else ())
+    if fast:
+        fastpath.register_converted(_fast, key, (X, SFX, Y, SFY, d), plan, pack, conversion)

@@ -18,6 +18,7 @@ import weakref
 from dataclasses import dataclass
 
 from .checks import expect_dtype, expect_shape, expect_tma_rows
+from .fastpath import number_key
 from .intmath import ceil_div
 from .kernels.fp8_epilogue import GROUP, Epilogue
 from .layout import sfa_tma_layout
@@ -126,17 +127,6 @@ def wants_fused(d, alpha, row_weight, swiglu, swiglu_limit, use_ue8m0) -> bool:
             or swiglu_limit is not None or use_ue8m0 is not False)
 
 
-def _number_key(value):
-    """A float option as a key that tells apart every value the kernel would see differently (-0.0 from 0.0); None
-    stays None; False for a type the fast path does not take (the full path checks it)."""
-    kind = type(value)
-    if kind is float:
-        return value.hex()
-    if kind is int or value is None:
-        return value
-    return False
-
-
 def fast_options(d, b, alpha, row_weight, swiglu, swiglu_limit, use_ue8m0):
     """For the per-call fast path (dgx.fastpath) of a fused call: (the options as a hint key, the output tensors in
     an entry's order: d or d_fp8, d_sf, then row_weight if given), or None where the call takes the full path (an
@@ -145,7 +135,7 @@ def fast_options(d, b, alpha, row_weight, swiglu, swiglu_limit, use_ue8m0):
         return None
     if swiglu and not is_prepared(b):
         return None
-    alpha_key, limit_key = _number_key(alpha), _number_key(swiglu_limit)
+    alpha_key, limit_key = number_key(alpha), number_key(swiglu_limit)
     if alpha_key is False or limit_key is False:
         return None
     if type(d) is tuple:

@@ -145,10 +145,10 @@ def fp8_gemm_nt(a, b, d, c=None, *, alpha: float | None = None, row_weight=None,
         plan.launcher.launch(launch_stream, pack)
     finally:
         launch.release(conversion)  # converted scales in capture-owned memory: freed after the kernel
-    if fast and fastpath.torch_tensors(A, SFA, B, SFB, d):
-        fastpath.register(_entries, key, (A, SFA, B, SFB, d), plan, pack, [(1, conversion)] if conversion else ())
-    elif fused_call and fused_fast and fastpath.torch_tensors(A, SFA, B, SFB, *outs):
-        fastpath.register(_entries, key, (A, SFA, B, SFB, *outs), plan, pack, [(1, conversion)] if conversion else ())
+    if fast:
+        fastpath.register_converted(_entries, key, (A, SFA, B, SFB, d), plan, pack, conversion)
+    elif fused_call and fused_fast:
+        fastpath.register_converted(_entries, key, (A, SFA, B, SFB, *outs), plan, pack, conversion)
 
 
 def gemm_fp8_fp8_bf16_nt(lhs, rhs, out) -> None:

@@ -36,11 +36,6 @@ _contiguous: dict[tuple, fastpath.Entry] = {}
 _masked: dict[tuple, fastpath.Entry] = {}
 
 
-def _register(cache: dict, key: tuple, tensors: tuple, plan, pack, conversion) -> None:
-    if fastpath.torch_tensors(*tensors):
-        fastpath.register(cache, key, tensors, plan, pack, [(1, conversion)] if conversion else ())
-
-
 def _fused_lookup(cache: dict, a, b, d, last, extra, alpha, row_weight, swiglu, swiglu_limit, use_ue8m0, stream):
     """The fast path of a fused grouped call: (True, None) where an entry launched it; else (False, (key, outs)) to
     register the full path's launch under, or (False, None) where the call cannot have an entry. `last` is
@@ -211,9 +206,10 @@ def m_grouped_fp8_gemm_nt_contiguous(a, b, d, m_indices, *, alpha: float | None 
     finally:
         launch.release(conversion)  # converted scales in capture-owned memory: freed after the kernel
     if fast:
-        _register(_contiguous, key, (A, SFA, B, SFB, d, m_indices), plan, pack, conversion)
+        fastpath.register_converted(_contiguous, key, (A, SFA, B, SFB, d, m_indices), plan, pack, conversion)
     elif fused_fast:
-        _register(_contiguous, fused_fast[0], (A, SFA, B, SFB, m_indices, *fused_fast[1]), plan, pack, conversion)
+        fastpath.register_converted(_contiguous, fused_fast[0], (A, SFA, B, SFB, m_indices, *fused_fast[1]), plan, pack,
+                                    conversion)
 
 
 def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m: int, *, alpha: float | None = None,
@@ -313,9 +309,10 @@ def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m: int, *, alpha: f
     finally:
         launch.release(conversion)
     if fast:
-        _register(_masked, key, (A, SFA, B, SFB, d, masked_m), plan, pack, conversion)
+        fastpath.register_converted(_masked, key, (A, SFA, B, SFB, d, masked_m), plan, pack, conversion)
     elif fused_fast:
-        _register(_masked, fused_fast[0], (A, SFA, B, SFB, masked_m, *fused_fast[1]), plan, pack, conversion)
+        fastpath.register_converted(_masked, fused_fast[0], (A, SFA, B, SFB, masked_m, *fused_fast[1]), plan, pack,
+                                    conversion)
 
 
 def m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(lhs, rhs, out, m_indices) -> None:

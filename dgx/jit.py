@@ -12,9 +12,10 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from pathlib import Path
+from typing import Any, Callable
 
 from . import ptx
 from .cache import CacheMissError, KernelCache, compute_key
@@ -36,6 +37,13 @@ class KernelSource:
     dynamic_smem: int = 0
     summary: tuple[tuple[str, str], ...] = ()  # human description (family, config) for listings
     warmup_hint: str = ""  # the `dgx warmup` arguments that would build it (strict-mode message)
+
+
+def config_summary(family: str, config: Any,
+                   keep: Callable[[str], bool] = lambda name: True) -> tuple[tuple[str, str], ...]:
+    """A :attr:`KernelSource.summary` from a kernel's config: the family, then each field of the dataclass `config`
+    whose name `keep` accepts, as text."""
+    return (("family", family),) + tuple((f.name, str(getattr(config, f.name))) for f in fields(config) if keep(f.name))
 
 
 @dataclass(frozen=True)

@@ -36,23 +36,12 @@ _params: dict[tuple, runtime.ParamPack] = {}
 _fast: dict[tuple, tuple] = {}
 
 
-def _option_key(value):
-    """swiglu_limit as a key telling apart every value the kernel sees differently; False for a type the fast path
-    leaves to the full path's checks."""
-    kind = type(value)
-    if kind is float:
-        return value.hex()
-    if kind is int or value is None:
-        return value
-    return False
-
-
 def _fast_key(x, masked_m, swiglu_limit, use_ue8m0, packed_ue8m0, out, out_scales) -> tuple | None:
     """The hint key of a call (None: the call takes the full path). x's shape, and every option: whether masked_m,
     out and out_scales are given, the limit, the scale format; the thread."""
     if (use_ue8m0 is not True and use_ue8m0 is not False) or (packed_ue8m0 is not True and packed_ue8m0 is not False):
         return None
-    limit = _option_key(swiglu_limit)
+    limit = fastpath.number_key(swiglu_limit)
     if limit is False:
         return None
     try:

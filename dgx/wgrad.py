@@ -15,6 +15,7 @@ from .checks import (
     expect_n_multiple_of_8,
     expect_ndim,
     expect_nonnegative_strides,
+    expect_scaled_fp8_dtypes,
     expect_shape,
     expect_tma_rows,
     unpack_pair,
@@ -173,10 +174,7 @@ def k_grouped_fp8_gemm_nt_contiguous(a, b, d, ks: Sequence[int], ks_tensor=None,
     for v, name in ((sfav, "SFA"), (sfbv, "SFB")):
         expect_ndim(v, name, 2)
     expect_ndim(dv, "d", 3)
-    expect_dtype(av, "A", "float8_e4m3fn")
-    expect_dtype(bv, "B", "float8_e4m3fn")
-    expect_dtype(sfav, "SFA", "float32")
-    expect_dtype(sfbv, "SFB", "float32")
+    expect_scaled_fp8_dtypes(av, bv, sfav, sfbv)
     groups = len(ks)
     if groups == 0:
         raise ValueError("ks: expected at least one group")

@@ -27,6 +27,7 @@ M_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 96, 112, 128)  # 13 decode batch 
 OFFSET_STEP = 7  # fresh slices start this many row blocks further on each call (pointers change every call)
 ROW_BLOCK = 64
 SLICE_SLOTS = 61  # distinct slice offsets (prime, so offset and M repeat together only every 13 x 61 calls)
+ENGINE_ROWS = ROW_BLOCK * SLICE_SLOTS + max(M_SIZES)  # a token buffer holding every slice an engine's calls take
 
 CONTIGUOUS = dict(groups=8, n=4096, k=7168, rows=128)  # rows per expert, a multiple of the 128 alignment
 MASKED = dict(groups=8, m_max=256, n=4096, k=7168, expected_m=32)
@@ -100,6 +101,12 @@ def _same(*args) -> Callable[[int], tuple]:
     return lambda i: args
 
 
+def _engine_rows(i: int) -> tuple[int, int]:
+    """(first row, rows) of the token buffer an engine's call `i` takes: M changes every call, and the slice starts
+    at a moving offset (new pointers every call)."""
+    return ROW_BLOCK * (i * OFFSET_STEP % SLICE_SLOTS), M_SIZES[i % len(M_SIZES)]
+
+
 def dense_patterns(dgx, device: str = "cuda", shape: tuple[int, int, int] = DENSE_SHAPE) -> list[Pattern]:
     """fp8_gemm_nt on (M, N, K): the same tensors; a fresh output each call; M changing every call (tensors
     made once per M); M changing with fresh A/SFA slices and fresh outputs (the engine); a row-major SFA."""
@@ -127,13 +134,11 @@ def dense_patterns(dgx, device: str = "cuda", shape: tuple[int, int, int] = DENS
     count = len(per_m)
     out.append(Pattern("dense", "m_changes", f"M changes every call ({count} sizes, tensors reused)", call,
                        lambda i: per_m[i % count]))
-    cap = ROW_BLOCK * SLICE_SLOTS + max(M_SIZES)
-    A_buf = torch.zeros(cap, k, dtype=fp8, device=device)
-    SFA_buf = _m_major(torch, cap, kb, device)
+    A_buf = torch.zeros(ENGINE_ROWS, k, dtype=fp8, device=device)
+    SFA_buf = _m_major(torch, ENGINE_ROWS, kb, device)
 
     def engine(i):
-        rows = M_SIZES[i % count]
-        off = ROW_BLOCK * (i * OFFSET_STEP % SLICE_SLOTS)
+        off, rows = _engine_rows(i)
         return (A_buf[off:off + rows], SFA_buf[off:off + rows]), b, torch.empty(rows, n, dtype=bf16, device=device)
 
     out.append(Pattern("dense", "engine", "M changes, fresh A/SFA slices and a fresh output each call (an engine)",
@@ -281,13 +286,10 @@ def einsum_patterns(dgx, device: str = "cuda") -> list[Pattern]:
            Pattern("einsum", "bhd_same", f"'bhd,hdr->bhr', same tensors (b {b}, h {h}, d {dd}, r {r})", call,
                    _same("bhd,hdr->bhr", torch.zeros(b, h, dd, dtype=bf16, device=device), y,
                          torch.zeros(b, h, r, dtype=bf16, device=device)))]
-    count = len(M_SIZES)
-    cap = ROW_BLOCK * SLICE_SLOTS + max(M_SIZES)
-    x_buf = torch.zeros(cap, h, r, dtype=bf16, device=device)
+    x_buf = torch.zeros(ENGINE_ROWS, h, r, dtype=bf16, device=device)
 
     def engine(i):
-        rows = M_SIZES[i % count]
-        off = ROW_BLOCK * (i * OFFSET_STEP % SLICE_SLOTS)
+        off, rows = _engine_rows(i)
         return "bhr,hdr->bhd", x_buf[off:off + rows], y, torch.empty(rows, h, dd, dtype=bf16, device=device)
 
     out.append(Pattern("einsum", "bhr_engine", "'bhr,hdr->bhd', b changes, a fresh x slice and z each call", call,
@@ -337,14 +339,11 @@ def fused_patterns(dgx, device: str = "cuda") -> list[Pattern]:
                    _same(a, b_fp8, d_fp8)),
            Pattern("fused", "dense_alpha", "fp8_gemm_nt, BF16 d, alpha=0.5, same tensors", dense_alpha,
                    _same(a, b, torch.zeros(m, n, dtype=torch.bfloat16, device=device)))]
-    count = len(M_SIZES)
-    cap = ROW_BLOCK * SLICE_SLOTS + max(M_SIZES)
-    A_buf = torch.zeros(cap, k, dtype=fp8, device=device)
-    SFA_buf = _m_major(torch, cap, kb, device)
+    A_buf = torch.zeros(ENGINE_ROWS, k, dtype=fp8, device=device)
+    SFA_buf = _m_major(torch, ENGINE_ROWS, kb, device)
 
     def engine(i):
-        rows = M_SIZES[i % count]
-        off = ROW_BLOCK * (i * OFFSET_STEP % SLICE_SLOTS)
+        off, rows = _engine_rows(i)
         return (A_buf[off:off + rows], SFA_buf[off:off + rows]), b_fp8, _fp8_out(torch, rows, n_fp8, device)
 
     out.append(Pattern("fused", "dense_engine", "d=(d_fp8, d_sf), M changes, fresh A slices and outputs each call",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from .fmt import STATUS_SHORT, micros, num, percent, spread_percent, times
+from .fmt import STATUS_SHORT, micros, num, percent, spread_percent, times, vs_deepgemm_cell
 from .mqa_suites import HBM_PEAK_GBPS, MQA, MQA_GOAL_TFLOPS, PAGED_GOAL_SHARE, PAGED_MQA
 from .results import DEEPGEMM, DGX, IMPL_SHORT, OK, CaseSummary, ImplSummary, SuiteSummary, peer_names
 
@@ -37,15 +37,6 @@ def _peer_cells(case: CaseSummary, name: str, suite: str) -> list[str]:
     sp = case.speedups.get(name)
     value = num(_value(suite, s))
     return [micros(s.us), f"{value} ({times(sp)})" if sp is not None else value]
-
-
-def _vs_deepgemm(case: CaseSummary) -> str:
-    s = case.impls.get(DEEPGEMM)
-    if s is None:
-        return ""
-    if s.status != OK:
-        return STATUS_SHORT.get(s.status, s.status)
-    return times(case.vs_deepgemm)
 
 
 def mqa_suite_rows(suite: SuiteSummary, repeats: int) -> tuple[list[str], list[list[str]], list[str]]:
@@ -77,7 +68,7 @@ def mqa_suite_rows(suite: SuiteSummary, repeats: int) -> tuple[list[str], list[l
         if paged:
             row.append(times(c.balanced.get("ratio")) if c.balanced else "")
         if dg:
-            row.append(_vs_deepgemm(c))
+            row.append(vs_deepgemm_cell(c))
         for p in peers:
             row += _peer_cells(c, p, name)
         rows.append(row)

@@ -12,7 +12,7 @@ import json
 import os
 from typing import Any
 
-from .fmt import STATUS_SHORT, micros, num, percent, spread_percent, times
+from .fmt import STATUS_SHORT, micros, num, percent, spread_percent, times, vs_deepgemm_cell
 from .mqa_report import MQA_SUITE_TITLES, mqa_suite_lines, mqa_suite_rows, plot_metric
 from .mqa_suites import HBM_PEAK_GBPS, MQA_SUITES, PAGED_MQA, is_mqa
 from .results import (
@@ -84,15 +84,6 @@ VS_DEEPGEMM = "vs DeepGEMM"
 """The column of DeepGEMM's time over dgx's, both from this run."""
 ANCHOR_HEADERS = ("DeepGEMM TF (H100, other run)", "vs DeepGEMM (other run)")
 """The columns of DeepGEMM's reference figures (docs/PEERS.md: another run, another card) and dgx's ratio to them."""
-
-
-def vs_deepgemm_cell(case: CaseSummary) -> str:
-    s = case.impls.get(DEEPGEMM)
-    if s is None:
-        return ""
-    if s.status != OK:
-        return STATUS_SHORT.get(s.status, s.status)
-    return _x(case.vs_deepgemm)
 
 
 def _suite_rows(

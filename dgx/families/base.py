@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import enumeration
 from ..jit import KernelSource
 from ..problems import ProblemError, default_label
 
@@ -49,6 +50,35 @@ class ShapeSpec:
     def m_limit(self, default: int) -> int:
         """The largest M to warm for: max_m, else m, else ``default``."""
         return self.max_m or self.m or default
+
+
+def bound_label(name: str, limit: int | None, single: int | None) -> str:
+    """A spec label's row count: `` max_<name>=`` where the entry bounds it, else `` <name>=`` where it gives one,
+    else nothing."""
+    return f" max_{name}={limit}" if limit else (f" {name}={single}" if single else "")
+
+
+@dataclass(frozen=True)
+class HeadsSpec:
+    """One per-head einsum entry of a shapes file: h heads of y [d, r], b up to ``max_b`` (or ``b``)."""
+
+    kind: str
+    h: int
+    d: int
+    r: int
+    max_b: int | None
+    b: int | None
+    note: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} h={self.h} d={self.d} r={self.r}" + bound_label("b", self.max_b, self.b)
+
+
+def heads_pieces(spec: HeadsSpec, default_max_m: int) -> list[tuple[Any, int]]:
+    """Warm-up's pieces of a per-head entry: windows of b (as rows) up to its bound, else the default max M."""
+    limit = spec.max_b or spec.b or default_max_m
+    return [((limit, lo, hi), count) for lo, hi, count in enumeration.windows(enumeration.ROWS, None, limit)]
 
 
 @dataclass(frozen=True)

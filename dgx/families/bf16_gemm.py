@@ -13,7 +13,7 @@ from typing import Any
 from .. import enumeration, jit
 from ..kernels import bf16_gemm as kernels_module
 from ..problems import ProblemError
-from .base import Family, Inspected, Kind, Label, positive_field, sources_of
+from .base import Family, Inspected, Kind, Label, bound_label, positive_field, sources_of
 
 #: shapes-file kind -> the BF16 kernels' kind (dgx.kernels.bf16_gemm.KIND_LAYOUTS)
 KINDS = {
@@ -48,7 +48,7 @@ class Bf16Spec:
     @property
     def label(self) -> str:
         out = f"{self.kind} n={self.n} k={self.k}" + (f" groups={self.groups}" if self.groups else "")
-        out += f" max_m={self.max_m}" if self.max_m else (f" m={self.m}" if self.m else "")
+        out += bound_label("m", self.max_m, self.m)
         return out + f" {self.form} {self.out_dtype}" + (" +c" if self.with_c else "")
 
     def m_limit(self, default: int) -> int:

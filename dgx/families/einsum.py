@@ -19,7 +19,7 @@ from typing import Any
 from .. import enumeration, jit
 from ..kernels import einsum as kernels_module
 from ..problems import ProblemError
-from .base import Family, Inspected, Kind, Label, positive_field, sources_of
+from .base import Family, HeadsSpec, Inspected, Kind, Label, heads_pieces, positive_field, sources_of
 
 BMK = "einsum_bmk_bnk_mn"
 BHR = "einsum_bhr_hdr_bhd"
@@ -45,21 +45,8 @@ class BatchSumSpec:
 
 
 @dataclass(frozen=True)
-class BatchedSpec:
+class BatchedSpec(HeadsSpec):
     """A per-head entry: h heads, y [h, d, r], b up to ``max_b`` (or ``b``)."""
-
-    kind: str
-    h: int
-    d: int
-    r: int
-    max_b: int | None
-    b: int | None
-    note: str = ""
-
-    @property
-    def label(self) -> str:
-        out = f"{self.kind} h={self.h} d={self.d} r={self.r}"
-        return out + (f" max_b={self.max_b}" if self.max_b else (f" b={self.b}" if self.b else ""))
 
     @property
     def n_k(self) -> tuple[int, int]:
@@ -108,11 +95,6 @@ def _pieces_bmk(spec: BatchSumSpec, default_max_m: int) -> list[tuple[Any, int]]
 
 def _kernels_bmk(spec: BatchSumSpec, piece: int, num_sms: int) -> list[jit.KernelSource]:
     return [kernels_module.choose_batch_sum(spec.m, spec.n, spec.k, num_sms).render()]
-
-
-def _pieces_batched(spec: BatchedSpec, default_max_m: int) -> list[tuple[Any, int]]:
-    limit = spec.max_b or spec.b or default_max_m
-    return [((limit, lo, hi), count) for lo, hi, count in enumeration.windows(enumeration.ROWS, None, limit)]
 
 
 def _kernels_batched(spec: BatchedSpec, piece: tuple[int, int, int], num_sms: int) -> list[jit.KernelSource]:
@@ -176,7 +158,7 @@ def representatives(num_sms: int = 132) -> list[tuple[str, Any]]:
 
 
 def _batched_kind(name: str) -> Kind:
-    return Kind(name, "einsum", ("h", "d", "r", "max_b", "b"), _parse_batched(name), _pieces_batched,
+    return Kind(name, "einsum", ("h", "d", "r", "max_b", "b"), _parse_batched(name), heads_pieces,
                 _kernels_batched, ("gemm", "groups", "num_sms"), _inspect_batched(name))
 
 

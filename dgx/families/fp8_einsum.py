@@ -5,34 +5,15 @@ layout. Warm-up kind ``fp8_einsum_bhr_hdr_bhd`` (h heads, d, r, max_b), ``dgx in
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from .. import enumeration, heuristics, jit
 from ..kinds import FP8_EINSUM_BHR_HDR_BHD as KIND
 from ..problems import ProblemError
-from .base import Family, Inspected, Kind, Label, positive_field, sources_of
+from .base import Family, HeadsSpec, Inspected, Kind, Label, heads_pieces, positive_field, sources_of
 from .fp8_gemm import HELPERS
 
 MAX_HEADS = 65535  # the scale-layout kernel converts one head per CTA row of its grid (grid z)
-
-
-@dataclass(frozen=True)
-class EinsumSpec:
-    """One shapes-file entry: h heads of y [d, r], b up to ``max_b`` (or ``b``)."""
-
-    kind: str
-    h: int
-    d: int
-    r: int
-    max_b: int | None
-    b: int | None
-    note: str = ""
-
-    @property
-    def label(self) -> str:
-        return f"{self.kind} h={self.h} d={self.d} r={self.r}" + (
-            f" max_b={self.max_b}" if self.max_b else (f" b={self.b}" if self.b else ""))
 
 
 def check_dims(h: int, d: int, r: int, label: Label) -> None:
@@ -47,7 +28,7 @@ def check_dims(h: int, d: int, r: int, label: Label) -> None:
         raise ProblemError(label("d"), f"expected h x d below 2**31, got {h} x {d}")
 
 
-def _parse(entry: Mapping[str, Any], label: Label) -> EinsumSpec:
+def _parse(entry: Mapping[str, Any], label: Label) -> HeadsSpec:
     h = positive_field(entry, "h", label)
     d = positive_field(entry, "d", label)
     r = positive_field(entry, "r", label)
@@ -57,19 +38,14 @@ def _parse(entry: Mapping[str, Any], label: Label) -> EinsumSpec:
     for name, value in (("max_b", max_b), ("b", b)):
         if value is not None and value >= 2**31:
             raise ProblemError(label(name), f"expected below 2**31, got {value}")
-    return EinsumSpec(KIND, h, d, r, max_b, b, entry.get("note", ""))
+    return HeadsSpec(KIND, h, d, r, max_b, b, entry.get("note", ""))
 
 
 def _choose(m: int, n: int, k: int, groups: int | None, num_sms: int) -> heuristics.Choice:
     return heuristics.choose_batched(m, n, k, groups or 1, num_sms)
 
 
-def _pieces(spec: EinsumSpec, default_max_m: int) -> list[tuple[Any, int]]:
-    limit = spec.max_b or spec.b or default_max_m
-    return [((limit, lo, hi), count) for lo, hi, count in enumeration.windows(enumeration.ROWS, None, limit)]
-
-
-def _kernels(spec: EinsumSpec, piece: tuple[int, int, int], num_sms: int) -> list[jit.KernelSource]:
+def _kernels(spec: HeadsSpec, piece: tuple[int, int, int], num_sms: int) -> list[jit.KernelSource]:
     limit, lo, hi = piece
     bs = enumeration.m_values(enumeration.ROWS, None, limit, lo, hi)
     return sources_of(list(dict.fromkeys(_choose(b, spec.d, spec.r, spec.h, num_sms).config for b in bs)))
@@ -104,8 +80,8 @@ def representatives(num_sms: int = 132) -> list[tuple[str, Any]]:
 
 FAMILY = Family(
     "fp8_einsum",
-    (Kind(KIND, "fp8_einsum", ("h", "d", "r", "max_b", "b"), _parse, _pieces, _kernels, ("gemm", "groups", "num_sms"),
-          _inspect, helpers=HELPERS[:1], choose=_choose, m_space=enumeration.ROWS),),
+    (Kind(KIND, "fp8_einsum", ("h", "d", "r", "max_b", "b"), _parse, heads_pieces, _kernels,
+          ("gemm", "groups", "num_sms"), _inspect, helpers=HELPERS[:1], choose=_choose, m_space=enumeration.ROWS),),
     representatives, torch_ops="dgx.families.fp8_einsum_torch", api="dgx.fp8_einsum",
     deep_gemm="dgx.families.fp8_einsum_torch",
 )

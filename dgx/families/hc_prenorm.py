@@ -11,7 +11,7 @@ from typing import Any
 from .. import jit
 from ..kernels import hc_prenorm as kernels_module
 from ..problems import ProblemError
-from .base import Family, Inspected, Kind, Label, positive_field, sources_of
+from .base import Family, Inspected, Kind, Label, bound_label, positive_field, sources_of
 
 KIND = "hc_prenorm"
 MAX_N = 64
@@ -29,8 +29,7 @@ class HcSpec:
 
     @property
     def label(self) -> str:
-        return f"{self.kind} n={self.n} k={self.k} splits={self.num_splits}" + (
-            f" max_m={self.max_m}" if self.max_m else (f" m={self.m}" if self.m else ""))
+        return f"{self.kind} n={self.n} k={self.k} splits={self.num_splits}" + bound_label("m", self.max_m, self.m)
 
 
 def _parse(entry: Mapping[str, Any], label: Label) -> HcSpec:

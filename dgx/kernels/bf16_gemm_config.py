@@ -4,7 +4,7 @@ contract (INTERFACE). dgx.kernels.bf16_gemm is the family's surface."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from .. import jit
 from ..intmath import ceil_div
@@ -342,7 +342,7 @@ class Bf16GemmConfig:
                 LAYOUT_K_GROUPED: "k_grouped", LAYOUT_BATCH_SUM: "einsum_bmk_bnk_mn"}[self.layout]
 
     def describe(self) -> tuple[tuple[str, str], ...]:
-        return (("family", "bf16_gemm"),) + tuple((f.name, str(getattr(self, f.name))) for f in fields(self))
+        return jit.config_summary("bf16_gemm", self)
 
     def traits(self) -> str:
         """The C++ type of the kernel's compile-time configuration (trailing arguments at their defaults left out,

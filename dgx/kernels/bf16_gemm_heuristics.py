@@ -249,13 +249,7 @@ def candidates(kind: str, m: int, n: int, k: int, groups: int, num_sms: int, maj
             stages = stages_for(bm, bn, out_dtype, k_atoms)
             if stages < (MIN_STAGES if k_atoms == 1 else MIN_MERGED_STAGES):
                 continue
-            for pair in (SHARE_NONE, SHARE_A, SHARE_B):
-                if pair != SHARE_NONE and (num_sms < 2 or layout not in (LAYOUT_DENSE, LAYOUT_CONTIGUOUS)):
-                    continue
-                if pair == SHARE_A and (layout != LAYOUT_DENSE or ceil_div(n, bn) < 2):
-                    continue
-                if pair == SHARE_B and ceil_div(m, bm) < 2:
-                    continue
+            for pair in pairings(layout, m, n, bm, bn, num_sms):
                 config = dict(n=n, k=0 if layout == LAYOUT_K_GROUPED else k, block_m=bm, block_n=bn, stages=stages,
                               major_a=major_a, major_b=major_b, out_dtype=out_dtype, with_c=with_c, layout=layout,
                               pair=pair, k_atoms=k_atoms)
@@ -267,6 +261,19 @@ def candidates(kind: str, m: int, n: int, k: int, groups: int, num_sms: int, maj
                                     with_c)
     if pingpong:
         out += pingpong_candidates(layout, m, n, k, num_sms, block_m_options, major_a, major_b, out_dtype, with_c)
+    return out
+
+
+def pairings(layout: int, m: int, n: int, bm: int, bn: int, num_sms: int) -> list[int]:
+    """The pairings a bm x bn tile may take, alone first: a pair only of dense or contiguous layouts with two SMs,
+    sharing A only where (dense) a pair has two column tiles, sharing B only where it has two row tiles."""
+    out = [SHARE_NONE]
+    if num_sms < 2 or layout not in (LAYOUT_DENSE, LAYOUT_CONTIGUOUS):
+        return out
+    if layout == LAYOUT_DENSE and ceil_div(n, bn) >= 2:
+        out.append(SHARE_A)
+    if ceil_div(m, bm) >= 2:
+        out.append(SHARE_B)
     return out
 
 
@@ -285,13 +292,7 @@ def pingpong_candidates(layout: int, m: int, n: int, k: int, num_sms: int, block
             stages = stages_for(bm, bn, out_dtype, schedule="pingpong")
             if stages < MIN_STAGES:
                 continue
-            for pair in (SHARE_NONE, SHARE_A, SHARE_B):
-                if pair != SHARE_NONE and (num_sms < 2 or layout not in (LAYOUT_DENSE, LAYOUT_CONTIGUOUS)):
-                    continue
-                if pair == SHARE_A and (layout != LAYOUT_DENSE or ceil_div(n, bn) < 2):
-                    continue
-                if pair == SHARE_B and ceil_div(m, bm) < 2:
-                    continue
+            for pair in pairings(layout, m, n, bm, bn, num_sms):
                 try:
                     out.append(Bf16GemmConfig(n=n, k=0 if layout == LAYOUT_K_GROUPED else k, block_m=bm, block_n=bn,
                                               stages=stages, major_a=major_a, major_b=major_b, out_dtype=out_dtype,

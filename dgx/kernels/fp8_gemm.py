@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from enum import IntEnum
 from math import gcd
 
@@ -297,8 +297,7 @@ class GemmConfig:
         optional = {"head_splits": self.head_splits is not None, "epilogue": self.epilogue is not None,
                     "runtime_n": self.runtime_n, "runtime_k": self.runtime_k,
                     "runtime_stream_b": self.runtime_stream_b}
-        return (("family", "fp8_gemm_nt"),) + tuple((f.name, str(getattr(self, f.name))) for f in fields(self)
-                                                    if optional.get(f.name, True))
+        return jit.config_summary("fp8_gemm_nt", self, lambda name: optional.get(name, True))
 
     def render(self) -> jit.KernelSource:
         # Fp8GemmTraits' template arguments; the kernel body takes the layout first, then the same.

@@ -13,7 +13,7 @@ shared memory in rank order (so the result is bitwise the same on every run).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import lru_cache
 
 from .. import jit, runtime
@@ -118,7 +118,7 @@ class HcPrenormConfig:
                 f"_s{self.stages}")
 
     def describe(self) -> tuple[tuple[str, str], ...]:
-        return (("family", "hc_prenorm"),) + tuple((f.name, str(getattr(self, f.name))) for f in fields(self))
+        return jit.config_summary("hc_prenorm", self)
 
     def render(self) -> jit.KernelSource:
         return _render(self)

@@ -3,7 +3,7 @@ kernel that writes -inf outside the windows, and the decode schedule kernel. Con
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import lru_cache
 
 from .. import jit
@@ -183,9 +183,8 @@ class MqaLogitsConfig:
         return "paged_mqa_logits" if self.paged else "mqa_logits"
 
     def describe(self) -> tuple[tuple[str, str], ...]:
-        return (("family", self.kind),) + tuple((f.name, str(getattr(self, f.name))) for f in fields(self)
-                                                if (f.name != "varlen" or self.varlen)
-                                                and (f.name != "pass_queries" or self.pass_queries))
+        return jit.config_summary(self.kind, self, lambda name: (name != "varlen" or self.varlen)
+                                  and (name != "pass_queries" or self.pass_queries))
 
     @property
     def interface(self) -> KernelInterface:
@@ -258,7 +257,7 @@ class MqaCleanConfig:
         return jit.KernelSource(
             name=self.kernel_name,
             source='#include "mqa_logits.cuh"\n' + CLEAN_INTERFACE.render_entry(self.kernel_name, CLEAN_THREADS, body),
-            summary=(("family", "mqa_clean"),) + tuple((f.name, str(getattr(self, f.name))) for f in fields(self)),
+            summary=jit.config_summary("mqa_clean", self),
         )
 
 

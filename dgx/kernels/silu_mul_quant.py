@@ -11,7 +11,7 @@ kernels) or the precise ones (expf, IEEE division: kept for device A/B runs, nev
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import lru_cache
 
 from .. import jit, runtime
@@ -87,7 +87,7 @@ class SiluMulQuantConfig:
                 f"_w{self.threads}{'' if self.fast_silu else '_precise'}")
 
     def describe(self) -> tuple[tuple[str, str], ...]:
-        return (("family", "silu_mul_quant"),) + tuple((f.name, str(getattr(self, f.name))) for f in fields(self))
+        return jit.config_summary("silu_mul_quant", self)
 
     def render(self) -> jit.KernelSource:
         return _render(self)
