@@ -38,6 +38,7 @@ from .kernels.bf16_gemm_args import Bf16Operands, pack_operands
 from .kernels.bf16_gemm_heuristics import CONTIGUOUS_ALIGNMENT, KIND_LAYOUTS
 from .streams import resolve_stream
 from .tensors import TensorView, as_view, require_cuda
+from . import caches
 
 __all__ = [
     "bf16_gemm_nt",
@@ -50,8 +51,8 @@ __all__ = [
     "k_grouped_bf16_gemm_tn_contiguous",
 ]
 
-_plans: dict[tuple, launch.GemmPlan] = {}
-_params: dict[tuple, runtime.ParamPack] = {}
+_plans: dict[tuple, launch.GemmPlan] = caches.per_process({})
+_params: dict[tuple, runtime.ParamPack] = caches.per_process({})
 _PARAM_CACHE_LIMIT = 512
 
 

@@ -46,18 +46,19 @@ from .kernels.einsum import (
 )
 from .streams import resolve_stream
 from .tensors import TensorView
+from . import caches
 
 __all__ = ["einsum"]  # (check: the checks alone, for the torch path)
 
 _PARAM_CACHE_LIMIT = 512
-_batched_plans: dict[tuple, launch.GemmPlan] = {}
-_sum_plans: dict[tuple, "_SumPlan"] = {}
+_batched_plans: dict[tuple, launch.GemmPlan] = caches.per_process({})
+_sum_plans: dict[tuple, "_SumPlan"] = caches.per_process({})
 #: The workspace slot of the partials (dgx.scales.buffer: per device, stream and thread; graph-owned under capture).
 WORKSPACE_SLOT = "einsum_partials"
 # Per-call fast path for torch tensors (dgx.fastpath): hint key (:func:`_fast_key`) -> the entry an earlier call of
 # that structure made (a fastpath.Entry over (a, b, d) for the per-head forms, a _SumEntry over (a, b, d[, c]) for
 # 'bmk,bnk->mn').
-_fast: dict[tuple, object] = {}
+_fast: dict[tuple, object] = caches.per_process({})
 _pingpong = env.raw_reader("DGX_BF16_PINGPONG")  # in the key: the heuristic's choice follows it
 
 

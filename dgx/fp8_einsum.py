@@ -47,6 +47,7 @@ from .launch import Operands
 from .layout import sfa_tma_layout
 from .streams import resolve_stream
 from .tensors import TensorView
+from . import caches
 
 __all__ = ["fp8_einsum", "sfx_for_kernel"]
 
@@ -56,9 +57,9 @@ SM100_EXPRS = {"bhd,hdr->bhr": "the FP8 einsum 'bhd,hdr->bhr' is",
                "bhd,bhr->hdr": "the FP8 einsum 'bhd,bhr->hdr' (weight gradient) is"}
 MAX_HEADS = scale_layout.MAX_GROUPS  # the scale-layout kernel's grid z: one head each
 
-_plans: dict[tuple, launch.GemmPlan] = {}
+_plans: dict[tuple, launch.GemmPlan] = caches.per_process({})
 # Per-call fast path for torch tensors (dgx.fastpath): hint key -> entry; tensors taken as (x, sfx, y, sfy, z).
-_fast: dict[tuple, fastpath.Entry] = {}
+_fast: dict[tuple, fastpath.Entry] = caches.per_process({})
 
 
 def normalize_expr(expr: object) -> str:

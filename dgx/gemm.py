@@ -24,6 +24,7 @@ from .kinds import GemmKind
 from .launch import Operands, scales_for_tma
 from .streams import resolve_stream
 from .wgrad import dense_fp32 as wgrad_dense
+from . import caches
 
 __all__ = ["fp8_gemm_nt", "gemm_fp8_fp8_bf16_nt", "wgrad_gemm_fp8_fp8_fp32_nt"]
 
@@ -31,7 +32,7 @@ __all__ = ["fp8_gemm_nt", "gemm_fp8_fp8_bf16_nt", "wgrad_gemm_fp8_fp8_fp32_nt"]
 # Per-call fast path for torch tensors (dgx.fastpath): hint key (rows of A, shape of B, whether c is None, thread)
 # -> the entry an earlier call of that structure made, the tensors taken as (A, SFA, B, SFB, d). A fused call's key
 # adds its options (dgx.fused.fast_options), its tensors are (A, SFA, B, SFB, d or d_fp8, d_sf[, row_weight]).
-_entries: dict[tuple, fastpath.Entry] = {}
+_entries: dict[tuple, fastpath.Entry] = caches.per_process({})
 
 
 def fp8_gemm_nt(a, b, d, c=None, *, alpha: float | None = None, row_weight=None, swiglu: bool = False,

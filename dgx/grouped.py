@@ -26,14 +26,15 @@ from .kinds import GemmKind
 from .launch import Operands, scales_for_tma
 from .streams import resolve_stream
 from .tensors import TensorView
+from . import caches
 
 
 # Per-call fast path for torch tensors (dgx.fastpath), per entry point: hint key -> the entry an earlier call of
 # that structure made. The tensors are taken as (A, SFA, B, SFB, d, m_indices or masked_m); a fused call's key adds
 # its options (dgx.fused.fast_options), its tensors are (A, SFA, B, SFB, m_indices or masked_m, d or d_fp8, d_sf
 # [, row_weight]).
-_contiguous: dict[tuple, fastpath.Entry] = {}
-_masked: dict[tuple, fastpath.Entry] = {}
+_contiguous: dict[tuple, fastpath.Entry] = caches.per_process({})
+_masked: dict[tuple, fastpath.Entry] = caches.per_process({})
 
 
 def _fused_lookup(cache: dict, a, b, d, last, extra, alpha, row_weight, swiglu, swiglu_limit, use_ue8m0, stream):

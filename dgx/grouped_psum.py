@@ -14,10 +14,11 @@ from .kernels.fp8_gemm import GemmConfig
 from .kinds import Layout
 from .launch import GemmPlan, Operands, scales_for_tma
 from .streams import resolve_stream
+from . import caches
 
 __all__ = ["m_grouped_fp8_gemm_nt_contiguous_psum", "psum_config"]
 
-_plans: dict[tuple, GemmPlan] = {}
+_plans: dict[tuple, GemmPlan] = caches.per_process({})
 
 
 def _plan(m: int, n: int, k: int, groups: int, device: int, heuristic_m: int, alignment: int,

@@ -18,11 +18,12 @@ from .kernels.hc_prenorm import (INTERFACE, MAX_N, MAX_SPLITS, PORTABLE_CLUSTER,
                                  cluster_fits, launcher, tensor_maps)
 from .streams import resolve_stream
 from .tensors import TensorView
+from . import caches
 
 __all__ = ["tf32_hc_prenorm_gemm"]
 
 _INT32_LIMIT = 2**31 - 1
-_params: dict[tuple, runtime.ParamPack] = {}
+_params: dict[tuple, runtime.ParamPack] = caches.per_process({})
 
 
 def _operand(v: TensorView, name: str, dtype: str) -> int:

@@ -19,11 +19,12 @@ import threading
 
 from . import runtime
 from .runtime import Swizzle
+from . import caches
 
 LIMIT = 1024
 """Most buffers kept (16 groups: 4 KB each)."""
 
-_maps: dict[tuple, runtime.DeviceTensorMaps] = {}
+_maps: dict[tuple, runtime.DeviceTensorMaps] = caches.per_process({})
 _lock = threading.Lock()
 
 

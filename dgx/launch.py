@@ -26,6 +26,7 @@ from .kinds import GemmKind
 from .layout import sfa_tma_layout
 from .streams import resolve_stream
 from .tensors import TensorView
+from . import caches
 
 __all__ = ["GemmPlan", "Operands", "launch_plan", "pack", "plan", "release", "scales_for_tma"]
 
@@ -38,8 +39,8 @@ class GemmPlan:
     launcher: runtime.Launcher
 
 
-_plans: dict[tuple, GemmPlan] = {}
-_params: dict[tuple, runtime.ParamPack] = {}
+_plans: dict[tuple, GemmPlan] = caches.per_process({})
+_params: dict[tuple, runtime.ParamPack] = caches.per_process({})
 _PARAM_CACHE_LIMIT = 512
 
 

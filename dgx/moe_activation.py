@@ -25,15 +25,16 @@ from .intmath import ceil_div, round_up
 from .kernels.silu_mul_quant import BLOCK, INTERFACE, MAX_GROUPS, choose_config, launcher
 from .streams import resolve_stream
 from .tensors import TensorView, as_view
+from . import caches
 
 __all__ = ["silu_mul_quant"]
 
 _INT32_LIMIT = 2**31 - 1
-_params: dict[tuple, runtime.ParamPack] = {}
+_params: dict[tuple, runtime.ParamPack] = caches.per_process({})
 # Per-call fast path for torch tensors (dgx.fastpath): hint key (:func:`_fast_key`) -> (entry, the outputs the call
 # allocates: (shape, strides, dtype) of out and of out_scales, None where the caller passes it). The entry's tensors
 # are (x[, masked_m], out, out_scales).
-_fast: dict[tuple, tuple] = {}
+_fast: dict[tuple, tuple] = caches.per_process({})
 
 
 def _fast_key(x, masked_m, swiglu_limit, use_ue8m0, packed_ue8m0, out, out_scales) -> tuple | None:

@@ -35,11 +35,12 @@ from .kernels.mqa_logits import (
 from .runtime import Swizzle
 from .streams import resolve_stream
 from .tensors import TensorView, as_view
+from . import caches
 
 INT32_LIMIT = 2**31 - 1
 
 
-_launchers: dict[tuple, runtime.Launcher] = {}
+_launchers: dict[tuple, runtime.Launcher] = caches.per_process({})
 
 
 def _launcher(config, device: int, grid: int) -> runtime.Launcher:

@@ -28,9 +28,10 @@ from .errors import LayoutConversionWarning
 from .intmath import round_up
 from .kernels import scale_layout
 from .tensors import TensorView
+from . import caches
 
 _warned = False
-_workspaces: dict[tuple[int, int, int, str], tuple[int, int]] = {}  # key -> (address, bytes)
+_workspaces: dict[tuple[int, int, int, str], tuple[int, int]] = caches.per_process({})  # key -> (address, bytes)
 MIN_WORKSPACE = 1 << 16
 
 

@@ -27,6 +27,7 @@ from .launch import Operands, scales_for_tma
 from .layout import k_grouped_scales_view
 from .streams import resolve_stream
 from .tensors import TensorView, as_view, require_cuda
+from . import caches
 
 _ks_tensors: dict[tuple, object] = {}
 _KS_CACHE_LIMIT = 64
@@ -36,7 +37,7 @@ _KS_CACHE_LIMIT = 64
 # the ks tensor dgx made for it). An entry serves calls with its own A and B addresses on its own stream only: the
 # groups' maps it launches with (dgx.k_grouped_maps) hold those addresses and were copied on that stream. The other
 # addresses (scales, d, ks_tensor) are relocated as in the other entry points.
-_k_entries: dict[tuple, tuple] = {}
+_k_entries: dict[tuple, tuple] = caches.per_process({})
 
 
 def _expect_fp32_out(v: TensorView, name: str, shape: tuple[int, ...]) -> None:

@@ -188,24 +188,28 @@ def _interface_of(name: str):
     return None
 
 
-def _caches():
-    """Every per-process cache of plans, packed parameters, fast-path entries and workspaces (of this tree, or of
-    an older one that lacks some of them: host_profile.py measures both)."""
+def _caches() -> list[dict]:
+    """Every per-process cache of plans, packed parameters, fast-path entries and workspaces: those dgx registers
+    (dgx.caches), or, for an older tree without the registry (host_profile.py measures both), the ones it had."""
     import importlib
 
+    try:
+        from dgx import caches
+    except ImportError:
+        pass
+    else:
+        return caches.registered()
     names = {"launch": ("_plans", "_params"), "gemm": ("_entries", "_fast"), "grouped": ("_contiguous", "_masked"),
              "scales": ("_workspaces",), "kernels.scale_layout": ("_launchers",), "bf16": ("_plans", "_params"),
              "mqa": ("_launchers",), "wgrad": ("_k_entries",), "k_grouped_maps": ("_maps",), "hc_prenorm": ("_params",),
-             "fp8_einsum": ("_plans", "_fast"), "kernels.hc_prenorm": ("_launchers", "_fits"),
-             "moe_activation": ("_params", "_fast"), "kernels.silu_mul_quant": ("_launchers",),
-             "bf16_einsum": ("_batched_plans", "_sum_plans", "_params", "_fast")}
+             "kernels.hc_prenorm": ("_launchers", "_fits")}
     out = []
     for module_name, attrs in names.items():
         try:
             module = importlib.import_module(f"dgx.{module_name}")
         except ImportError:
             continue
-        out += [(module, attr) for attr in attrs if hasattr(module, attr)]
+        out += [getattr(module, attr) for attr in attrs if hasattr(module, attr)]
     return out
 
 
@@ -246,9 +250,9 @@ def stand_in(record: bool = True, map_address_word: int = 0, capturing: bool = F
         (device, "_num_sms"): device._num_sms,
         (device, "generation"): device.generation,
     }
-    for module, name in _caches():  # plans and packs made here must not outlive the stand-ins
-        saved[(module, name)] = getattr(module, name)
-        setattr(module, name, type(getattr(module, name))())
+    set_aside = [(cache, dict(cache)) for cache in _caches()]  # plans and packs made here must not outlive the stand-ins
+    for cache, _ in set_aside:
+        cache.clear()
     had_stream = hasattr(torch._C, "_cuda_getCurrentRawStream")
     old_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     runtime._driver = lambda: drv
@@ -264,6 +268,9 @@ def stand_in(record: bool = True, map_address_word: int = 0, capturing: bool = F
     finally:
         for (module, name), value in saved.items():
             setattr(module, name, value)
+        for cache, contents in set_aside:
+            cache.clear()
+            cache.update(contents)
         device.generation += 1
         if had_stream:
             torch._C._cuda_getCurrentRawStream = old_stream

@@ -436,3 +436,32 @@ def test_fresh_tensor_patterns_take_the_fast_path_on_every_call_after_the_first(
     assert planned == [], f"{key}: {len(planned)} of 120 calls took the full path"
     assert si.driver.encodes == encodes, f"{key}: tensor maps encoded in steady state"
     assert len(si.driver.launches) - launches == 120
+
+
+def test_every_launch_cache_is_registered():
+    """The launch path's per-process caches are made through dgx.caches, so the driver stand-in (and any tool) sets
+    them all aside without a list of names: a module-level dict named like a cache must be registered."""
+    import importlib
+    import pkgutil
+
+    import dgx
+    from dgx import caches
+
+    modules = []
+    for info in pkgutil.walk_packages(dgx.__path__, "dgx."):
+        if info.name.startswith(("dgx.cli", "dgx.bench", "dgx.deep_gemm", "dgx.examples", "dgx._build",
+                                 "dgx.deep_gemm_alias", "dgx.torch_ops", "dgx.families")):
+            continue
+        try:
+            modules.append((info.name, importlib.import_module(info.name)))
+        except ImportError:
+            continue
+    registered = {id(c) for c in caches.registered()}  # after the imports: a module registers its caches on import
+    unregistered = []
+    for module_name, module in modules:
+        for name in ("_plans", "_params", "_entries", "_fast", "_launchers", "_workspaces", "_maps", "_k_entries",
+                     "_contiguous", "_masked", "_batched_plans", "_sum_plans", "_fits"):
+            value = module.__dict__.get(name)
+            if isinstance(value, dict) and id(value) not in registered:
+                unregistered.append(f"{module_name}.{name}")
+    assert not unregistered, f"caches made without dgx.caches.per_process: {unregistered}"

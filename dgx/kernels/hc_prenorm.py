@@ -19,6 +19,7 @@ from functools import lru_cache
 from .. import jit, runtime
 from ..intmath import ceil_div, round_up
 from .interface import TENSOR_MAP, KernelInterface, Param
+from .. import caches
 
 SMEM_LIMIT = 232448  # bytes of shared memory one block may use on Hopper (227 KB)
 SM_SMEM = 233472  # bytes of shared memory per SM (228 KB), of which each resident block reserves 1 KB
@@ -297,8 +298,8 @@ def choose_config(m: int, n: int, k: int, splits: int, num_sms: int,
     return best
 
 
-_launchers: dict[tuple, runtime.Launcher] = {}
-_fits: dict[tuple, bool] = {}  # (config, device) -> one cluster fits; for clusters of 16, their kernel allowed them
+_launchers: dict[tuple, runtime.Launcher] = caches.per_process({})
+_fits: dict[tuple, bool] = caches.per_process({})  # (config, device) -> one cluster fits; for clusters of 16, their kernel allowed them
 
 
 def _kernel(config: HcPrenormConfig, device: int) -> runtime.LoadedKernel:

@@ -9,6 +9,7 @@ from functools import lru_cache
 from .. import jit, runtime
 from ..intmath import ceil_div
 from .interface import KernelInterface, Param
+from .. import caches
 
 # dst[(g * cols + c) * dst_ld + r] = src[g * src_group_stride + r * src_row_stride + c * src_col_stride] for every
 # group g < groups, row r < rows, column (k-block) c < cols. Strides in floats.
@@ -67,7 +68,7 @@ def _render(config: ScaleTransposeConfig) -> jit.KernelSource:
 
 CONFIG = ScaleTransposeConfig()
 
-_launchers: dict[tuple[int, int, int, int], runtime.Launcher] = {}
+_launchers: dict[tuple[int, int, int, int], runtime.Launcher] = caches.per_process({})
 
 
 def launcher(device: int, rows: int, cols: int, groups: int) -> runtime.Launcher:

@@ -17,6 +17,7 @@ from functools import lru_cache
 from .. import jit, runtime
 from ..intmath import ceil_div
 from .interface import KernelInterface, Param
+from .. import caches
 
 BLOCK = 128  # channels per scale (the FP8 GEMM's per-token 1 x 128 scaling)
 SCALE_MODES = ("fp32", "ue8m0", "packed_ue8m0")  # ptx/silu_mul_quant.cuh SmqScaleMode, in order
@@ -137,7 +138,7 @@ def warmup_configs(clamps=(False, True), scale_modes=SCALE_MODES) -> list[SiluMu
     return [SiluMulQuantConfig(c, m, u) for c in clamps for m in scale_modes for u in chosen_unrolls()]
 
 
-_launchers: dict[tuple, runtime.Launcher] = {}
+_launchers: dict[tuple, runtime.Launcher] = caches.per_process({})
 
 
 def launcher(config: SiluMulQuantConfig, device: int, grid: tuple[int, int, int]) -> runtime.Launcher:

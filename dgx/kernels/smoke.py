@@ -9,6 +9,7 @@ from ..intmath import ceil_div, round_up
 from ..streams import resolve_stream
 from ..tensors import as_view, require_cuda
 from .interface import TENSOR_MAP, KernelInterface, Param
+from .. import caches
 
 # The kernel's parameters (ptx/smoke.cuh smoke_tile takes them in this order).
 INTERFACE = KernelInterface(
@@ -46,7 +47,7 @@ class SmokeConfig:
         )
 
 
-_launchers: dict[tuple[SmokeConfig, int, int, int], runtime.Launcher] = {}
+_launchers: dict[tuple[SmokeConfig, int, int, int], runtime.Launcher] = caches.per_process({})
 
 
 def _launcher(config: SmokeConfig, device: int, rows: int, cols: int) -> runtime.Launcher:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from .. import jit, runtime
 from ..intmath import ceil_div
 from .interface import KernelInterface, Param
+from .. import caches
 
 # The kernel's parameters (ptx/ue8m0.cuh ue8m0_unpack reads them by name). Strides are in elements: of the packed
 # int32 tensor [groups, rows, words] (in_group, in_row, in_word) and of the float32 output [groups, rows,
@@ -64,7 +65,7 @@ class Ue8m0UnpackConfig:
         )
 
 
-_launchers: dict[tuple, runtime.Launcher] = {}
+_launchers: dict[tuple, runtime.Launcher] = caches.per_process({})
 _LAUNCHER_CACHE_LIMIT = 256
 
 
