@@ -39,12 +39,16 @@ def expected(header: str, suite, timer: str) -> str | None:
     ratio = {"× DeepGEMM 2.6.1 unfused": speedup("deepgemm_unfused"), "× DeepGEMM 2.6.1": speedup("deepgemm"),
              "× DeepGEMM": suite.geomean_vs_anchor, "× dgx unfused": speedup("dgx_unfused"),
              "× cuBLASLt": speedup("cublaslt"), "× Triton": speedup("triton"), "× BF16": speedup("bf16"),
-             "× torch BF16": speedup("torch_bf16"), "× torch": speedup("torch")}
+             "× torch BF16": speedup("torch_bf16"), "× torch grouped_mm": speedup("torch_grouped"),
+             "× torch einsum": speedup("torch_einsum"), "× torch FP32": speedup("torch_fp32"),
+             "× torch": speedup("torch"), "× cuBLAS loop": speedup("cublas_loop"),
+             "× per-head GEMM loop": speedup("gemm_loop"), "× fp8_gemm_nt + copy": speedup("fp8_gemm_copy"),
+             "× fp8_gemm_nt": speedup("fp8_gemm_nt")}
     for prefix, value in ratio.items():
         if header.startswith(prefix):
             return "—" if value is None else f"{value:.2f}"
     if header == "dgx":
-        if suite.suite == "paged_mqa":
+        if suite.suite in ("paged_mqa", "hc_prenorm"):  # memory-bound at every case: bandwidth says more
             return f"{suite.geomean_gbps['dgx']:.0f} GB/s"
         return f"{suite.geomean_tflops['dgx']:.0f} TFLOPS"
     if header in ("shapes", "cases"):
