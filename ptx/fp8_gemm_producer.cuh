@@ -150,18 +150,16 @@ struct TileStores {
 template <typename T>
 struct TileStores<T, false> {};
 
-// kRuntimeStreamB: B's L2 policy as the parameter `stream_b` says, evict-first or the normal priority (a hint that
-// changes nothing). (Other kernels keep their expression in the producer: through this function it moved their SASS.)
+// kRuntimeStreamB: B's L2 policy as the parameter `stream_b` says: evict-first, or 0 for loads with no hint at all.
+// (An evict_normal policy in place of no hint was not neutral: up to 1.4x slower on dense tiles, PERFLOG
+// 2026-11-27 third session. Other kernels keep their expression in the producer: through this function it moved
+// their SASS.)
 template <typename T, typename Params>
 DGX_DEVICE uint64_t runtime_b_policy(const Params& params) {
-    if constexpr (T::kRuntimeStreamB) {
-        if (params.stream_b) return l2_evict_first_policy();
-        uint64_t policy;
-        asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(policy));
-        return policy;
-    } else {
+    if constexpr (T::kRuntimeStreamB)
+        return params.stream_b ? l2_evict_first_policy() : 0;
+    else
         return 0;
-    }
 }
 
 // The producer warpgroup. One elected thread of its first warp issues every TMA load: for each k-block of each
@@ -227,9 +225,19 @@ DGX_DEVICE void fp8_gemm_producer(const Fp8GemmSmem& smem, const Params& params,
                 else
                     load_operand<T>(scheduler, map_a, &smem.full[s], smem.a + s * T::kSmemA, k0, tile.a_row,
                                     T::kHalfRowsA, T::kPair == kPairN, tile.share);
-                load_operand<T, T::kWholeB, T::kStreamB || T::kRuntimeStreamB>(
-                    scheduler, map_b, &smem.full[s], smem.b + s * T::kSmemB, k0, tile.b_row, T::kHalfRowsB,
-                    T::kPair == kPairM, tile.share, b_policy);
+                if constexpr (T::kRuntimeStreamB) {  // a hinted load only where the policy says evict-first
+                    if (b_policy != 0)
+                        load_operand<T, T::kWholeB, true>(scheduler, map_b, &smem.full[s], smem.b + s * T::kSmemB,
+                                                          k0, tile.b_row, T::kHalfRowsB, T::kPair == kPairM,
+                                                          tile.share, b_policy);
+                    else
+                        load_operand<T, T::kWholeB>(scheduler, map_b, &smem.full[s], smem.b + s * T::kSmemB, k0,
+                                                    tile.b_row, T::kHalfRowsB, T::kPair == kPairM, tile.share);
+                } else {
+                    load_operand<T, T::kWholeB, T::kStreamB>(
+                        scheduler, map_b, &smem.full[s], smem.b + s * T::kSmemB, k0, tile.b_row, T::kHalfRowsB,
+                        T::kPair == kPairM, tile.share, b_policy);
+                }
                 // A scales are per row, so each CTA of a pair loads its own (never multicast).
                 if constexpr (!T::kSfaTimesSfb)
                     tma_load_2d(&tmap_sfa, &smem.full[s], smem.sfa + s * T::kSmemSfa, tile.sfa_row,
