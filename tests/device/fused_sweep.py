@@ -14,8 +14,10 @@ Per case, timed in alternating rounds:
   `config=`: the heuristic's pick (heuristics.choose_fused) first, then the others ranked by the model's estimate
   (heuristics.estimate, the ranking choose_fused uses). The candidates are every valid config along the axes the
   heuristic weighs (block_m, block_n, stages, pairs sharing A or B, deferred promotion), not only those its
-  generator (heuristics.fused_options) yields: `source` says which ('pick', 'heuristic', 'space');
-  `--max-candidates N` (default 12) keeps the pick and the N - 1 best-ranked others;
+  generator (heuristics.fused_options) yields: `source` says which ('pick', 'heuristic', 'space'). The model cannot
+  tell stage counts or deferral apart, so each tile and pair as the heuristic's rules make it comes first (`depth`
+  0), then those departing from one rule, then two, each by estimate; `--max-candidates N` (default 12) keeps the
+  pick and the N - 1 first;
 - `unfused`: the bar the fused GEMM1 must beat, what the suite's dgx_unfused runs between its GEMMs: dgx GEMM1 to
   BF16 (the heuristic's config) and dgx.silu_mul_quant, as one timed callable;
 - `gemm1_bf16`: that GEMM1 alone (for the record: what the fused one costs over it).
@@ -707,16 +709,27 @@ def main(argv=None) -> int:
     t0 = time.time()
     records: list[dict] = []
     payload: dict = dict(device=device, num_sms=num_sms, timer=args.timer, rounds=args.rounds, cases=records)
+    failed: list[dict] = []
+    payload["failed"] = failed
     for case, cands in planned:
         print(f"\n[{case.index}] {case.label}: {len(cands)} candidates", flush=True)
-        records.append(run_case(case, cands, args, flush))
+        try:
+            records.append(run_case(case, cands, args, flush))
+        except Exception as e:  # noqa: BLE001 - reported; the other cases still run (after a GPU fault they fail too)
+            failed.append(dict(case=case.shape.to_dict() | dict(index=case.index, key=case.key),
+                               error=f"{type(e).__name__}: {e}"))
+            print(f"[{case.index}] {case.label} FAILED: {type(e).__name__}: {e}", flush=True)
+            continue
+        finally:
+            write_json(args.json, payload)
         print_case(records[-1])
-        write_json(args.json, payload)
     payload["summary"] = summarize(records, device, args)
+    if failed:
+        print(f"{len(failed)} case(s) failed: {', '.join(f['case']['label'] for f in failed)}")
     payload["seconds"] = round(time.time() - t0, 1)
     write_json(args.json, payload)
     print(f"{payload['seconds']} s" + (f"; wrote {args.json}" if args.json else ""))
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
