@@ -395,9 +395,11 @@ def masked_decode_options(rule: str, m: int, n: int, k: int, groups: int, num_sm
         yield with_deferred_promotion(config, units, num_sms), units
 
 
-def grouped_options(layout: int, m: int, n: int, k: int, groups: int, num_sms: int):
-    """(config, scheduler units) of every M-grouped kernel choose_grouped weighs."""
-    if layout == Layout.MASKED and MASKED_DECODE_RULE is not None and MASKED_DECODE_MIN_M <= m <= MASKED_DECODE_MAX_M:
+def grouped_options(layout: int, m: int, n: int, k: int, groups: int, num_sms: int, decode_rule: bool = True):
+    """(config, scheduler units) of every M-grouped kernel choose_grouped weighs. `decode_rule` False: the model's
+    tiles even where M falls in the masked decode rule's band (the caller decided the rule by another M)."""
+    if (layout == Layout.MASKED and decode_rule and MASKED_DECODE_RULE is not None
+            and MASKED_DECODE_MIN_M <= m <= MASKED_DECODE_MAX_M):
         yield from masked_decode_options(MASKED_DECODE_RULE, m, n, k, groups, num_sms)
         return
     for bm, bn, pair in candidates(m, n):
@@ -533,8 +535,11 @@ def fused_options(kind: str, m: int, n: int, k: int, groups: int, num_sms: int, 
     elif kind == "m_grouped_contiguous":
         options = grouped_options(Layout.CONTIGUOUS, m, n, k, groups, num_sms)
     elif masked:
-        # The tiles the groups' largest counts can use (128 rows for expected M 64: counts reach 83).
-        options = grouped_options(Layout.MASKED, ceil_div(m * MASKED_SPREAD[1], 1), n, k, groups, num_sms)
+        # The tiles the groups' largest counts can use (128 rows for expected M 64: counts reach 83), but the decode
+        # rule's band starts at the expected M, as for the plain masked GEMM, whose band it was measured on: at 13-16
+        # tokens the largest count (17-21) would otherwise force 128-row tiles on groups a 64-row tile holds.
+        options = grouped_options(Layout.MASKED, ceil_div(m * MASKED_SPREAD[1], 1), n, k, groups, num_sms,
+                                  decode_rule=m >= MASKED_DECODE_MIN_M)
     elif kind == "m_grouped_contiguous_psum":
         options = psum_options(m, n, k, num_sms, alignment)
     else:

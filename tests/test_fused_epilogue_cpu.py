@@ -157,6 +157,19 @@ def test_narrow_masked_swiglu_takes_one_round_of_128_row_units():
     assert (choice.config.block_m, choice.num_tiles, choice.waves) == (128, 128, 2)
 
 
+@pytest.mark.parametrize("groups", [8, 32])
+def test_masked_fused_below_the_decode_band_takes_the_models_tile(groups):
+    """The masked decode rule's band starts at the expected M (17), as for the plain GEMM: at 16 tokens (counts up to
+    21, which one 64-row tile holds) the model's 64-row deferred units (0.76x the 128-row ones' estimate), from 17 on
+    the rule's 128-row tiles, as before."""
+    swiglu = Epilogue(swiglu=True)
+    low = heuristics.choose_fused("m_grouped_masked", 16, 4096, 7168, groups, 132, swiglu).config
+    assert (low.block_m, low.block_n, low.defer) == (64, 128, True)
+    assert heuristics.choose_grouped(LAYOUT_MASKED, 16, 4096, 7168, groups, 132).config.block_m == 64
+    for m in (17, 64, 128):
+        assert heuristics.choose_fused("m_grouped_masked", m, 4096, 7168, groups, 132, swiglu).config.block_m == 128
+
+
 @pytest.mark.parametrize("kind", ["wgrad", "k_grouped", "nope"])
 def test_heuristic_refuses_kinds_without_epilogues(kind):
     with pytest.raises(ValueError, match="fused epilogues are for the dense and M-grouped"):
