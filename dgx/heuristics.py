@@ -277,22 +277,29 @@ def choose_dense_fitting(m: int, n: int, k: int, num_sms: int, fits, what: str =
     return _best(what or f"fp8_gemm_nt M={m} N={n} K={k}", options, k, num_sms)
 
 
+def estimate(config: GemmConfig, units: int, k: int, num_sms: int, tiles_per_unit: int = 1) -> Choice:
+    """The model's estimate of one option: `units` scheduler units of `config` on `num_sms` SMs, in whole waves of
+    the clusters that fit (`tiles_per_unit`: tiles one CTA runs back to back per unit, a SwiGLU unit's gate and up
+    tiles), each tile as tile_cycles says. What _best ranks, and what device sweeps rank their candidates by."""
+    waves = tiles_per_unit * ceil_div(units, num_sms // config.cluster)
+    # The plain weight gradient (per-column B scales) ran non-power-of-two BLOCK_N slower (128x96 and
+    # 128x112 4-8% behind 128x128; deferred, they lead); masked groups ran 128x160 18% slower than 128x128
+    # on 2 of the 3 N=7168 anchors (their counts vary around expected_m, so the wave count the model sees
+    # is a guess).
+    pow2_n = config.wgrad and not config.defer or config.layout == Layout.MASKED
+    cycles = waves * tile_cycles(config.block_m, config.block_n, k, config.pair, pow2_n, config.defer, config.wgrad)
+    if config.layout == Layout.CONTIGUOUS and config.pair == SHARE_B:
+        cycles *= CONTIGUOUS_SHARED_B_FACTOR
+    return Choice(config, units, waves, cycles)
+
+
 def _best(what: str, options, k: int, num_sms: int, tiles_per_unit: int = 1) -> Choice:
     """The (config, scheduler units) option with the fewest estimated cycles (ties: larger tiles, then no
     cluster); printed to stderr under DGX_PRINT_CONFIGS. `what` names the problem in messages. `tiles_per_unit`:
     tiles one CTA runs back to back per unit (a SwiGLU unit: its gate and up tiles), which the waves count in."""
     best: Choice | None = None
     for config, units in options:
-        waves = tiles_per_unit * ceil_div(units, num_sms // config.cluster)
-        # The plain weight gradient (per-column B scales) ran non-power-of-two BLOCK_N slower (128x96 and
-        # 128x112 4-8% behind 128x128; deferred, they lead); masked groups ran 128x160 18% slower than 128x128
-        # on 2 of the 3 N=7168 anchors (their counts vary around expected_m, so the wave count the model sees
-        # is a guess).
-        pow2_n = config.wgrad and not config.defer or config.layout == Layout.MASKED
-        cycles = waves * tile_cycles(config.block_m, config.block_n, k, config.pair, pow2_n, config.defer, config.wgrad)
-        if config.layout == Layout.CONTIGUOUS and config.pair == SHARE_B:
-            cycles *= CONTIGUOUS_SHARED_B_FACTOR
-        cand = Choice(config, units, waves, cycles)
+        cand = estimate(config, units, k, num_sms, tiles_per_unit)
         if best is None or _better(cand, best):
             best = cand
     if best is None:
@@ -388,9 +395,11 @@ def masked_decode_options(rule: str, m: int, n: int, k: int, groups: int, num_sm
         yield with_deferred_promotion(config, units, num_sms), units
 
 
-def grouped_options(layout: int, m: int, n: int, k: int, groups: int, num_sms: int):
-    """(config, scheduler units) of every M-grouped kernel choose_grouped weighs."""
-    if layout == Layout.MASKED and MASKED_DECODE_RULE is not None and MASKED_DECODE_MIN_M <= m <= MASKED_DECODE_MAX_M:
+def grouped_options(layout: int, m: int, n: int, k: int, groups: int, num_sms: int, decode_rule: bool = True):
+    """(config, scheduler units) of every M-grouped kernel choose_grouped weighs. `decode_rule` False: the model's
+    tiles even where M falls in the masked decode rule's band (the caller decided the rule by another M)."""
+    if (layout == Layout.MASKED and decode_rule and MASKED_DECODE_RULE is not None
+            and MASKED_DECODE_MIN_M <= m <= MASKED_DECODE_MAX_M):
         yield from masked_decode_options(MASKED_DECODE_RULE, m, n, k, groups, num_sms)
         return
     for bm, bn, pair in candidates(m, n):
@@ -506,33 +515,55 @@ def choose_fused(kind: str, m: int, n: int, k: int, groups: int, num_sms: int, e
     whole units: a SwiGLU unit is a gate and an up tile one CTA runs, and masked groups' units follow the spread of
     their counts around `m` (masked_units). `block_m`: only tiles of that many rows (device A/Bs)."""
     _require_positive("choose_fused", m=m, n=n, k=k, groups=groups, num_sms=num_sms)
+    return _best(f"fused {epilogue.tag} {kind} M={m} N={n} K={k} groups={groups}",
+                 fused_options(kind, m, n, k, groups, num_sms, epilogue, alignment, block_m), k, num_sms,
+                 tiles_per_unit=fused_tiles_per_unit(epilogue))
+
+
+def fused_tiles_per_unit(epilogue: Epilogue) -> int:
+    """Tiles one CTA runs back to back per scheduler unit of a fused kernel: a SwiGLU unit's gate and up tiles."""
+    return 2 if epilogue.swiglu else 1
+
+
+def fused_options(kind: str, m: int, n: int, k: int, groups: int, num_sms: int, epilogue: Epilogue,
+                  alignment: int = CONTIGUOUS_ALIGNMENT, block_m: int | None = None):
+    """(config, scheduler units) of every fused kernel choose_fused weighs (its arguments as it takes them): the
+    layout's own options whose tile can run `epilogue`, with the stages that fit beside its output tile."""
     masked = kind == "m_grouped_masked"
     if kind == "dense":
         options = dense_options(m, n, k, num_sms)
     elif kind == "m_grouped_contiguous":
         options = grouped_options(Layout.CONTIGUOUS, m, n, k, groups, num_sms)
     elif masked:
-        # The tiles the groups' largest counts can use (128 rows for expected M 64: counts reach 83).
-        options = grouped_options(Layout.MASKED, ceil_div(m * MASKED_SPREAD[1], 1), n, k, groups, num_sms)
+        # The tiles the groups' largest counts can use (128 rows for expected M 64: counts reach 83), but the decode
+        # rule's band starts at the expected M, as for the plain masked GEMM, whose band it was measured on: at 13-16
+        # tokens the largest count (17-21) would otherwise force 128-row tiles on groups a 64-row tile holds.
+        options = grouped_options(Layout.MASKED, ceil_div(m * MASKED_SPREAD[1], 1), n, k, groups, num_sms,
+                                  decode_rule=m >= MASKED_DECODE_MIN_M)
     elif kind == "m_grouped_contiguous_psum":
         options = psum_options(m, n, k, num_sms, alignment)
     else:
         raise ValueError(f"choose_fused: fused epilogues are for the dense and M-grouped FP8 GEMMs "
                          f"(dense, m_grouped_contiguous, m_grouped_masked, m_grouped_contiguous_psum); got {kind!r}")
+    for config, units in options:
+        if config.split_k != 1 or epilogue.validate_tile(config.block_m, config.block_n, n):
+            continue
+        if block_m is not None and config.block_m != block_m:
+            continue  # (device A/Bs: the best tile of another height)
+        layout = int(Layout.CONTIGUOUS_PSUM) if kind == "m_grouped_contiguous_psum" else config.layout
+        fused = replace(config, stages=fused_stages(config, epilogue), layout=layout, epilogue=epilogue)
+        yield fused, fused_units(fused, kind, m, groups, units)
 
-    def fitting():
-        for config, units in options:
-            if config.split_k != 1 or epilogue.validate_tile(config.block_m, config.block_n, n):
-                continue
-            if block_m is not None and config.block_m != block_m:
-                continue  # (device A/Bs: the best tile of another height)
-            layout = int(Layout.CONTIGUOUS_PSUM) if kind == "m_grouped_contiguous_psum" else config.layout
-            fused = replace(config, stages=fused_stages(config, epilogue), layout=layout, epilogue=epilogue)
-            # In scheduler units (SwiGLU: gate + up tile pairs, which one CTA runs: the last wave is whole pairs).
-            yield fused, (masked_units(fused, m, groups) if masked else fused.units(m) if epilogue.swiglu else units)
 
-    return _best(f"fused {epilogue.tag} {kind} M={m} N={n} K={k} groups={groups}", fitting(), k, num_sms,
-                 tiles_per_unit=2 if epilogue.swiglu else 1)
+def fused_units(config: GemmConfig, kind: str, m: int, groups: int, units: int | None = None) -> int:
+    """Scheduler units of a fused `config` for a `kind` GEMM of M (as choose_fused takes it) and `groups`, counted
+    in whole units (SwiGLU: gate + up tile pairs, which one CTA runs: the last wave is whole pairs); masked groups
+    from the spread of their counts (masked_units). `units`: the layout's own count, kept where neither applies."""
+    if kind == "m_grouped_masked":
+        return masked_units(config, m, groups)
+    if config.epilogue is not None and config.epilogue.swiglu or units is None:
+        return config.units(m)
+    return units
 
 
 # Masked groups' counts around expected_m: uniform over this range of it (DeepGEMM's tests and dgx's MoE bench).
@@ -541,10 +572,13 @@ MASKED_SPREAD = (0.7, 1.3)
 
 def masked_units(config: GemmConfig, m: int, groups: int) -> int:
     """Scheduler units of `groups` masked groups whose counts spread over MASKED_SPREAD x m: the expected number of
-    row blocks per group (not those of exactly m rows: counts past a block boundary add a block to their group)."""
+    row blocks per group (not those of exactly m rows: counts past a block boundary add a block to their group),
+    or with pairs along M (B shared) of block pairs, as the scheduler counts them (a group's odd last block takes a
+    whole pair)."""
     lo, hi = MASKED_SPREAD
     samples = [max(1, round(m * (lo + (hi - lo) * (i + 0.5) / 32))) for i in range(32)]
-    blocks = sum(ceil_div(c, config.block_m) for c in samples) / len(samples)
+    per_pair = 2 if config.pair == SHARE_B else 1
+    blocks = sum(ceil_div(ceil_div(c, config.block_m), per_pair) for c in samples) / len(samples)
     return max(1, round(blocks * groups)) * (config.units(config.block_m))
 
 

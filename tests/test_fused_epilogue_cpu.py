@@ -126,10 +126,48 @@ def test_masked_units_follow_the_count_spread():
     assert heuristics.masked_units(c128, 64, 8) == 8 * 16
 
 
+def test_masked_units_count_pairs_along_m_as_the_scheduler_does():
+    """B shared by pairs along M: a group's blocks go two to a unit, its odd last block takes a whole pair."""
+    swiglu = Epilogue(swiglu=True)
+    pair = GemmConfig(4096, 7168, 128, 128, 4, pair=SHARE_B, layout=LAYOUT_MASKED, epilogue=swiglu)
+    # Expected M 128: counts 90..166, 1 or 2 blocks of 128 rows, one pair either way.
+    assert heuristics.masked_units(pair, 128, 8) == 8 * 16
+    # Expected M 256: counts 180..333, 2 or 3 blocks, one or two pairs (half the groups past 256 rows).
+    assert heuristics.masked_units(pair, 256, 8) == 12 * 16
+
+
+@pytest.mark.parametrize("kind, m", [("m_grouped_masked", 16), ("m_grouped_masked", 128), ("m_grouped_masked", 256),
+                                     ("m_grouped_contiguous", 8832), ("dense", 4096),
+                                     ("m_grouped_contiguous_psum", 4096)])
+@pytest.mark.parametrize("epilogue", [Epilogue(), Epilogue(swiglu=True)], ids=lambda e: e.tag)
+def test_choose_fused_is_the_best_estimate_of_its_options(kind, m, epilogue):
+    """choose_fused ranks fused_options by estimate (what a device sweep ranks its candidates by)."""
+    options = list(heuristics.fused_options(kind, m, 4096, 7168, 8, 132, epilogue))
+    assert options and all(c.epilogue == epilogue for c, _ in options)
+    choice = heuristics.choose_fused(kind, m, 4096, 7168, 8, 132, epilogue)
+    per_unit = heuristics.fused_tiles_per_unit(epilogue)
+    estimates = [heuristics.estimate(c, u, 7168, 132, per_unit) for c, u in options]
+    assert choice in estimates
+    assert choice.est_cycles <= min(e.est_cycles for e in estimates) * 1.001
+
+
 def test_narrow_masked_swiglu_takes_one_round_of_128_row_units():
     """8 experts x 64 tokens (DeepSeek-V3 gate-up): 64-row units need two rounds of the 132 SMs, 128-row ones one."""
     choice = heuristics.choose_fused("m_grouped_masked", 64, 4096, 7168, 8, 132, Epilogue(swiglu=True))
     assert (choice.config.block_m, choice.num_tiles, choice.waves) == (128, 128, 2)
+
+
+@pytest.mark.parametrize("groups", [8, 32])
+def test_masked_fused_below_the_decode_band_takes_the_models_tile(groups):
+    """The masked decode rule's band starts at the expected M (17), as for the plain GEMM: at 16 tokens (counts up to
+    21, which one 64-row tile holds) the model's 64-row deferred units (0.76x the 128-row ones' estimate), from 17 on
+    the rule's 128-row tiles, as before."""
+    swiglu = Epilogue(swiglu=True)
+    low = heuristics.choose_fused("m_grouped_masked", 16, 4096, 7168, groups, 132, swiglu).config
+    assert (low.block_m, low.block_n, low.defer) == (64, 128, True)
+    assert heuristics.choose_grouped(LAYOUT_MASKED, 16, 4096, 7168, groups, 132).config.block_m == 64
+    for m in (17, 64, 128):
+        assert heuristics.choose_fused("m_grouped_masked", m, 4096, 7168, groups, 132, swiglu).config.block_m == 128
 
 
 @pytest.mark.parametrize("kind", ["wgrad", "k_grouped", "nope"])
