@@ -28,14 +28,22 @@ def test_every_problem_has_its_prior_choice():
     problems = bench.problem_configs(_args())
     assert len(problems) == 4 * 18 + 6 + 4 + 4
     assert all(prior is not None for _, _, _, prior in problems)
-    # The prior configs are the kernels the H200 run timed, e.g. nn 4096x24576x1536 on 64-byte-swizzled 128x224.
+    # The prior configs are the kernels the H200 decode sweep timed as the heuristic's, split-K ones too.
     found = {(suite, key): prior for suite, key, _, prior in problems}
-    assert found["dense", ("nn", 4096, 24576, 1536)].kernel_name == \
-        "dgx_bf16_gemm_nn_bf16_n24576_k1536_bm128_bn224_s3_g16_p0"
+    assert found["dense", ("nt", 128, 2112, 7168)].kernel_name == \
+        "dgx_bf16_gemm_nt_bf16_n2112_k7168_bm64_bn144_s6_g16_p0_sk4"
     assert found["dense", ("nt", 64, 2112, 7168)].kernel_name == \
-        "dgx_bf16_gemm_nt_bf16_n2112_k7168_bm64_bn16_s8_g16_p1_ka2"
+        "dgx_bf16_gemm_nt_bf16_n2112_k7168_bm64_bn48_s12_g16_p0_sk2"
     assert found["k_grouped", (4, 7168, 4096, 4096)].kernel_name == \
         "dgx_bf16_gemm_tn_k_grouped_f32_c_n4096_k0_bm128_bn192_s3_g16_p0"
+    # The decode recalibration moved only decode rows: these are what --baseline times.
+    changed = sorted(key for suite, key, config, prior in problems if prior != config)
+    assert all(suite == "dense" for suite, key, config, prior in problems if prior != config)
+    assert changed == sorted([("nt", 64, 4096, 7168), ("nt", 128, 2112, 7168), ("nt", 128, 4096, 7168),
+                              ("nt", 128, 7168, 2048), ("nn", 128, 2112, 7168), ("nn", 128, 4096, 7168),
+                              ("nn", 128, 7168, 16384), ("nn", 128, 7168, 2048), ("tn", 128, 2112, 7168),
+                              ("tn", 128, 4096, 7168), ("tn", 128, 7168, 2048), ("tt", 128, 2112, 7168),
+                              ("tt", 128, 4096, 7168), ("tt", 128, 7168, 2048)])
 
 
 def test_baseline_adds_the_prior_kernels_that_differ():
@@ -122,3 +130,4 @@ def test_pingpong_ab_summary_from_timed_rows():
     assert list(s["pp_wins"]) == ["nt 4096x32768x512"]
     assert s["best_pp_x_today"] == pytest.approx(((200 / 180) * (300 / 299)) ** 0.5)
     assert "large_nt_today_share_of_peak" in s and s["large_nt_best_share_of_peak"] > s["large_nt_today_share_of_peak"]
+
