@@ -131,3 +131,34 @@ def test_pingpong_ab_summary_from_timed_rows():
     assert s["best_pp_x_today"] == pytest.approx(((200 / 180) * (300 / 299)) ** 0.5)
     assert "large_nt_today_share_of_peak" in s and s["large_nt_best_share_of_peak"] > s["large_nt_today_share_of_peak"]
 
+
+def _choice_diff():
+    if "bf16_choice_diff" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("bf16_choice_diff", DEVICE / "bf16_choice_diff.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["bf16_choice_diff"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["bf16_choice_diff"]
+
+
+def test_choice_diff_lists_what_the_decode_terms_move():
+    """tests/device/bf16_choice_diff.py: the choices with and without the decode terms, changes as runs of M; the
+    model is left as it was."""
+    from dgx.kernels import bf16_gemm_heuristics as model
+
+    diff = _choice_diff()
+    assert diff.parse_ms("1-3,8,2") == [1, 2, 3, 8]
+    for bad in ("", "0", "5-2", "x"):
+        with pytest.raises(ValueError, match="--ms"):
+            diff.parse_ms(bad)
+    probs = [p for p in diff.problems(["nt"], ["dense"]) if p[3:] in ((4096, 7168), (7168, 16384))]
+    ms = [63, 64, 65, 128, 129]
+    with diff.decode_terms_off():
+        assert model.RESTREAMED_B_HBM_SHARE == 0 and model.PAIR_FIXED_CLK == 0
+        before = diff.choices(probs, ms, 132)
+    assert model.RESTREAMED_B_HBM_SHARE > 0 and model.PAIR_FIXED_CLK > 0
+    runs = diff.diff(before, diff.choices(probs, ms, 132))
+    assert [(r["problem"][3:], r["m_first"], r["m_last"], r["old"], r["new"]) for r in runs] == [
+        ((4096, 7168), 63, 64, "64x32 s14 p1", "64x48 s12 p0"),
+        ((4096, 7168), 65, 128, "64x160 s6 p0 sk2", "128x80 s7 p0 sk2"),
+    ]
