@@ -28,14 +28,22 @@ def test_every_problem_has_its_prior_choice():
     problems = bench.problem_configs(_args())
     assert len(problems) == 4 * 18 + 6 + 4 + 4
     assert all(prior is not None for _, _, _, prior in problems)
-    # The prior configs are the kernels the H200 run timed, e.g. nn 4096x24576x1536 on 64-byte-swizzled 128x224.
+    # The prior configs are the kernels the H200 decode sweep timed as the heuristic's, split-K ones too.
     found = {(suite, key): prior for suite, key, _, prior in problems}
-    assert found["dense", ("nn", 4096, 24576, 1536)].kernel_name == \
-        "dgx_bf16_gemm_nn_bf16_n24576_k1536_bm128_bn224_s3_g16_p0"
+    assert found["dense", ("nt", 128, 2112, 7168)].kernel_name == \
+        "dgx_bf16_gemm_nt_bf16_n2112_k7168_bm64_bn144_s6_g16_p0_sk4"
     assert found["dense", ("nt", 64, 2112, 7168)].kernel_name == \
-        "dgx_bf16_gemm_nt_bf16_n2112_k7168_bm64_bn16_s8_g16_p1_ka2"
+        "dgx_bf16_gemm_nt_bf16_n2112_k7168_bm64_bn48_s12_g16_p0_sk2"
     assert found["k_grouped", (4, 7168, 4096, 4096)].kernel_name == \
         "dgx_bf16_gemm_tn_k_grouped_f32_c_n4096_k0_bm128_bn192_s3_g16_p0"
+    # The decode recalibration moved only decode rows: these are what --baseline times.
+    changed = sorted(key for suite, key, config, prior in problems if prior != config)
+    assert all(suite == "dense" for suite, key, config, prior in problems if prior != config)
+    assert changed == sorted([("nt", 64, 4096, 7168), ("nt", 128, 2112, 7168), ("nt", 128, 4096, 7168),
+                              ("nt", 128, 7168, 2048), ("nn", 128, 2112, 7168), ("nn", 128, 4096, 7168),
+                              ("nn", 128, 7168, 16384), ("nn", 128, 7168, 2048), ("tn", 128, 2112, 7168),
+                              ("tn", 128, 4096, 7168), ("tn", 128, 7168, 2048), ("tt", 128, 2112, 7168),
+                              ("tt", 128, 4096, 7168), ("tt", 128, 7168, 2048)])
 
 
 def test_baseline_adds_the_prior_kernels_that_differ():
@@ -122,3 +130,35 @@ def test_pingpong_ab_summary_from_timed_rows():
     assert list(s["pp_wins"]) == ["nt 4096x32768x512"]
     assert s["best_pp_x_today"] == pytest.approx(((200 / 180) * (300 / 299)) ** 0.5)
     assert "large_nt_today_share_of_peak" in s and s["large_nt_best_share_of_peak"] > s["large_nt_today_share_of_peak"]
+
+
+def _choice_diff():
+    if "bf16_choice_diff" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("bf16_choice_diff", DEVICE / "bf16_choice_diff.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["bf16_choice_diff"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["bf16_choice_diff"]
+
+
+def test_choice_diff_lists_what_the_decode_terms_move():
+    """tests/device/bf16_choice_diff.py: the choices with and without the decode terms, changes as runs of M; the
+    model is left as it was."""
+    from dgx.kernels import bf16_gemm_heuristics as model
+
+    diff = _choice_diff()
+    assert diff.parse_ms("1-3,8,2") == [1, 2, 3, 8]
+    for bad in ("", "0", "5-2", "x"):
+        with pytest.raises(ValueError, match="--ms"):
+            diff.parse_ms(bad)
+    probs = [p for p in diff.problems(["nt"], ["dense"]) if p[3:] in ((4096, 7168), (7168, 16384))]
+    ms = [63, 64, 65, 128, 129]
+    with diff.decode_terms_off():
+        assert model.RESTREAMED_B_HBM_SHARE == 0 and model.PAIR_FIXED_CLK == 0
+        before = diff.choices(probs, ms, 132)
+    assert model.RESTREAMED_B_HBM_SHARE > 0 and model.PAIR_FIXED_CLK > 0
+    runs = diff.diff(before, diff.choices(probs, ms, 132))
+    assert [(r["problem"][3:], r["m_first"], r["m_last"], r["old"], r["new"]) for r in runs] == [
+        ((4096, 7168), 63, 64, "64x32 s14 p1", "64x48 s12 p0"),
+        ((4096, 7168), 65, 128, "64x160 s6 p0 sk2", "128x80 s7 p0 sk2"),
+    ]

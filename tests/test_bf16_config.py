@@ -22,7 +22,8 @@ from dgx.kernels.bf16_gemm import (
     smem_bytes,
     warmup_configs,
 )
-from dgx.kernels.bf16_gemm_heuristics import candidates, estimate
+from dgx.kernels import bf16_gemm_heuristics as heuristics
+from dgx.kernels.bf16_gemm_heuristics import candidates, estimate, pair_lockstep_cycles, restreams_b
 
 ANCHORS = [(m, n, k) for m in (64, 128, 4096) for n, k in
            ((2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048))]
@@ -150,12 +151,12 @@ def test_resident_clusters_and_split_candidates():
 
 def test_decode_choices_after_the_h200_calibration():
     """What the H200 dense suite taught the model: at M = 128 the 64-row tiles that read every B tile twice and all
-    of A per tile (13-14% behind cuBLAS) give way to wide split-K tiles or pairs sharing an operand; an N-major B
-    never takes 64-byte-swizzled 128x224 tiles on the large shapes (14% behind); the large K-major choices and the
-    M = 64 shapes that were level with cuBLAS mostly stay."""
+    of A per tile (13-14% behind cuBLAS) give way (128-row tiles, or 64-row pairs sharing B); an N-major B never
+    takes 64-byte-swizzled 128x224 tiles on the large shapes (14% behind); the large K-major choices and the M = 64
+    shapes that were level with cuBLAS mostly stay."""
     for n, k in ((2112, 7168), (4096, 7168), (7168, 16384), (7168, 2048)):
         c = choose("dense", 128, n, k)
-        assert c.split_k > 1 or c.pair != 0, c.kernel_name
+        assert c.block_m == 128 or c.pair == SHARE_B, c.kernel_name
         old = Bf16GemmConfig(n=n, k=k, block_m=64, block_n={2112: 32, 4096: 64}.get(n, 112), stages=7)
         assert estimate(c, 128, k, 1, 132).cycles < estimate(old, 128, k, 1, 132).cycles
     for n, k in ((24576, 1536), (32768, 512)):
@@ -164,6 +165,87 @@ def test_decode_choices_after_the_h200_calibration():
     assert choose("dense", 4096, 4096, 7168) == Bf16GemmConfig(n=4096, k=7168, block_m=128, block_n=256, stages=3)
     for n, k in ((24576, 1536), (32768, 512), (7168, 16384), (7168, 2048)):
         assert choose("dense", 64, n, k).split_k == 1
+
+
+def _decode_terms_off(monkeypatch):
+    """The model without its decode terms (the model before the decode recalibration); undo with _decode_terms_on."""
+    monkeypatch.setattr(heuristics, "RESTREAMED_B_HBM_SHARE", 0.0)
+    monkeypatch.setattr(heuristics, "PAIR_FIXED_CLK", 0)
+    heuristics._choose.cache_clear()
+
+
+def _decode_terms_on(monkeypatch):
+    monkeypatch.undo()
+    heuristics._choose.cache_clear()
+
+
+def test_decode_terms():
+    """A 64-row tile re-streams B only at 64 < M <= 128 without B multicast (dense and masked); a pair pays its
+    lockstep only at M <= 128."""
+    plain = Bf16GemmConfig(n=4096, k=7168, block_m=64, block_n=160, stages=6)
+    assert [restreams_b(plain, m) for m in (64, 65, 128, 129)] == [False, True, True, False]
+    assert restreams_b(Bf16GemmConfig(n=4096, k=7168, block_m=64, block_n=128, stages=7, pair=SHARE_A), 128)
+    assert not restreams_b(Bf16GemmConfig(n=4096, k=7168, block_m=64, block_n=128, stages=7, pair=SHARE_B), 128)
+    assert not restreams_b(Bf16GemmConfig(n=4096, k=7168, block_m=128, block_n=80, stages=7), 128)
+    assert restreams_b(Bf16GemmConfig(n=4096, k=7168, block_m=64, block_n=128, stages=7, layout=LAYOUT_MASKED), 100)
+    assert not restreams_b(Bf16GemmConfig(n=4096, k=7168, block_m=64, block_n=128, stages=7,
+                                          layout=LAYOUT_CONTIGUOUS), 128)
+    paired = Bf16GemmConfig(n=4096, k=7168, block_m=128, block_n=64, stages=8, pair=SHARE_A)
+    assert [pair_lockstep_cycles(paired, m) for m in (1, 128, 129)] == [heuristics.PAIR_FIXED_CLK] * 2 + [0.0]
+    assert pair_lockstep_cycles(Bf16GemmConfig(n=4096, k=7168, block_m=128, block_n=64, stages=8), 64) == 0.0
+    # The re-streamed B is a share of B's HBM time on the HBM floor (128 x 7168 x 2048 sits on it).
+    c = Bf16GemmConfig(n=7168, k=2048, block_m=64, block_n=144, stages=6)
+    assert estimate(c, 128, 2048, 1, 132).cycles == pytest.approx(
+        (128 * 2048 * 2 + 7168 * 2048 * 2 * (1 + heuristics.RESTREAMED_B_HBM_SHARE) + 128 * 7168 * 2)
+        / heuristics.HBM_BYTES_PER_CLK)
+
+
+def test_decode_recalibration_picks(monkeypatch):
+    """The H200 decode sweep (nt, 8 configs of distinct kinds per shape): at M = 128 the picks that were 64-row tiles
+    re-reading B (5-9% behind) are its fastest configs now; 128 x 7168 x 16384 keeps its B-sharing pair (1.8% behind
+    the fastest, a split-K 128x112, which the model does not resolve); at M = 64, 64 x 4096 x 7168 leaves its pair
+    for the sweep's fastest. Without the decode terms the model picks what it picked before."""
+    new = {
+        (128, 2112, 7168): dict(block_m=128, block_n=80, stages=7, split_k=4),
+        (128, 4096, 7168): dict(block_m=128, block_n=80, stages=7, split_k=2),
+        (128, 7168, 2048): dict(block_m=128, block_n=80, stages=7),
+        (128, 7168, 16384): dict(block_m=64, block_n=112, stages=7, pair=SHARE_B),
+        (128, 24576, 1536): dict(block_m=128, block_n=192, stages=4),
+        (128, 32768, 512): dict(block_m=128, block_n=256, stages=3),
+        (64, 4096, 7168): dict(block_m=64, block_n=48, stages=12),
+    }
+    old = {
+        (128, 2112, 7168): dict(block_m=64, block_n=144, stages=6, split_k=4),
+        (128, 4096, 7168): dict(block_m=64, block_n=160, stages=6, split_k=2),
+        (128, 7168, 2048): dict(block_m=64, block_n=112, stages=7, pair=SHARE_A),
+        (64, 4096, 7168): dict(block_m=64, block_n=32, stages=14, pair=SHARE_A),
+    }
+    for (m, n, k), fields in new.items():
+        assert choose("dense", m, n, k) == Bf16GemmConfig(n=n, k=k, **fields), (m, n, k)
+    _decode_terms_off(monkeypatch)
+    try:
+        for (m, n, k), fields in old.items():
+            assert choose("dense", m, n, k) == Bf16GemmConfig(n=n, k=k, **fields), (m, n, k)
+    finally:
+        _decode_terms_on(monkeypatch)
+
+
+def test_decode_terms_move_no_choice_above_128_rows(monkeypatch):
+    """On the dense anchors' and the presets' BF16 (N, K), at both ends of every 64-row range up to 256 and at 512 to
+    8192 rows (the choice is constant between them): with and without the decode terms the choices are the same
+    above M = 128, and at M <= 64 but on 4096 x 7168 (its pair gives way: the sweep's fastest)."""
+    from dgx.bench.bf16_suites import PRESET_BF16_NK
+
+    nks = sorted({(n, k) for _, n, k in ANCHORS} | {(n, k) for n, k, _ in PRESET_BF16_NK})
+    ms = (1, 2, 63, 64, 129, 130, 191, 192, 193, 255, 256, 512, 1024, 4096, 8192)
+    on = {(m, n, k): choose("dense", m, n, k) for n, k in nks for m in ms}
+    _decode_terms_off(monkeypatch)
+    try:
+        off = {key: choose("dense", *key) for key in on}
+    finally:
+        _decode_terms_on(monkeypatch)
+    moved = sorted(key for key in on if on[key] != off[key])
+    assert moved == [(m, 4096, 7168) for m in (1, 2, 63, 64)]
 
 
 def test_max_stages_fill_shared_memory_and_no_more():

@@ -22,8 +22,18 @@ cores, so a tile's epilogue and first-stage latency hide under the other warpgro
 after its last tile. Their MMA issue cost per k-block is a guess (PINGPONG_KBLOCK_ISSUE_CLK), and a ping-pong tile
 must beat the best other by PINGPONG_MARGIN to be chosen.
 
-M enters the estimate only through block counts (rows rounded up to 64 in the floors), so the choice is constant
-between consecutive multiples of the block heights: dgx.enumeration.m_samples covers every M of a warm-up range.
+Decode (M <= DECODE_MAX_M): every candidate runs one wave on the same HBM floor, so what the floors leave out decides
+(the H200 decode sweep, M 64 and 128, 8 configs of distinct kinds per shape). Two costs are counted there only: a
+64-row tile at 64 < M <= 128 streams each B tile twice, once per row of tiles, where one 128-row tile reads it once,
+and the second stream is not free under the HBM floor (RESTREAMED_B_HBM_SHARE of B's HBM time); a multicast pair pays
+a fixed lockstep cost no floor hides (PAIR_FIXED_CLK). Without them the 64-row and 128-row tiles tied on the HBM
+floor and the near-tie rule (more SMs busy per wave: the 64-row tiles have twice the CTAs) or the candidates' order
+chose the 64-row ones, 5-9% slower at M = 128. Above DECODE_MAX_M every tile height re-reads B and the terms are
+unmeasured: left out.
+
+M enters the estimate only through block counts (rows rounded up to 64 in the floors) and the decode terms, which
+switch at M = 64 and 128, so the choice is constant between consecutive multiples of the block heights:
+dgx.enumeration.m_samples covers every M of a warm-up range.
 """
 
 from __future__ import annotations
@@ -82,6 +92,17 @@ SWIZZLE64_MMA_FACTOR = 1.18
 SPLIT_REDUCE_CLK = 2000
 SPLIT_REDUCE_BYTES_PER_CLK = 16
 SPLITS = (2, 4, 8)
+# Decode problems (M up to this many rows, per group when masked) get the two terms below: calibrated on the H200
+# decode sweep (tests/device/bf16_bench.py --shapes decode --sweep 8), unmeasured above.
+DECODE_MAX_M = 128
+# The second stream of each B tile by the other row of 64-row tiles (64 < M <= 128, B not multicast), as a share of
+# B's HBM time: at M = 128 such tiles ran 9-29% of B's HBM time behind 128-row tiles of the same area or width
+# (128 x 7168 x 2048: 64x144 18.5 µs, 128x80 17.0; 128 x 24576 x 1536: 64x192 34.9, 128x192 31.7; H200); 0.2 fits
+# the sweep's M = 128 rows best (least squares, each shape's fixed cost free).
+RESTREAMED_B_HBM_SHARE = 0.2
+# A 2-CTA multicast pair's fixed cost (cluster launch, the peers' barriers, the shared stages' two consumers in
+# lockstep), at M <= DECODE_MAX_M: the same tile alone ran 0.4-1.0 µs faster than paired on six decode shapes.
+PAIR_FIXED_CLK = 1000
 # Clusters of 4 and 8 CTAs that fit at once on a 132-SM Hopper (cudaOccupancyMaxActiveClusters, one CTA per SM):
 # 30 and 15, not 132 / 4 and 132 / 8 (a cluster stays in one GPC, and the GPCs' SM counts are not multiples of 4).
 RESIDENT_SM_SHARE = 120 / 132
@@ -191,14 +212,27 @@ def estimate(config: Bf16GemmConfig, m: int, k: int, groups: int, num_sms: int) 
     a_bytes = rows * k * 2  # K-grouped: each group's M x k_g
     b_bytes = config.n * k * 2 * (1 if config.layout == LAYOUT_DENSE else groups)
     d_bytes = rows * config.n * config.out_bytes * (2 if config.with_c else 1)
-    hbm = (a_bytes + b_bytes + d_bytes) / HBM_BYTES_PER_CLK
+    restreamed = b_bytes * RESTREAMED_B_HBM_SHARE if restreams_b(config, m) else 0.0
+    hbm = (a_bytes + b_bytes + restreamed + d_bytes) / HBM_BYTES_PER_CLK
     tiles = units * (1 if config.pair == SHARE_NONE else 2)  # (a split-K unit is one tile over the cluster's CTAs)
     a_rows = config.block_m * (MULTICAST_L2_SHARE if config.pair == SHARE_A else 1)
     b_rows = config.block_n * (MULTICAST_L2_SHARE if config.pair == SHARE_B else 1)
     l2 = tiles * ceil_div(k, BLOCK_K) * (a_rows + b_rows) * 128 / L2_BYTES_PER_CLK  # (per 64 of K: any k_atoms)
     # The split-K reduction follows each tile's stream: the floors do not hide it.
     floor = max(hbm, l2) + waves * split_reduce_cycles(config)
-    return Estimate(config, units, waves, max(compute, floor))
+    return Estimate(config, units, waves, max(compute, floor) + pair_lockstep_cycles(config, m))
+
+
+def restreams_b(config: Bf16GemmConfig, m: int) -> bool:
+    """Whether a decode problem's B is streamed twice: 64-row tiles at 64 < M <= DECODE_MAX_M (two rows of tiles
+    where one 128-row tile holds every row), B not multicast to the pair's two rows; dense and masked (per group)."""
+    return (config.block_m == 64 and 64 < m <= DECODE_MAX_M and config.pair != SHARE_B
+            and config.layout in (LAYOUT_DENSE, LAYOUT_MASKED))
+
+
+def pair_lockstep_cycles(config: Bf16GemmConfig, m: int) -> float:
+    """A multicast pair's fixed cost at M <= DECODE_MAX_M (0 otherwise), on top of the floors: none hides it."""
+    return PAIR_FIXED_CLK if config.pair != SHARE_NONE and m <= DECODE_MAX_M else 0.0
 
 
 def _better(a: Estimate, b: Estimate, num_sms: int) -> bool:
@@ -407,5 +441,5 @@ def warmup_configs(kind: str, n: int, k: int, groups: int = 1, max_m: int = 8192
 
 
 __all__ = ["choose", "warmup_configs", "candidates", "estimate", "tile_cycles", "stages_for", "resident_clusters",
-           "pingpong_candidates", "pingpong_tail_cycles",
+           "pingpong_candidates", "pingpong_tail_cycles", "restreams_b", "pair_lockstep_cycles",
            "KIND_LAYOUTS", "CONTIGUOUS_ALIGNMENT"]

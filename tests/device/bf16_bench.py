@@ -17,7 +17,7 @@ large shapes >= 75% of the card's BF16 dense peak, grouped >= 1.2x the grouped p
 when OUT is set (or --json PATH).
 
 Calibration and A/B:
-- ``--baseline``: also times the config the heuristic chose before its H200 calibration (tests/device/
+- ``--baseline``: also times the config the heuristic chose before its latest recalibration (tests/device/
   bf16_prior_choices.py) where it differs from today's choice, as implementation ``old``; the summary gives the
   geometric mean of old / new per suite (> 1: the change is faster).
 - ``--sweep N``: also times, per dense shape (with ``--sweep-max-m``: only M up to that), the N configs the model
@@ -80,7 +80,8 @@ def dense_problems(forms, shapes=None):
 
 
 def prior_config(suite: str, key: tuple, n: int, k: int, **fields):
-    """The config the heuristic chose before its calibration (bf16_prior_choices), or None where the table has none."""
+    """The config the heuristic chose before its latest recalibration (bf16_prior_choices), or None where the table
+    has none."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import bf16_prior_choices as prior
     from dgx.kernels.bf16_gemm import Bf16GemmConfig
@@ -88,8 +89,9 @@ def prior_config(suite: str, key: tuple, n: int, k: int, **fields):
     found = getattr(prior, suite.upper()).get(key)
     if found is None:
         return None
-    bm, bn, stages, pair, k_atoms = found
-    return Bf16GemmConfig(n=n, k=k, block_m=bm, block_n=bn, stages=stages, pair=pair, k_atoms=k_atoms, **fields)
+    bm, bn, stages, pair, k_atoms, split_k = found
+    return Bf16GemmConfig(n=n, k=k, block_m=bm, block_n=bn, stages=stages, pair=pair, k_atoms=k_atoms,
+                          split_k=split_k, **fields)
 
 
 def problem_configs(args) -> list[tuple[str, tuple, object, object]]:
