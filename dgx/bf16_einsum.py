@@ -19,13 +19,13 @@ from _thread import get_ident
 
 from . import device as device_module
 from . import bf16, env, fastpath, launch, runtime, scales
+from .bf16_checks import expect_below_limit
 from .bf16_prepare import copy_into, zero_rows
 from .checks import views_on_one_device
 from .device import get_num_sms
 from .einsum_checks import (
     MAX_BATCH_KBLOCKS,
     expect_expr,
-    expect_extent,
     expect_no_overlap,
     expect_out_2d,
     strided_3d,
@@ -158,7 +158,7 @@ def _batched(expr: str, xv: TensorView, yv: TensorView, zv: TensorView, stream, 
         raise ValueError(f"d: its last dimension N must be a multiple of 8 (16-byte rows for TMA); got N = {n}")
     z = strided_3d(zv, "d")
     for value, name, what in ((batch, "a", "b"), (heads, "a", "h"), (k, "a", "K"), (n, "d", "N")):
-        expect_extent(value, name, what)
+        expect_below_limit(value, name, what)
     expect_no_overlap(zv, "d", [(xv, "a"), (yv, "b")])
     if config is not None and not isinstance(config, Bf16GemmConfig):
         raise TypeError(f"config: expected a Bf16GemmConfig; got {type(config).__name__}")
@@ -270,7 +270,7 @@ def _batch_sum(av: TensorView, bv: TensorView, dv: TensorView, c, stream, config
         if cv.ptr != dv.ptr:
             expect_no_overlap(dv, "d", [(cv, "c")])
     for value, name, what in ((s, "a", "S"), (m, "a", "M"), (n, "b", "N"), (k, "a", "K")):
-        expect_extent(value, name, what)
+        expect_below_limit(value, name, what)
     k_blocks = ceil_div(k, BLOCK_K)
     if s * k_blocks > MAX_BATCH_KBLOCKS:
         raise ValueError(f"a: S x K / 64 must be at most {MAX_BATCH_KBLOCKS} (the (s, k) reduction's k-blocks, "

@@ -10,7 +10,6 @@ from .bf16_checks import expect_aligned_base, expect_line_stride
 from .checks import expect_dtype, expect_ndim
 from .intmath import round_up
 from .kernels.einsum import EXPRESSIONS
-from .limits import MAX_DIM
 from .tensors import TensorView
 
 #: The most S x k-blocks of 'bmk,bnk->mn' (the flattened (s, k) reduction is counted in 32-bit ints).
@@ -59,11 +58,6 @@ def strided_3d(v: TensorView, name: str, dtypes: tuple[str, ...] = ("bfloat16",)
                                  f"overlap (strides {v.strides})")
         expect_aligned_base(v, name)
     return Strided3d(v, outer, middle)
-
-
-def expect_extent(value: int, name: str, what: str) -> None:
-    if value > MAX_DIM:
-        raise ValueError(f"{name}: {what} must be at most {MAX_DIM} (32-bit tile arithmetic); got {value}")
 
 
 def extent_bytes(v: TensorView) -> tuple[int, int]:

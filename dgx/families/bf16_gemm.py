@@ -12,6 +12,7 @@ from typing import Any
 
 from .. import enumeration, jit
 from ..kernels import bf16_gemm as kernels_module
+from ..limits import MAX_DIM
 from ..problems import ProblemError
 from .base import Family, Inspected, Kind, Label, bound_label, positive_field, sources_of
 
@@ -27,7 +28,6 @@ _GROUPED = ("m_grouped_contiguous", "m_grouped_contiguous_psum", "m_grouped_mask
 _SPACES = {"m_grouped_contiguous": enumeration.CONTIGUOUS_SUM, "m_grouped_contiguous_psum": enumeration.PSUM}
 _MAJORS = {form: majors for majors, form in kernels_module.FORMS.items()}
 FIELDS = ("n", "k", "groups", "max_m", "m", "form", "out_dtype", "with_c")
-MAX_DIM = 2**31 - 256
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from typing import Any
 
 from .. import enumeration, jit
 from ..kernels import einsum as kernels_module
+from ..limits import MAX_DIM
 from ..problems import ProblemError
 from .base import Family, HeadsSpec, Inspected, Kind, Label, heads_pieces, positive_field, sources_of
 
@@ -26,7 +27,6 @@ BHR = "einsum_bhr_hdr_bhd"
 BHD = "einsum_bhd_hdr_bhr"
 #: shapes-file kind -> DeepGEMM's expression
 EXPRS = {BMK: kernels_module.BMK_BNK_MN, BHR: kernels_module.BHR_HDR_BHD, BHD: kernels_module.BHD_HDR_BHR}
-MAX_DIM = 2**31 - 256
 
 
 @dataclass(frozen=True)
