@@ -20,7 +20,12 @@ def _build(src) -> str:
 def build_all(configs, jobs: int | None = None) -> dict:
     """Compiles every config's kernel (each config has ``render()``) missing from DGX_CACHE_DIR, in `jobs` processes
     (default: every CPU); returns what it did."""
-    sources = list({c.render().name: c.render() for c in configs}.values())
+    return build_sources({c.render().name: c.render() for c in configs}.values(), jobs)
+
+
+def build_sources(sources, jobs: int | None = None) -> dict:
+    """Compiles kernel sources (dgx.jit.KernelSource, distinct names) missing from DGX_CACHE_DIR, as build_all."""
+    sources = list(sources)
     jobs = max(1, jobs or os.cpu_count() or 1)
     t0 = time.time()
     if jobs == 1 or len(sources) < 2:

@@ -68,16 +68,9 @@ def main() -> int:
     t0 = time.time()
     found, failed = collect_sources(suites, args.device)
     planned_s = time.time() - t0
-    from parallel_build import build_all
+    from parallel_build import build_sources
 
-    class _Rendered:  # build_all takes configs with render(); these are sources already
-        def __init__(self, src):
-            self.src = src
-
-        def render(self):
-            return self.src
-
-    built = build_all([_Rendered(s) for s in found.values()], args.jobs)
+    built = build_sources(found.values(), args.jobs)
     print(json.dumps({"suites": suites, "kernels": len(found), "planned_s": round(planned_s, 1), **built,
                       "failed": failed}))
     return 1 if failed else 0
